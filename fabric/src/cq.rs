@@ -1,0 +1,396 @@
+//! Completion queue (`fid_cq`) with completion slots and blocking waits.
+//!
+//! Every posted operation carries a pointer to a [`Slot`] as its context.
+//! Whoever reads the CQ (a waiting caller or the progress thread) dispatches
+//! each completion to its slot; a caller then only looks at its own slot.
+//!
+//! Waiting is leader/follower: one thread at a time reads the CQ (the leader),
+//! spinning a few times and then blocking in `fi_cq_sread`, which both drives
+//! the provider's progress and sleeps in the kernel. Others (followers) sleep
+//! on a condition variable that the leader signals after each dispatch. On a
+//! 2-core machine a busy-polling rank would starve the peer it waits for, so
+//! nobody spins for long.
+
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use fabric_sys as ffi;
+
+use crate::domain::{close_fid, Domain, DomainInner};
+use crate::error::{call_error, Result};
+
+const FREE: u32 = 0;
+const POSTED: u32 = 1;
+const DONE: u32 = 2;
+const FAILED: u32 = 3;
+/// The waiter gave up (timeout). The operation may still complete later, and
+/// the slot must not be reused until it does.
+const ABANDONED: u32 = 4;
+
+/// How many empty non-blocking reads a leader makes before it blocks. Short on
+/// purpose: completions on software providers take microseconds, and a longer
+/// spin steals the CPU the peer needs to produce them.
+const SPIN_READS: u32 = 16;
+/// Longest single block in `fi_cq_sread`, so the leader regularly re-checks
+/// deadlines and hands over leadership.
+const MAX_BLOCK: Duration = Duration::from_millis(10);
+/// How long a follower sleeps before it checks whether leadership is free.
+const FOLLOWER_NAP: Duration = Duration::from_millis(2);
+
+/// The per-operation context handed to libfabric. `ctx` must come first: the
+/// provider may use the `fi_context2` as scratch space (FI_CONTEXT mode), and
+/// the completion's `op_context` is this slot's address.
+#[repr(C)]
+pub(crate) struct Slot {
+    ctx: UnsafeCell<ffi::fi_context2>,
+    state: AtomicU32,
+    err: AtomicI32,
+    prov_err: AtomicI32,
+    len: AtomicUsize,
+}
+
+/// What became of one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Completed; for receives the received length.
+    Done { len: usize },
+    /// Completed with an error.
+    Failed { code: i32, prov_errno: i32 },
+    /// Still pending at the deadline; the slot is abandoned.
+    TimedOut,
+}
+
+/// A reserved slot; its address is the operation's context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket(u32);
+
+/// An open completion queue.
+#[doc(alias = "fi_cq")]
+#[derive(Clone, Debug)]
+pub struct CompletionQueue {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+pub(crate) struct CqInner {
+    pub(crate) fid: NonNull<ffi::fid_cq>,
+    /// True when the CQ has a wait object, so `fi_cq_sread` can block.
+    can_block: bool,
+    slots: Box<[Slot]>,
+    free: Mutex<Vec<u32>>,
+    /// Held by the leader while it reads the CQ.
+    leader: Mutex<()>,
+    /// Bumped after each dispatch; followers wait for it to change.
+    epoch: Mutex<u64>,
+    dispatched: Condvar,
+    /// Signalled when a slot is freed, for callers waiting for one.
+    _domain: Arc<DomainInner>,
+}
+
+impl std::fmt::Debug for CqInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqInner")
+            .field("can_block", &self.can_block)
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+// SAFETY: the domain is FI_THREAD_SAFE; the slots are only touched through
+// atomics, except `ctx`, which the provider owns while an op is posted.
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // SAFETY: we own the fid; endpoints bound to it hold an Arc to us and
+        // are closed already.
+        unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "cq") }
+    }
+}
+
+impl CompletionQueue {
+    /// Opens a CQ with room for `depth` outstanding operations. It asks for a
+    /// file-descriptor wait object, so that waits block in the kernel; a
+    /// provider without one (or whose only wait is a `sched_yield` loop, as
+    /// `FI_WAIT_UNSPEC` gives on `shm`) gets a CQ that is polled with short,
+    /// growing sleeps instead.
+    pub fn open(domain: &Domain, depth: usize) -> Result<CompletionQueue> {
+        let depth = depth.clamp(64, 1 << 16);
+        let open = |wait_obj| {
+            let mut attr = ffi::fi_cq_attr {
+                size: depth,
+                format: ffi::FI_CQ_FORMAT_MSG,
+                wait_obj,
+                wait_cond: ffi::FI_CQ_COND_NONE,
+                ..Default::default()
+            };
+            let mut fid = std::ptr::null_mut();
+            // SAFETY: domain open, attr valid; fid receives a CQ we own.
+            let rc = unsafe {
+                ffi::fi_cq_open(domain.inner.fid.as_ptr(), &mut attr, &mut fid, std::ptr::null_mut())
+            };
+            (rc, fid)
+        };
+        let (mut rc, mut fid) = open(ffi::FI_WAIT_FD);
+        let mut can_block = rc == 0;
+        if rc != 0 {
+            (rc, fid) = open(ffi::FI_WAIT_NONE);
+            can_block = false;
+        }
+        if rc != 0 {
+            return Err(call_error("fi_cq_open", -rc));
+        }
+        let slots: Box<[Slot]> = (0..depth)
+            .map(|_| Slot {
+                ctx: UnsafeCell::new(ffi::fi_context2::default()),
+                state: AtomicU32::new(FREE),
+                err: AtomicI32::new(0),
+                prov_err: AtomicI32::new(0),
+                len: AtomicUsize::new(0),
+            })
+            .collect();
+        Ok(CompletionQueue {
+            inner: Arc::new(CqInner {
+                fid: NonNull::new(fid).expect("fi_cq_open returned success and null"),
+                can_block,
+                slots,
+                free: Mutex::new((0..depth as u32).rev().collect()),
+                leader: Mutex::new(()),
+                epoch: Mutex::new(0),
+                dispatched: Condvar::new(),
+                _domain: domain.inner.clone(),
+            }),
+        })
+    }
+
+    /// Whether waits on this CQ block in the kernel (the provider supports a
+    /// wait object) rather than poll with short sleeps.
+    pub fn can_block(&self) -> bool {
+        self.inner.can_block
+    }
+}
+
+impl CqInner {
+    /// Reserves a slot for a new operation, progressing the CQ until one is
+    /// free or `deadline` passes.
+    pub(crate) fn acquire(&self, deadline: Instant) -> Option<Ticket> {
+        loop {
+            if let Some(i) = self.free.lock().unwrap().pop() {
+                let s = &self.slots[i as usize];
+                s.state.store(POSTED, Ordering::Relaxed);
+                return Some(Ticket(i));
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            // Every slot is in flight: completing some frees them.
+            self.drive(Duration::from_millis(1));
+        }
+    }
+
+    /// Gives back a slot whose post failed (the provider never saw it).
+    pub(crate) fn cancel_unposted(&self, t: Ticket) {
+        self.release(t.0);
+    }
+
+    fn release(&self, i: u32) {
+        self.slots[i as usize].state.store(FREE, Ordering::Relaxed);
+        self.free.lock().unwrap().push(i);
+    }
+
+    /// The context pointer to post with `t`.
+    pub(crate) fn context(&self, t: Ticket) -> *mut libc::c_void {
+        self.slots[t.0 as usize].ctx.get().cast()
+    }
+
+    fn slot_of(&self, ctx: *mut libc::c_void) -> Option<usize> {
+        let base = self.slots.as_ptr() as usize;
+        let size = std::mem::size_of::<Slot>();
+        let p = ctx as usize;
+        if p < base || (p - base) % size != 0 {
+            return None;
+        }
+        let i = (p - base) / size;
+        (i < self.slots.len()).then_some(i)
+    }
+
+    fn complete(&self, ctx: *mut libc::c_void, len: usize, err: Option<(i32, i32)>) {
+        let Some(i) = self.slot_of(ctx) else {
+            // Not one of ours (should not happen: every op carries a slot).
+            return;
+        };
+        let s = &self.slots[i];
+        s.len.store(len, Ordering::Relaxed);
+        if let Some((code, prov)) = err {
+            s.err.store(code, Ordering::Relaxed);
+            s.prov_err.store(prov, Ordering::Relaxed);
+        }
+        let new = if err.is_some() { FAILED } else { DONE };
+        // Release: the waiter that sees DONE also sees the data the provider
+        // wrote into its buffer before generating the completion.
+        if s
+            .state
+            .compare_exchange(POSTED, new, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            // The waiter timed out and left: the operation is finally over,
+            // so the slot can be used again.
+            if s.state.load(Ordering::Relaxed) == ABANDONED {
+                self.release(i as u32);
+            }
+        }
+    }
+
+    /// Reads and dispatches completions once. Blocks for up to `block` when
+    /// nothing is ready and the CQ has a wait object. Returns how many
+    /// completions were dispatched.
+    fn read_once(&self, block: Duration) -> usize {
+        const BATCH: usize = 32;
+        let mut entries = [ffi::fi_cq_msg_entry::default(); BATCH];
+        let n = if block.is_zero() || !self.can_block {
+            // SAFETY: the CQ is open; entries has room for BATCH entries of
+            // the format the CQ was opened with.
+            unsafe { ffi::fi_cq_read(self.fid.as_ptr(), entries.as_mut_ptr().cast(), BATCH) }
+        } else {
+            let ms = block.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: as above; a null cond is allowed with FI_CQ_COND_NONE.
+            unsafe {
+                ffi::fi_cq_sread(
+                    self.fid.as_ptr(),
+                    entries.as_mut_ptr().cast(),
+                    BATCH,
+                    std::ptr::null(),
+                    ms,
+                )
+            }
+        };
+        if n > 0 {
+            for e in &entries[..n as usize] {
+                self.complete(e.op_context, e.len, None);
+            }
+            return n as usize;
+        }
+        if n == -(ffi::FI_EAVAIL as isize) {
+            let mut e = ffi::fi_cq_err_entry::default();
+            // SAFETY: the CQ is open and reported an error entry; e is a
+            // valid out-parameter (err_data left null: provider keeps it).
+            let rc = unsafe { ffi::fi_cq_readerr(self.fid.as_ptr(), &mut e, 0) };
+            if rc > 0 {
+                let code = if e.err == 0 { ffi::FI_EOTHER as i32 } else { e.err };
+                self.complete(e.op_context, e.len, Some((code, e.prov_errno)));
+                return 1;
+            }
+        }
+        // -FI_EAGAIN: nothing yet. Any other error is a broken CQ; callers
+        // see it as their operation never completing (a timeout).
+        0
+    }
+
+    /// Progresses the provider and dispatches what completes, for up to
+    /// `block` (zero: one non-blocking pass). Used by the progress thread and
+    /// by posting loops on -FI_EAGAIN.
+    pub(crate) fn drive(&self, block: Duration) {
+        let Ok(_leader) = self.leader.try_lock() else {
+            // Someone else is reading the CQ right now, which drives progress
+            // for us; nap until they dispatch something.
+            let e = self.epoch.lock().unwrap();
+            let _ = self.dispatched.wait_timeout(e, block.min(FOLLOWER_NAP));
+            return;
+        };
+        let n = if self.can_block {
+            self.read_once(block)
+        } else {
+            let n = self.read_once(Duration::ZERO);
+            if n == 0 && !block.is_zero() {
+                std::thread::sleep(block.min(Duration::from_micros(50)));
+            }
+            n
+        };
+        if n > 0 {
+            self.notify();
+        }
+    }
+
+    fn notify(&self) {
+        *self.epoch.lock().unwrap() += 1;
+        self.dispatched.notify_all();
+    }
+
+    /// Waits until `t`'s operation completes or `deadline` passes. The ticket
+    /// is consumed: on Done/Failed the slot is free again, on TimedOut it is
+    /// abandoned until the operation really ends.
+    pub(crate) fn wait(&self, t: Ticket, deadline: Instant) -> Outcome {
+        let s = &self.slots[t.0 as usize];
+        let mut empty_reads = 0u32;
+        let mut nap = Duration::from_micros(5);
+        loop {
+            match s.state.load(Ordering::Acquire) {
+                DONE => {
+                    let len = s.len.load(Ordering::Relaxed);
+                    self.release(t.0);
+                    return Outcome::Done { len };
+                }
+                FAILED => {
+                    let out = Outcome::Failed {
+                        code: s.err.load(Ordering::Relaxed),
+                        prov_errno: s.prov_err.load(Ordering::Relaxed),
+                    };
+                    self.release(t.0);
+                    return out;
+                }
+                _ => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                if s
+                    .state
+                    .compare_exchange(POSTED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Outcome::TimedOut;
+                }
+                continue; // completed just now
+            }
+            let remaining = deadline - now;
+            if let Ok(_leader) = self.leader.try_lock() {
+                let block = if empty_reads < SPIN_READS {
+                    Duration::ZERO
+                } else {
+                    remaining.min(MAX_BLOCK)
+                };
+                let n = if self.can_block || block.is_zero() {
+                    self.read_once(block)
+                } else {
+                    // No wait object: poll with growing naps (5 µs .. 200 µs).
+                    let n = self.read_once(Duration::ZERO);
+                    if n == 0 {
+                        std::thread::sleep(nap.min(remaining));
+                        nap = (nap * 2).min(Duration::from_micros(200));
+                    }
+                    n
+                };
+                if n > 0 {
+                    empty_reads = 0;
+                    nap = Duration::from_micros(5);
+                    self.notify();
+                } else {
+                    empty_reads += 1;
+                }
+            } else {
+                // Follower: sleep until the leader dispatches something.
+                let e = self.epoch.lock().unwrap();
+                let seen = *e;
+                if s.state.load(Ordering::Acquire) != POSTED {
+                    continue;
+                }
+                let _ = self
+                    .dispatched
+                    .wait_timeout_while(e, remaining.min(FOLLOWER_NAP), |e| *e == seen);
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! `fid_fabric` and `fid_domain` owners.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use fabric_sys as ffi;
+use serde::Serialize;
+
+use crate::error::{check, Result};
+use crate::info::Info;
+
+/// Closes a fid, reporting (not panicking on) failure: a close can only fail
+/// for a programming error in fabkit (children still open), and dropping must
+/// not abort the process.
+///
+/// # Safety
+/// `fid` must be an open fid owned by the caller; it is invalid afterwards.
+pub(crate) unsafe fn close_fid(fid: *mut ffi::fid, what: &str) {
+    // SAFETY: guaranteed by the caller.
+    let rc = unsafe { ffi::fi_close(fid) };
+    debug_assert_eq!(rc, 0, "fi_close({what}): {}", crate::strerror(-rc));
+    if rc != 0 {
+        eprintln!("fabkit: fi_close({what}) failed: {}", crate::strerror(-rc));
+    }
+}
+
+/// An open fabric (`fi_fabric`).
+#[doc(alias = "fi_fabric")]
+#[derive(Clone, Debug)]
+pub struct Fabric {
+    pub(crate) inner: Arc<FabricInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct FabricInner {
+    pub(crate) fid: NonNull<ffi::fid_fabric>,
+}
+
+// SAFETY: domains are opened with FI_THREAD_SAFE, and the fabric object
+// itself is only used to open domains and to close it.
+unsafe impl Send for FabricInner {}
+// SAFETY: as above.
+unsafe impl Sync for FabricInner {}
+
+impl Drop for FabricInner {
+    fn drop(&mut self) {
+        // SAFETY: we own the fid and every domain holds an Arc to us, so no
+        // child is open any more.
+        unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "fabric") }
+    }
+}
+
+impl Fabric {
+    /// Opens the fabric described by `info`.
+    pub fn open(info: &Info) -> Result<Fabric> {
+        let mut fid = std::ptr::null_mut();
+        // SAFETY: fabric_attr comes from a valid fi_info; fid receives a new
+        // fabric that we own.
+        check("fi_fabric", unsafe {
+            ffi::fi_fabric((*info.as_ptr()).fabric_attr, &mut fid, std::ptr::null_mut())
+        })?;
+        Ok(Fabric {
+            inner: Arc::new(FabricInner {
+                fid: NonNull::new(fid).expect("fi_fabric returned success and null"),
+            }),
+        })
+    }
+}
+
+/// An open access domain (`fi_domain`): the NIC or provider instance.
+#[doc(alias = "fi_domain")]
+#[derive(Clone, Debug)]
+pub struct Domain {
+    pub(crate) inner: Arc<DomainInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct DomainInner {
+    pub(crate) fid: NonNull<ffi::fid_domain>,
+    pub(crate) info: Info,
+    next_key: AtomicU64,
+    _fabric: Arc<FabricInner>,
+}
+
+// SAFETY: opened with FI_THREAD_SAFE.
+unsafe impl Send for DomainInner {}
+// SAFETY: opened with FI_THREAD_SAFE.
+unsafe impl Sync for DomainInner {}
+
+impl Drop for DomainInner {
+    fn drop(&mut self) {
+        // SAFETY: we own the fid; every child holds an Arc to us.
+        unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "domain") }
+    }
+}
+
+/// Which u64 atomics a domain supports (`fi_query_atomic`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AtomicSupport {
+    /// `FI_CSWAP` via `fi_compare_atomic`.
+    pub compare_swap: bool,
+    /// `FI_SUM` via `fi_fetch_atomic`.
+    pub fetch_add: bool,
+    /// `FI_ATOMIC_READ` via `fi_fetch_atomic`.
+    pub fetch: bool,
+    /// `FI_ATOMIC_WRITE` via `fi_fetch_atomic`.
+    pub swap: bool,
+}
+
+impl AtomicSupport {
+    /// All four.
+    pub fn all(&self) -> bool {
+        self.compare_swap && self.fetch_add && self.fetch && self.swap
+    }
+}
+
+impl Domain {
+    /// Opens the domain of `info` on `fabric`.
+    pub fn open(fabric: &Fabric, info: &Info) -> Result<Domain> {
+        let info = info.clone();
+        let mut fid = std::ptr::null_mut();
+        // SAFETY: the fabric is open and info valid; fid receives a domain we own.
+        check("fi_domain", unsafe {
+            ffi::fi_domain(
+                fabric.inner.fid.as_ptr(),
+                info.as_ptr(),
+                &mut fid,
+                std::ptr::null_mut(),
+            )
+        })?;
+        Ok(Domain {
+            inner: Arc::new(DomainInner {
+                fid: NonNull::new(fid).expect("fi_domain returned success and null"),
+                info,
+                next_key: AtomicU64::new(1),
+                _fabric: fabric.inner.clone(),
+            }),
+        })
+    }
+
+    /// The configuration this domain was opened with.
+    pub fn info(&self) -> &Info {
+        &self.inner.info
+    }
+
+    /// Asks the provider which u64 atomics it can do.
+    pub fn atomic_support(&self) -> AtomicSupport {
+        if !self.inner.info.has_atomics() {
+            return AtomicSupport::default();
+        }
+        let q = |op: ffi::fi_op, flags: u64| {
+            let mut attr = ffi::fi_atomic_attr::default();
+            // SAFETY: the domain is open; attr is a valid out-parameter.
+            let rc = unsafe {
+                ffi::fi_query_atomic(self.inner.fid.as_ptr(), ffi::FI_UINT64, op, &mut attr, flags)
+            };
+            rc == 0 && attr.count >= 1
+        };
+        AtomicSupport {
+            compare_swap: q(ffi::FI_CSWAP, ffi::FI_COMPARE_ATOMIC),
+            fetch_add: q(ffi::FI_SUM, ffi::FI_FETCH_ATOMIC),
+            fetch: q(ffi::FI_ATOMIC_READ, ffi::FI_FETCH_ATOMIC),
+            swap: q(ffi::FI_ATOMIC_WRITE, ffi::FI_FETCH_ATOMIC),
+        }
+    }
+}
+
+impl DomainInner {
+    /// A fresh requested key for `fi_mr_reg` (ignored under FI_MR_PROV_KEY).
+    pub(crate) fn next_key(&self) -> u64 {
+        self.next_key.fetch_add(1, Ordering::Relaxed)
+    }
+}

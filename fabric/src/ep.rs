@@ -1,0 +1,178 @@
+//! Reliable-datagram endpoint (`fid_ep`) and the posting of operations.
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fabric_sys as ffi;
+
+use crate::av::{AddressVector, AvInner};
+use crate::cq::{CompletionQueue, CqInner, Ticket};
+use crate::domain::{close_fid, Domain, DomainInner};
+use crate::error::{call_error, check, Error, OpKind, Result};
+use crate::mr::MemoryRegion;
+
+/// An enabled RDM endpoint bound to one CQ (transmit and receive) and one AV.
+#[doc(alias = "fi_endpoint")]
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub(crate) inner: Arc<EpInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct EpInner {
+    pub(crate) fid: NonNull<ffi::fid_ep>,
+    name: Vec<u8>,
+    /// Buffers of operations that timed out: the provider may still write
+    /// them, so they live until the endpoint is closed.
+    graveyard: Mutex<Vec<MemoryRegion>>,
+    pub(crate) cq: Arc<CqInner>,
+    _av: Arc<AvInner>,
+    pub(crate) domain: Arc<DomainInner>,
+}
+
+// SAFETY: the domain is FI_THREAD_SAFE, so the endpoint may be used from any
+// thread concurrently.
+unsafe impl Send for EpInner {}
+// SAFETY: as above.
+unsafe impl Sync for EpInner {}
+
+impl Drop for EpInner {
+    fn drop(&mut self) {
+        // SAFETY: we own the fid; closing it ends all its operations, after
+        // which the graveyard buffers (dropped next) are safe to free.
+        unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "endpoint") }
+    }
+}
+
+impl Endpoint {
+    /// Opens an endpoint for the domain's configuration, binds `cq` for
+    /// transmit and receive completions and `av` for addressing, and enables
+    /// it.
+    pub fn open(domain: &Domain, cq: &CompletionQueue, av: &AddressVector) -> Result<Endpoint> {
+        let mut fid = std::ptr::null_mut();
+        // SAFETY: domain open, info valid; fid receives an endpoint we own.
+        check("fi_endpoint", unsafe {
+            ffi::fi_endpoint(
+                domain.inner.fid.as_ptr(),
+                domain.inner.info.as_ptr(),
+                &mut fid,
+                std::ptr::null_mut(),
+            )
+        })?;
+        let fid: NonNull<ffi::fid_ep> = NonNull::new(fid).expect("fi_endpoint: null");
+        let mut ep = EpInner {
+            fid,
+            name: Vec::new(),
+            graveyard: Mutex::new(Vec::new()),
+            cq: cq.inner.clone(),
+            _av: av.inner.clone(),
+            domain: domain.inner.clone(),
+        };
+        // SAFETY (three calls below): all fids are open; the endpoint holds
+        // Arcs to the CQ and AV, so they outlive the binding.
+        check("fi_ep_bind(av)", unsafe {
+            ffi::fi_ep_bind(fid.as_ptr(), &mut (*av.inner.fid.as_ptr()).fid, 0)
+        })?;
+        // SAFETY: see above.
+        check("fi_ep_bind(cq)", unsafe {
+            ffi::fi_ep_bind(
+                fid.as_ptr(),
+                &mut (*cq.inner.fid.as_ptr()).fid,
+                (ffi::FI_TRANSMIT | ffi::FI_RECV) as u64,
+            )
+        })?;
+        // SAFETY: see above.
+        check("fi_enable", unsafe { ffi::fi_enable(fid.as_ptr()) })?;
+        ep.name = getname(fid)?;
+        Ok(Endpoint {
+            inner: Arc::new(ep),
+        })
+    }
+
+    /// This endpoint's address, to be inserted into peers' address vectors.
+    pub fn name(&self) -> &[u8] {
+        &self.inner.name
+    }
+
+    /// Allocates and registers `len` bytes for local and remote access.
+    pub fn register(&self, len: usize) -> Result<MemoryRegion> {
+        MemoryRegion::register(&self.inner.domain, Some(&self.inner), len)
+    }
+
+    /// Keeps `mr` alive until the endpoint closes (after a timeout, the
+    /// provider may still write into it).
+    pub(crate) fn bury(&self, mr: MemoryRegion) {
+        self.inner.graveyard.lock().unwrap().push(mr);
+    }
+
+    /// Posts one operation with `post(context)`, retrying on -FI_EAGAIN while
+    /// progressing the CQ, until `deadline`.
+    pub(crate) fn post(
+        &self,
+        op: OpKind,
+        peer: usize,
+        deadline: Instant,
+        timeout: Duration,
+        mut post: impl FnMut(*mut libc::c_void) -> isize,
+    ) -> Result<Ticket> {
+        let cq = &self.inner.cq;
+        let t = cq
+            .acquire(deadline)
+            .ok_or(Error::Timeout { op, peer, timeout })?;
+        loop {
+            let rc = post(cq.context(t));
+            if rc == 0 {
+                return Ok(t);
+            }
+            if rc != -(ffi::FI_EAGAIN as isize) {
+                cq.cancel_unposted(t);
+                return Err(match rc {
+                    rc if rc < 0 => Error::Completion {
+                        op,
+                        peer,
+                        code: -rc as i32,
+                        prov_errno: 0,
+                        msg: crate::strerror(-rc as i32),
+                    },
+                    _ => call_error("post", ffi::FI_EOTHER as i32),
+                });
+            }
+            if Instant::now() >= deadline {
+                cq.cancel_unposted(t);
+                return Err(Error::Timeout { op, peer, timeout });
+            }
+            // The transmit queue is full: complete something first.
+            cq.drive(Duration::from_micros(100));
+        }
+    }
+
+    pub(crate) fn raw(&self) -> *mut ffi::fid_ep {
+        self.inner.fid.as_ptr()
+    }
+
+    /// Cancels a posted receive (after its wait timed out).
+    pub(crate) fn cancel(&self, t: Ticket) {
+        // SAFETY: the endpoint is open; cancelling an unknown or completed
+        // context is harmless (returns -FI_ENOENT).
+        unsafe {
+            ffi::fi_cancel(&mut (*self.raw()).fid, self.inner.cq.context(t));
+        }
+    }
+}
+
+fn getname(fid: NonNull<ffi::fid_ep>) -> Result<Vec<u8>> {
+    let mut len: usize = 0;
+    // SAFETY: a zero-length query returns the needed size (-FI_ETOOSMALL).
+    unsafe {
+        ffi::fi_getname(&mut (*fid.as_ptr()).fid, std::ptr::null_mut(), &mut len);
+    }
+    let mut name = vec![0u8; len.max(16)];
+    let mut len = name.len();
+    // SAFETY: name has room for len bytes.
+    check("fi_getname", unsafe {
+        ffi::fi_getname(&mut (*fid.as_ptr()).fid, name.as_mut_ptr().cast(), &mut len)
+    })?;
+    name.truncate(len);
+    Ok(name)
+}

@@ -1,0 +1,203 @@
+//! Errors of the fabric layer. Each names what failed and, where a peer was
+//! involved, which rank and operation, so a user can act on it.
+
+use std::ffi::CStr;
+use std::time::Duration;
+
+use fabric_sys as ffi;
+
+/// The kind of a data-transfer operation, used in error messages and stats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// RMA read (`fi_read`).
+    Read,
+    /// RMA write (`fi_write`).
+    Write,
+    /// Atomic compare-and-swap on a u64 (`fi_compare_atomic`, `FI_CSWAP`).
+    CompareAndSwap,
+    /// Atomic fetch-and-add on a u64 (`fi_fetch_atomic`, `FI_SUM`).
+    FetchAdd,
+    /// Atomic read of a u64 (`fi_fetch_atomic`, `FI_ATOMIC_READ`).
+    Fetch,
+    /// Atomic swap of a u64 (`fi_fetch_atomic`, `FI_ATOMIC_WRITE`).
+    Swap,
+    /// Message send (`fi_send`).
+    Send,
+    /// Message receive (`fi_recv`).
+    Recv,
+}
+
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OpKind::Read => "RMA read",
+            OpKind::Write => "RMA write",
+            OpKind::CompareAndSwap => "atomic compare-and-swap",
+            OpKind::FetchAdd => "atomic fetch-add",
+            OpKind::Fetch => "atomic fetch",
+            OpKind::Swap => "atomic swap",
+            OpKind::Send => "send",
+            OpKind::Recv => "receive",
+        })
+    }
+}
+
+impl OpKind {
+    /// True for the u64 atomics.
+    pub fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            OpKind::CompareAndSwap | OpKind::FetchAdd | OpKind::Fetch | OpKind::Swap
+        )
+    }
+}
+
+/// Everything that can go wrong in the fabric layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A libfabric call returned an error code.
+    #[error("{call} failed: {msg} (fi_errno {code})")]
+    Call {
+        /// The C function that failed.
+        call: &'static str,
+        /// The positive libfabric error number.
+        code: i32,
+        /// `fi_strerror` of it.
+        msg: String,
+    },
+    /// `fi_getinfo` knows no provider of this name for the requested
+    /// capabilities.
+    #[error(
+        "provider `{requested}` is not available with {needs} on this machine; \
+         available: {}. Pick one with -p/--provider (see `fabkit info`)",
+        if available.is_empty() { "none".to_string() } else { available.join(", ") }
+    )]
+    UnknownProvider {
+        /// What the user asked for.
+        requested: String,
+        /// What it was asked for with (e.g. "RMA and atomics").
+        needs: String,
+        /// Providers that do offer what was asked for.
+        available: Vec<String>,
+    },
+    /// The provider exists but cannot do something the caller needs.
+    #[error("provider `{provider}` cannot do {what}; {hint}")]
+    Unsupported {
+        /// Provider name.
+        provider: String,
+        /// What is missing.
+        what: String,
+        /// What to do instead.
+        hint: String,
+    },
+    /// An operation did not complete in time.
+    #[error(
+        "{op} to rank {peer} did not complete within {timeout:?}: the peer is dead, \
+         hung, or not making progress (raise the timeout with --timeout if it is only slow)"
+    )]
+    Timeout {
+        /// The operation.
+        op: OpKind,
+        /// The rank it targeted (for receives: the rank expected to send).
+        peer: usize,
+        /// How long was waited.
+        timeout: Duration,
+    },
+    /// An operation completed with an error.
+    #[error("{op} to rank {peer} failed: {msg} (fi_errno {code}, provider errno {prov_errno})")]
+    Completion {
+        /// The operation.
+        op: OpKind,
+        /// The rank it targeted.
+        peer: usize,
+        /// Positive libfabric error number.
+        code: i32,
+        /// Provider-specific error number.
+        prov_errno: i32,
+        /// Human-readable text (`fi_cq_strerror`).
+        msg: String,
+    },
+    /// An access outside a peer's exposed region, refused before posting.
+    #[error(
+        "{op} of {len} B at offset {offset} is outside rank {peer}'s region of {region_len} B"
+    )]
+    OutOfBounds {
+        /// The operation.
+        op: OpKind,
+        /// Target rank.
+        peer: usize,
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: usize,
+        /// Size of that rank's region.
+        region_len: usize,
+    },
+    /// A rank number outside `0..ranks`.
+    #[error("rank {peer} does not exist: the job has {ranks} ranks (0..{ranks})")]
+    NoSuchRank {
+        /// Requested rank.
+        peer: usize,
+        /// Number of ranks.
+        ranks: usize,
+    },
+    /// Bad argument from the caller.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Ranks disagree about something they must share.
+    #[error("ranks disagree on {what}: {detail}")]
+    Mismatch {
+        /// What differs.
+        what: String,
+        /// The values seen.
+        detail: String,
+    },
+    /// Ranks could not exchange their addresses.
+    #[error("bootstrap failed: {0}")]
+    Bootstrap(String),
+    /// An operating-system error (memory, files of the file bootstrap).
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result with the fabric [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `fi_strerror` as a String.
+pub fn strerror(code: i32) -> String {
+    // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string
+    // for any input.
+    unsafe { CStr::from_ptr(ffi::fi_strerror(code)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Turns a libfabric return code (negative on error) into a Result.
+pub(crate) fn check(call: &'static str, rc: impl Into<i64>) -> Result<()> {
+    let rc = rc.into();
+    if rc < 0 {
+        let code = (-rc) as i32;
+        Err(Error::Call {
+            call,
+            code,
+            msg: strerror(code),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) fn call_error(call: &'static str, code: i32) -> Error {
+    Error::Call {
+        call,
+        code,
+        msg: strerror(code),
+    }
+}

@@ -1,0 +1,528 @@
+//! Provider discovery: `fi_getinfo` with hints, and readable summaries of what
+//! each provider offers (what `fabkit info` prints).
+
+use std::ffi::{CStr, CString};
+use std::ptr::NonNull;
+
+use fabric_sys as ffi;
+use serde::Serialize;
+
+use crate::error::{call_error, Error, Result};
+
+/// The libfabric API version fabkit asks for. 1.17 is Debian bookworm's; newer
+/// libraries accept it.
+pub const API_VERSION: u32 = ffi::make_version(1, 17);
+
+/// The version of the libfabric library loaded at run time, as "major.minor".
+pub fn library_version() -> String {
+    // SAFETY: fi_version takes no arguments and has no preconditions.
+    let v = unsafe { ffi::fi_version() };
+    format!("{}.{}", v >> 16, v & 0xffff)
+}
+
+/// Capabilities an endpoint is asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Caps {
+    /// Two-sided messages (`FI_MSG`).
+    pub msg: bool,
+    /// One-sided reads and writes (`FI_RMA`).
+    pub rma: bool,
+    /// u64 atomics (`FI_ATOMIC`).
+    pub atomic: bool,
+}
+
+impl Caps {
+    /// Messages, RMA and atomics: what the DHT and the benchmarks need.
+    pub const ALL: Caps = Caps {
+        msg: true,
+        rma: true,
+        atomic: true,
+    };
+    /// Messages and RMA, no atomics (enough for plain `tcp`).
+    pub const RMA: Caps = Caps {
+        msg: true,
+        rma: true,
+        atomic: false,
+    };
+
+    fn bits(self) -> u64 {
+        let mut c = 0u64;
+        if self.msg {
+            c |= (ffi::FI_MSG | ffi::FI_SEND | ffi::FI_RECV) as u64;
+        }
+        if self.rma {
+            c |= (ffi::FI_RMA | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE)
+                as u64;
+        }
+        if self.atomic {
+            c |= (ffi::FI_ATOMIC | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE)
+                as u64;
+        }
+        c
+    }
+
+    fn describe(self) -> String {
+        let mut parts = Vec::new();
+        if self.msg {
+            parts.push("messages");
+        }
+        if self.rma {
+            parts.push("RMA");
+        }
+        if self.atomic {
+            parts.push("atomics");
+        }
+        if parts.is_empty() {
+            "no capabilities".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// The memory-registration modes fabkit knows how to honour. A provider may
+/// require any subset; fabkit adapts (see [`crate::MemoryRegion`]).
+pub const SUPPORTED_MR_MODE: u32 = ffi::FI_MR_LOCAL
+    | ffi::FI_MR_VIRT_ADDR
+    | ffi::FI_MR_ALLOCATED
+    | ffi::FI_MR_PROV_KEY
+    | ffi::FI_MR_ENDPOINT;
+
+/// What to ask `fi_getinfo` for.
+#[derive(Clone, Debug)]
+pub struct Hints {
+    /// Provider name as libfabric spells it, e.g. `shm`, `tcp;ofi_rxm`,
+    /// `verbs;ofi_rxm`, `cxi`. `None` lets libfabric choose.
+    pub provider: Option<String>,
+    /// Domain name (for socket providers: the interface, such as `lo` or
+    /// `eth0`; for verbs: the device, such as `mlx5_0`).
+    pub domain: Option<String>,
+    /// Capabilities required.
+    pub caps: Caps,
+}
+
+impl Hints {
+    /// Reliable datagram endpoints with `caps` on `provider`.
+    pub fn new(provider: impl Into<String>, caps: Caps) -> Self {
+        Hints {
+            provider: Some(provider.into()),
+            domain: None,
+            caps,
+        }
+    }
+
+    /// Builds the C hints. The returned info is freed by `fi_freeinfo`, which
+    /// also frees the strdup'ed names inside it.
+    fn to_raw(&self) -> Result<RawInfo> {
+        // SAFETY: fi_allocinfo allocates a zeroed fi_info with its attribute
+        // structs; null means out of memory.
+        let raw = NonNull::new(unsafe { ffi::fi_allocinfo() })
+            .ok_or_else(|| Error::InvalidArgument("fi_allocinfo: out of memory".into()))?;
+        let info = RawInfo(raw);
+        // SAFETY: `raw` is a valid fi_info from fi_allocinfo; its attr
+        // pointers are valid allocations owned by it.
+        unsafe {
+            let i = raw.as_ptr();
+            (*i).caps = self.caps.bits();
+            // We pass an fi_context2 with every operation, so both context
+            // modes are satisfied.
+            (*i).mode = ffi::FI_CONTEXT | ffi::FI_CONTEXT2;
+            (*(*i).ep_attr).type_ = ffi::FI_EP_RDM;
+            let d = (*i).domain_attr;
+            (*d).mr_mode = SUPPORTED_MR_MODE as i32;
+            // Completion queues are read by a progress thread and by waiting
+            // callers alike; see cq.rs.
+            (*d).threading = ffi::FI_THREAD_SAFE;
+            if let Some(p) = &self.provider {
+                (*(*i).fabric_attr).prov_name = strdup(p)?;
+            }
+            if let Some(n) = &self.domain {
+                (*d).name = strdup(n)?;
+            }
+        }
+        Ok(info)
+    }
+}
+
+fn strdup(s: &str) -> Result<*mut libc::c_char> {
+    let c = CString::new(s)
+        .map_err(|_| Error::InvalidArgument(format!("name `{s}` contains a NUL byte")))?;
+    // SAFETY: c is a valid NUL-terminated string; libfabric frees the copy
+    // with free() in fi_freeinfo, so it must come from malloc (strdup does).
+    Ok(unsafe { libc::strdup(c.as_ptr()) })
+}
+
+struct RawInfo(NonNull<ffi::fi_info>);
+
+impl Drop for RawInfo {
+    fn drop(&mut self) {
+        // SAFETY: we own this list (from fi_allocinfo or fi_getinfo).
+        unsafe { ffi::fi_freeinfo(self.0.as_ptr()) }
+    }
+}
+
+/// One provider configuration returned by `fi_getinfo`, owned (a private copy
+/// made with `fi_dupinfo`).
+#[doc(alias = "fi_info")]
+pub struct Info {
+    raw: NonNull<ffi::fi_info>,
+}
+
+// SAFETY: an fi_info is plain data owned by this value; libfabric does not
+// retain pointers to it.
+unsafe impl Send for Info {}
+// SAFETY: all accessors only read.
+unsafe impl Sync for Info {}
+
+impl Drop for Info {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from fi_dupinfo and is owned by us.
+        unsafe { ffi::fi_freeinfo(self.raw.as_ptr()) }
+    }
+}
+
+impl Clone for Info {
+    fn clone(&self) -> Self {
+        // SAFETY: self.raw is a valid fi_info; fi_dupinfo deep-copies it.
+        let raw = unsafe { ffi::fi_dupinfo(self.raw.as_ptr()) };
+        Info {
+            raw: NonNull::new(raw).expect("fi_dupinfo: out of memory"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Info {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Info")
+            .field("provider", &self.provider())
+            .field("fabric", &self.fabric_name())
+            .field("domain", &self.domain_name())
+            .finish()
+    }
+}
+
+fn cstr(p: *const libc::c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: libfabric strings are NUL-terminated and live as long as
+        // the fi_info that holds them, which outlives this call.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// Queries `fi_getinfo`. Each returned entry is an independent copy.
+pub fn getinfo(hints: Option<&Hints>) -> Result<Vec<Info>> {
+    let raw_hints = hints.map(Hints::to_raw).transpose()?;
+    let mut list: *mut ffi::fi_info = std::ptr::null_mut();
+    let hp = raw_hints
+        .as_ref()
+        .map_or(std::ptr::null(), |h| h.0.as_ptr() as *const _);
+    // SAFETY: hp is null or a valid hints structure; list receives a new
+    // list that we free below.
+    let rc = unsafe {
+        ffi::fi_getinfo(
+            API_VERSION,
+            std::ptr::null(),
+            std::ptr::null(),
+            0,
+            hp,
+            &mut list,
+        )
+    };
+    if rc == -(ffi::FI_ENODATA as i32) {
+        return Ok(Vec::new());
+    }
+    if rc < 0 {
+        return Err(call_error("fi_getinfo", -rc));
+    }
+    let mut out = Vec::new();
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: cur is an entry of the list returned by fi_getinfo.
+        let dup = unsafe { ffi::fi_dupinfo(cur) };
+        if let Some(raw) = NonNull::new(dup) {
+            out.push(Info { raw });
+        }
+        // SAFETY: as above; `next` links the list.
+        cur = unsafe { (*cur).next };
+    }
+    // SAFETY: list came from fi_getinfo and is freed exactly once.
+    unsafe { ffi::fi_freeinfo(list) };
+    Ok(out)
+}
+
+/// Finds the provider configurations matching `hints`, preferring `lo` for the
+/// socket-based providers when `prefer_loopback` is set (all ranks on one host)
+/// and no domain was named. An unknown provider is an error naming those that
+/// would have worked.
+pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
+    let mut found = getinfo(Some(hints))?;
+    if found.is_empty() {
+        let mut any = hints.clone();
+        any.provider = None;
+        any.domain = None;
+        let mut available: Vec<String> = getinfo(Some(&any))?
+            .iter()
+            .map(Info::provider)
+            .filter(|p| !p.starts_with("ofi_") && !p.contains("ofi_hook"))
+            .collect();
+        available.sort();
+        available.dedup();
+        let requested = match (&hints.provider, &hints.domain) {
+            (Some(p), Some(d)) => format!("{p}` on domain `{d}"),
+            (Some(p), None) => p.clone(),
+            (None, Some(d)) => format!("(any)` on domain `{d}"),
+            (None, None) => "(any)".into(),
+        };
+        return Err(Error::UnknownProvider {
+            requested,
+            needs: hints.caps.describe(),
+            available,
+        });
+    }
+    if prefer_loopback && hints.domain.is_none() {
+        if let Some(i) = found.iter().position(|i| i.domain_name() == "lo") {
+            return Ok(found.swap_remove(i));
+        }
+    }
+    Ok(found.swap_remove(0))
+}
+
+/// Progress model of a provider (`fi_progress`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Progress {
+    /// The provider progresses operations by itself.
+    Auto,
+    /// Operations progress only while the application calls into libfabric
+    /// (reads a CQ): a passive target needs a progress thread.
+    Manual,
+    /// Not specified or unknown.
+    Unspec,
+}
+
+impl Info {
+    pub(crate) fn as_ptr(&self) -> *mut ffi::fi_info {
+        self.raw.as_ptr()
+    }
+
+    fn r(&self) -> &ffi::fi_info {
+        // SAFETY: raw is valid for our lifetime and we never mutate it while
+        // shared.
+        unsafe { self.raw.as_ref() }
+    }
+
+    fn fabric_attr(&self) -> &ffi::fi_fabric_attr {
+        // SAFETY: fi_getinfo fills fabric_attr for every entry.
+        unsafe { &*self.r().fabric_attr }
+    }
+
+    fn domain_attr(&self) -> &ffi::fi_domain_attr {
+        // SAFETY: fi_getinfo fills domain_attr for every entry.
+        unsafe { &*self.r().domain_attr }
+    }
+
+    fn tx_attr(&self) -> Option<&ffi::fi_tx_attr> {
+        // SAFETY: tx_attr is null or valid for the fi_info's lifetime.
+        unsafe { self.r().tx_attr.as_ref() }
+    }
+
+    fn rx_attr(&self) -> Option<&ffi::fi_rx_attr> {
+        // SAFETY: rx_attr is null or valid for the fi_info's lifetime.
+        unsafe { self.r().rx_attr.as_ref() }
+    }
+
+    fn ep_attr(&self) -> Option<&ffi::fi_ep_attr> {
+        // SAFETY: ep_attr is null or valid for the fi_info's lifetime.
+        unsafe { self.r().ep_attr.as_ref() }
+    }
+
+    /// Provider name, e.g. `tcp;ofi_rxm`.
+    pub fn provider(&self) -> String {
+        cstr(self.fabric_attr().prov_name)
+    }
+
+    /// Fabric name (for socket providers: the subnet).
+    pub fn fabric_name(&self) -> String {
+        cstr(self.fabric_attr().name)
+    }
+
+    /// Domain name (for socket providers: the interface).
+    pub fn domain_name(&self) -> String {
+        cstr(self.domain_attr().name)
+    }
+
+    /// Provider version as "major.minor".
+    pub fn provider_version(&self) -> String {
+        let v = self.fabric_attr().prov_version;
+        format!("{}.{}", v >> 16, v & 0xffff)
+    }
+
+    /// Capability bits.
+    pub fn caps_bits(&self) -> u64 {
+        self.r().caps
+    }
+
+    /// Whether RMA is offered.
+    pub fn has_rma(&self) -> bool {
+        self.r().caps & ffi::FI_RMA as u64 != 0
+    }
+
+    /// Whether atomics are offered.
+    pub fn has_atomics(&self) -> bool {
+        self.r().caps & ffi::FI_ATOMIC as u64 != 0
+    }
+
+    /// Whether messages are offered.
+    pub fn has_msg(&self) -> bool {
+        self.r().caps & ffi::FI_MSG as u64 != 0
+    }
+
+    /// Mode bits the provider requires of the application.
+    pub fn mode(&self) -> u64 {
+        self.r().mode
+    }
+
+    /// Memory-registration mode bits the provider requires.
+    pub fn mr_mode(&self) -> u32 {
+        self.domain_attr().mr_mode as u32
+    }
+
+    /// Data progress model.
+    pub fn data_progress(&self) -> Progress {
+        match self.domain_attr().data_progress {
+            ffi::FI_PROGRESS_AUTO => Progress::Auto,
+            ffi::FI_PROGRESS_MANUAL => Progress::Manual,
+            _ => Progress::Unspec,
+        }
+    }
+
+    /// Endpoint type name (`FI_EP_RDM`, `FI_EP_MSG`, `FI_EP_DGRAM`).
+    pub fn ep_type(&self) -> &'static str {
+        match self.ep_attr().map(|e| e.type_) {
+            Some(ffi::FI_EP_RDM) => "FI_EP_RDM",
+            Some(ffi::FI_EP_MSG) => "FI_EP_MSG",
+            Some(ffi::FI_EP_DGRAM) => "FI_EP_DGRAM",
+            _ => "FI_EP_UNSPEC",
+        }
+    }
+
+    /// Largest single message or RMA transfer.
+    pub fn max_msg_size(&self) -> usize {
+        self.ep_attr().map_or(0, |e| e.max_msg_size)
+    }
+
+    /// Largest inject (buffered) send.
+    pub fn inject_size(&self) -> usize {
+        self.tx_attr().map_or(0, |t| t.inject_size)
+    }
+
+    /// Transmit queue depth.
+    pub fn tx_size(&self) -> usize {
+        self.tx_attr().map_or(0, |t| t.size)
+    }
+
+    /// Receive queue depth.
+    pub fn rx_size(&self) -> usize {
+        self.rx_attr().map_or(0, |t| t.size)
+    }
+
+    /// Size of the key of a memory region.
+    pub fn mr_key_size(&self) -> usize {
+        self.domain_attr().mr_key_size
+    }
+
+    /// A serialisable summary for reports.
+    pub fn summary(&self) -> ProviderInfo {
+        ProviderInfo {
+            provider: self.provider(),
+            provider_version: self.provider_version(),
+            fabric: self.fabric_name(),
+            domain: self.domain_name(),
+            ep_type: self.ep_type().into(),
+            msg: self.has_msg(),
+            rma: self.has_rma(),
+            atomics: self.has_atomics(),
+            progress: self.data_progress(),
+            mr_mode: mr_mode_names(self.mr_mode()),
+            mode: mode_names(self.mode()),
+            max_msg_size: self.max_msg_size(),
+            inject_size: self.inject_size(),
+            tx_size: self.tx_size(),
+            rx_size: self.rx_size(),
+        }
+    }
+}
+
+/// What one provider configuration offers, in plain words.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ProviderInfo {
+    /// Provider name.
+    pub provider: String,
+    /// Provider version.
+    pub provider_version: String,
+    /// Fabric name.
+    pub fabric: String,
+    /// Domain name.
+    pub domain: String,
+    /// Endpoint type.
+    pub ep_type: String,
+    /// Two-sided messages.
+    pub msg: bool,
+    /// One-sided RMA.
+    pub rma: bool,
+    /// Atomics.
+    pub atomics: bool,
+    /// Data progress model.
+    pub progress: Progress,
+    /// Required memory-registration modes.
+    pub mr_mode: Vec<String>,
+    /// Required mode bits.
+    pub mode: Vec<String>,
+    /// Largest transfer.
+    pub max_msg_size: usize,
+    /// Largest inject.
+    pub inject_size: usize,
+    /// Transmit queue depth.
+    pub tx_size: usize,
+    /// Receive queue depth.
+    pub rx_size: usize,
+}
+
+/// Names of the set `mr_mode` bits.
+pub fn mr_mode_names(bits: u32) -> Vec<String> {
+    const NAMES: &[(u32, &str)] = &[
+        (ffi::FI_MR_LOCAL, "FI_MR_LOCAL"),
+        (ffi::FI_MR_RAW, "FI_MR_RAW"),
+        (ffi::FI_MR_VIRT_ADDR, "FI_MR_VIRT_ADDR"),
+        (ffi::FI_MR_ALLOCATED, "FI_MR_ALLOCATED"),
+        (ffi::FI_MR_PROV_KEY, "FI_MR_PROV_KEY"),
+        (ffi::FI_MR_MMU_NOTIFY, "FI_MR_MMU_NOTIFY"),
+        (ffi::FI_MR_RMA_EVENT, "FI_MR_RMA_EVENT"),
+        (ffi::FI_MR_ENDPOINT, "FI_MR_ENDPOINT"),
+        (ffi::FI_MR_HMEM, "FI_MR_HMEM"),
+        (ffi::FI_MR_COLLECTIVE, "FI_MR_COLLECTIVE"),
+    ];
+    NAMES
+        .iter()
+        .filter(|(b, _)| bits & b != 0)
+        .map(|(_, n)| (*n).to_string())
+        .collect()
+}
+
+fn mode_names(bits: u64) -> Vec<String> {
+    const NAMES: &[(u64, &str)] = &[
+        (ffi::FI_CONTEXT, "FI_CONTEXT"),
+        (ffi::FI_CONTEXT2, "FI_CONTEXT2"),
+        (ffi::FI_MSG_PREFIX, "FI_MSG_PREFIX"),
+        (ffi::FI_RX_CQ_DATA, "FI_RX_CQ_DATA"),
+        (ffi::FI_LOCAL_MR as u64, "FI_LOCAL_MR"),
+        (ffi::FI_ASYNC_IOV, "FI_ASYNC_IOV"),
+    ];
+    NAMES
+        .iter()
+        .filter(|(b, _)| bits & b != 0)
+        .map(|(_, n)| (*n).to_string())
+        .collect()
+}

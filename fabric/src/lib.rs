@@ -1,0 +1,56 @@
+//! Safe, provider-portable owners over libfabric, and the ranks built on them.
+//!
+//! Layers, bottom up:
+//! - [`fabric_sys`]: raw bindgen bindings to the system libfabric (>= 1.17),
+//!   with C wrappers for its `static inline` calls.
+//! - [`info`]: `fi_getinfo` with hints, and readable provider summaries.
+//! - One owner per fid: [`Fabric`], [`Domain`], [`AddressVector`],
+//!   [`CompletionQueue`], [`Endpoint`], [`MemoryRegion`]. A child holds an
+//!   `Arc` to its parent, so parents close last and everything closes once.
+//! - [`bootstrap`]: how ranks exchange addresses (threads, files, MPI).
+//! - [`Rank`]: an endpoint, an exposed region and every peer's address and
+//!   key; [`Op`] batches of RMA reads and writes and u64 atomics with a
+//!   bounded number in flight, plus small messages.
+//!
+//! Every wait has a timeout, and errors name the peer and the operation.
+//! Waits block on the completion queue (or spin briefly, then block); a rank
+//! whose provider needs manual progress gets a background progress thread, so
+//! peers' one-sided operations on it complete while it computes.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use fabkit_fabric::{bootstrap::ThreadGroup, Rank, RankConfig, Remote};
+//!
+//! let boots = ThreadGroup::new(2, Duration::from_secs(10));
+//! std::thread::scope(|s| {
+//!     for b in &boots {
+//!         s.spawn(move || {
+//!             let rank = Rank::establish(RankConfig::new("shm"), b).unwrap();
+//!             let peer = 1 - rank.rank();
+//!             rank.fetch_add(Remote::new(peer, 0), 1).unwrap();
+//!             rank.finish(b).unwrap();
+//!         });
+//!     }
+//! });
+//! ```
+#![deny(missing_docs)]
+
+pub mod av;
+pub mod bootstrap;
+pub mod cq;
+pub mod domain;
+pub mod ep;
+pub mod error;
+pub mod info;
+pub mod mr;
+pub mod rank;
+
+pub use av::{AddressVector, FiAddr};
+pub use cq::CompletionQueue;
+pub use domain::{AtomicSupport, Domain, Fabric};
+pub use ep::Endpoint;
+pub use error::{strerror, Error, OpKind, Result};
+pub use fabric_sys;
+pub use info::{Caps, Hints, Info, Progress, ProviderInfo};
+pub use mr::{MemoryRegion, RemoteRegion};
+pub use rank::{Initiator, Op, ProgressMode, Rank, RankConfig, Remote};

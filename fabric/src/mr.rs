@@ -1,0 +1,248 @@
+//! Registered memory (`fid_mr`).
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use fabric_sys as ffi;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{close_fid, DomainInner};
+use crate::ep::EpInner;
+use crate::error::{check, Error, Result};
+
+/// Page alignment for registered buffers: some providers (FI_MR_ALLOCATED
+/// hardware) want page-backed memory, and it keeps u64 words aligned.
+const ALIGN: usize = 4096;
+
+/// What a peer needs to reach a region: the address to add offsets to (a
+/// virtual address under `FI_MR_VIRT_ADDR`, else 0), its length and its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteRegion {
+    /// Base of remote addresses for this region.
+    pub base: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Remote protection key.
+    pub key: u64,
+}
+
+/// Registered memory. Owns its buffer, so the buffer cannot be freed while
+/// the provider may still touch it. Memory that peers may write is never
+/// handed out as `&mut [u8]`: read it through RMA, [`MemoryRegion::words`] or
+/// [`MemoryRegion::snapshot`].
+#[doc(alias = "fi_mr")]
+pub struct MemoryRegion {
+    buf: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+    fid: NonNull<ffi::fid_mr>,
+    key: u64,
+    desc: *mut libc::c_void,
+    remote_base: u64,
+    // Field order is drop order: the MR closes (in Drop) before these go.
+    _ep: Option<Arc<EpInner>>,
+    _domain: Arc<DomainInner>,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("len", &self.len)
+            .field("key", &self.key)
+            .field("remote_base", &self.remote_base)
+            .finish()
+    }
+}
+
+// SAFETY: the buffer is only accessed through atomics or by the provider,
+// and the domain is FI_THREAD_SAFE.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: as above; all &self methods are race-free (atomics).
+unsafe impl Sync for MemoryRegion {}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: we own the MR fid; closing it first guarantees the provider
+        // no longer accesses the buffer, which we free next.
+        unsafe {
+            close_fid(&mut (*self.fid.as_ptr()).fid, "mr");
+            std::alloc::dealloc(self.buf.as_ptr(), self.layout);
+        }
+    }
+}
+
+impl MemoryRegion {
+    /// Allocates `len` zeroed bytes and registers them for local and remote
+    /// read and write. Honours the domain's `mr_mode`: provider keys, virtual
+    /// addressing, and binding to `ep` under `FI_MR_ENDPOINT`.
+    pub(crate) fn register(
+        domain: &Arc<DomainInner>,
+        ep: Option<&Arc<EpInner>>,
+        len: usize,
+    ) -> Result<MemoryRegion> {
+        if len == 0 {
+            return Err(Error::InvalidArgument(
+                "cannot register an empty memory region (length 0)".into(),
+            ));
+        }
+        let layout = Layout::from_size_align(len.next_multiple_of(ALIGN), ALIGN)
+            .map_err(|e| Error::InvalidArgument(format!("region of {len} B: {e}")))?;
+        // SAFETY: layout has non-zero size.
+        let buf = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(|| {
+            Error::Io {
+                what: format!("allocating a region of {len} B"),
+                source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            }
+        })?;
+        let mr_mode = domain.info.mr_mode();
+        let access = (ffi::FI_SEND
+            | ffi::FI_RECV
+            | ffi::FI_READ
+            | ffi::FI_WRITE
+            | ffi::FI_REMOTE_READ
+            | ffi::FI_REMOTE_WRITE) as u64;
+        let mut fid = std::ptr::null_mut();
+        // SAFETY: buf is a live allocation of at least len bytes that this
+        // MemoryRegion owns and frees only after closing the MR.
+        let rc = unsafe {
+            ffi::fi_mr_reg(
+                domain.fid.as_ptr(),
+                buf.as_ptr() as *const _,
+                len,
+                access,
+                0,
+                domain.next_key(),
+                0,
+                &mut fid,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != 0 {
+            // SAFETY: allocated above with this layout, never registered.
+            unsafe { std::alloc::dealloc(buf.as_ptr(), layout) };
+            check("fi_mr_reg", rc)?;
+        }
+        let fid = NonNull::new(fid).expect("fi_mr_reg returned success and null");
+        let mut mr = MemoryRegion {
+            buf,
+            len,
+            layout,
+            fid,
+            key: 0,
+            desc: std::ptr::null_mut(),
+            remote_base: 0,
+            _ep: None,
+            _domain: domain.clone(),
+        };
+        if mr_mode & ffi::FI_MR_ENDPOINT != 0 {
+            let ep = ep.ok_or_else(|| {
+                Error::InvalidArgument(
+                    "provider requires FI_MR_ENDPOINT: register memory through an endpoint".into(),
+                )
+            })?;
+            // SAFETY: both fids are open; the MR keeps the endpoint alive.
+            check("fi_mr_bind", unsafe {
+                ffi::fi_mr_bind(fid.as_ptr(), &mut (*ep.fid.as_ptr()).fid, 0)
+            })?;
+            // SAFETY: the MR is open and bound.
+            check("fi_mr_enable", unsafe { ffi::fi_mr_enable(fid.as_ptr()) })?;
+            mr._ep = Some(ep.clone());
+        }
+        // SAFETY: the MR is open (and enabled where required).
+        mr.key = unsafe { ffi::fi_mr_key(fid.as_ptr()) };
+        // SAFETY: as above.
+        mr.desc = unsafe { ffi::fi_mr_desc(fid.as_ptr()) };
+        if mr.key == ffi::FI_KEY_NOTAVAIL {
+            return Err(Error::Unsupported {
+                provider: domain.info.provider(),
+                what: "64-bit memory keys (it needs FI_MR_RAW keys)".into(),
+                hint: "use another provider".into(),
+            });
+        }
+        if mr_mode & ffi::FI_MR_VIRT_ADDR != 0 {
+            mr.remote_base = buf.as_ptr() as u64;
+        }
+        Ok(mr)
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never: registration refuses that).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What a peer needs to access this region.
+    pub fn remote(&self) -> RemoteRegion {
+        RemoteRegion {
+            base: self.remote_base,
+            len: self.len as u64,
+            key: self.key,
+        }
+    }
+
+    /// The local descriptor to pass with operations on this buffer.
+    pub(crate) fn desc(&self) -> *mut libc::c_void {
+        self.desc
+    }
+
+    /// Raw pointer to byte `offset`; the caller keeps within `len`.
+    pub(crate) fn ptr_at(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset <= self.len);
+        // SAFETY: offset is within the allocation (checked by callers).
+        unsafe { self.buf.as_ptr().add(offset) }
+    }
+
+    /// The region as u64 words that may change under us (peers write them).
+    /// For inspection and initialisation only: CPU atomics on these words are
+    /// *not* atomic with respect to the provider's atomics, so a region's
+    /// atomics must all go through the provider.
+    pub fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the buffer is 4096-aligned, lives as long as self, and is
+        // only ever accessed atomically from Rust.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len / 8) }
+    }
+
+    fn bytes(&self) -> &[AtomicU8] {
+        // SAFETY: as in `words`.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) }
+    }
+
+    /// Copies `out.len()` bytes at `offset` out of the region. A concurrent
+    /// remote write may be seen half-done: a snapshot is not atomic.
+    pub fn snapshot(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let src = self.range(offset, out.len())?;
+        for (o, b) in out.iter_mut().zip(src) {
+            *o = b.load(Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Fills bytes at `offset` from `data` (for initialisation before peers
+    /// are told about the region).
+    pub fn fill(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let dst = self.range(offset, data.len())?;
+        for (d, b) in dst.iter().zip(data) {
+            d.store(*b, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn range(&self, offset: usize, len: usize) -> Result<&[AtomicU8]> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{len} B at offset {offset} is outside the local region of {} B",
+                    self.len
+                ))
+            })?;
+        Ok(&self.bytes()[offset..end])
+    }
+}

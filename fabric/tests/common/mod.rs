@@ -1,0 +1,58 @@
+//! Helpers shared by the fabric integration tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use fabkit_fabric::bootstrap::ThreadGroup;
+use fabkit_fabric::{Rank, RankConfig};
+
+/// The providers that offer RMA and atomics on these machines, or the
+/// comma-separated list in FABKIT_TEST_PROVIDERS.
+pub fn providers() -> Vec<String> {
+    match std::env::var("FABKIT_TEST_PROVIDERS") {
+        Ok(list) => list.split(',').map(str::to_string).collect(),
+        Err(_) => ["shm", "tcp;ofi_rxm", "sockets"].map(String::from).to_vec(),
+    }
+}
+
+/// Sets env that must be in place before libfabric initialises.
+pub fn init_env() {
+    // The sockets provider spins 10 ms per progress wait by default, which
+    // makes it ~100x slower on 2 cores; .cargo/config.toml also sets this.
+    assert_eq!(
+        std::env::var("FI_SOCKETS_PE_WAITTIME").as_deref(),
+        Ok("0"),
+        "run the tests through cargo so .cargo/config.toml sets FI_SOCKETS_PE_WAITTIME=0"
+    );
+}
+
+/// Runs `body` on `n` in-process ranks of `provider`; returns each rank's result.
+pub fn with_ranks<T: Send>(
+    n: usize,
+    cfg: RankConfig,
+    body: impl Fn(&Rank) -> T + Sync,
+) -> Vec<T> {
+    init_env();
+    let boots = ThreadGroup::new(n, Duration::from_secs(30));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = boots
+            .iter()
+            .map(|b| {
+                let cfg = cfg.clone();
+                let body = &body;
+                s.spawn(move || {
+                    let rank = Rank::establish(cfg, b)
+                        .unwrap_or_else(|e| panic!("rank {} establish: {e}", b_rank(b)));
+                    let out = body(&rank);
+                    rank.finish(b).expect("finish");
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn b_rank(b: &impl fabkit_fabric::bootstrap::Bootstrap) -> usize {
+    b.rank()
+}
