@@ -141,8 +141,10 @@ impl Bootstrap for ThreadBootstrap {
         while r.generation == gen {
             let now = Instant::now();
             if now >= deadline {
+                // Our contribution stays: the exchange is broken anyway, and
+                // this way every rank that times out names only the ranks
+                // that never came.
                 let missing = missing_ranks(r.arrived.iter().map(Option::is_some));
-                r.arrived[self.rank] = None;
                 return Err(Error::Bootstrap(format!(
                     "rank {} waited {:?} for ranks {missing} to join the exchange",
                     self.rank, self.timeout

@@ -257,12 +257,61 @@ pub fn getinfo(hints: Option<&Hints>) -> Result<Vec<Info>> {
 /// and no domain was named. An unknown provider is an error naming those that
 /// would have worked.
 pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
-    let mut found = getinfo(Some(hints))?;
+    let exact = |mut v: Vec<Info>| {
+        // libfabric matches `tcp` against the layered `tcp;ofi_rxm` too;
+        // the user named one provider, so give exactly that one.
+        if let Some(p) = &hints.provider {
+            v.retain(|i| i.provider() == *p);
+        }
+        v
+    };
+    let getinfo = |h: &Hints| getinfo(Some(h)).map(exact);
+    let mut found = getinfo(hints)?;
+    if found.is_empty() && hints.caps.atomic && hints.provider.is_some() {
+        // Does it exist without atomics? Then say exactly that.
+        let mut without = hints.clone();
+        without.caps.atomic = false;
+        if !getinfo(&without)?.is_empty() {
+            let provider = hints.provider.clone().unwrap_or_default();
+            return Err(Error::Unsupported {
+                hint: format!(
+                    "atomics are needed here; pick a provider that offers them \
+                     (shm, sockets, tcp;ofi_rxm, verbs;ofi_rxm{}) - see `fabkit info`",
+                    if provider == "tcp" { "; for plain tcp use tcp;ofi_rxm" } else { "" }
+                ),
+                provider,
+                what: "atomics".into(),
+            });
+        }
+    }
     if found.is_empty() {
+        if let Some(p) = &hints.provider {
+            // It may exist with other endpoint types only (plain `tcp` and
+            // `verbs` offer connected FI_EP_MSG endpoints; their RDM form is
+            // layered under ofi_rxm).
+            let mut types: Vec<&str> = self::getinfo(None)?
+                .iter()
+                .filter(|i| i.provider() == *p)
+                .map(Info::ep_type)
+                .collect();
+            types.sort_unstable();
+            types.dedup();
+            if !types.is_empty() {
+                return Err(Error::Unsupported {
+                    provider: p.clone(),
+                    what: format!(
+                        "reliable-datagram endpoints (FI_EP_RDM) with {}: it offers only {}",
+                        hints.caps.describe(),
+                        types.join(", ")
+                    ),
+                    hint: format!("use the RDM layering `{p};ofi_rxm` (see `fabkit info`)"),
+                });
+            }
+        }
         let mut any = hints.clone();
         any.provider = None;
         any.domain = None;
-        let mut available: Vec<String> = getinfo(Some(&any))?
+        let mut available: Vec<String> = self::getinfo(Some(&any))?
             .iter()
             .map(Info::provider)
             .filter(|p| !p.starts_with("ofi_") && !p.contains("ofi_hook"))

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fabkit_fabric::bootstrap::ThreadGroup;
+use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_fabric::{Rank, RankConfig};
 
 /// The providers that offer RMA and atomics on these machines, or the
@@ -27,10 +27,15 @@ pub fn init_env() {
 }
 
 /// Runs `body` on `n` in-process ranks of `provider`; returns each rank's result.
-pub fn with_ranks<T: Send>(
+pub fn with_ranks<T: Send>(n: usize, cfg: RankConfig, body: impl Fn(&Rank) -> T + Sync) -> Vec<T> {
+    with_ranks_boot(n, cfg, |r, _| body(r))
+}
+
+/// As [`with_ranks`], with the bootstrap handle for barriers.
+pub fn with_ranks_boot<T: Send>(
     n: usize,
     cfg: RankConfig,
-    body: impl Fn(&Rank) -> T + Sync,
+    body: impl Fn(&Rank, &dyn Bootstrap) -> T + Sync,
 ) -> Vec<T> {
     init_env();
     let boots = ThreadGroup::new(n, Duration::from_secs(30));
@@ -42,8 +47,8 @@ pub fn with_ranks<T: Send>(
                 let body = &body;
                 s.spawn(move || {
                     let rank = Rank::establish(cfg, b)
-                        .unwrap_or_else(|e| panic!("rank {} establish: {e}", b_rank(b)));
-                    let out = body(&rank);
+                        .unwrap_or_else(|e| panic!("rank {} establish: {e}", b.rank()));
+                    let out = body(&rank, b);
                     rank.finish(b).expect("finish");
                     out
                 })
@@ -51,8 +56,4 @@ pub fn with_ranks<T: Send>(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
-}
-
-fn b_rank(b: &impl fabkit_fabric::bootstrap::Bootstrap) -> usize {
-    b.rank()
 }
