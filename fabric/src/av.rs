@@ -46,14 +46,24 @@ impl AddressVector {
         let mut fid = std::ptr::null_mut();
         // SAFETY: domain is open, attr valid; fid receives an AV we own.
         let rc = unsafe {
-            ffi::fi_av_open(domain.inner.fid.as_ptr(), &mut attr, &mut fid, std::ptr::null_mut())
+            ffi::fi_av_open(
+                domain.inner.fid.as_ptr(),
+                &mut attr,
+                &mut fid,
+                std::ptr::null_mut(),
+            )
         };
         if rc != 0 {
             // Some providers only do FI_AV_MAP; let them choose.
             attr.type_ = ffi::FI_AV_UNSPEC;
             // SAFETY: as above.
             check("fi_av_open", unsafe {
-                ffi::fi_av_open(domain.inner.fid.as_ptr(), &mut attr, &mut fid, std::ptr::null_mut())
+                ffi::fi_av_open(
+                    domain.inner.fid.as_ptr(),
+                    &mut attr,
+                    &mut fid,
+                    std::ptr::null_mut(),
+                )
             })?;
         }
         Ok(AddressVector {

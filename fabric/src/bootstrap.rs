@@ -83,7 +83,7 @@ pub struct ThreadGroup;
 impl ThreadGroup {
     /// `n` bootstrap handles, one per thread-rank; waits time out after
     /// `timeout` naming the ranks that did not arrive.
-    pub fn new(n: usize, timeout: Duration) -> Vec<ThreadBootstrap> {
+    pub fn members(n: usize, timeout: Duration) -> Vec<ThreadBootstrap> {
         let shared = Arc::new(Shared {
             round: Mutex::new(Round {
                 generation: 0,
@@ -170,7 +170,12 @@ pub struct FileBootstrap {
 impl FileBootstrap {
     /// Rank `rank` of `size`, exchanging through `dir` (which must exist and
     /// be shared by all ranks, and be empty at the start of the job).
-    pub fn new(dir: impl Into<PathBuf>, rank: usize, size: usize, timeout: Duration) -> Result<Self> {
+    pub fn new(
+        dir: impl Into<PathBuf>,
+        rank: usize,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Self> {
         if rank >= size {
             return Err(Error::InvalidArgument(format!(
                 "rank {rank} is not below the job size {size}"
@@ -254,7 +259,12 @@ mod mpi_boot {
 
     impl std::fmt::Debug for MpiBootstrap {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "MpiBootstrap({}/{})", self.world.rank(), self.world.size())
+            write!(
+                f,
+                "MpiBootstrap({}/{})",
+                self.world.rank(),
+                self.world.size()
+            )
         }
     }
 

@@ -1,6 +1,6 @@
 //! Completion queue (`fid_cq`) with completion slots and blocking waits.
 //!
-//! Every posted operation carries a pointer to a [`Slot`] as its context.
+//! Every posted operation carries a pointer to a completion slot as its context.
 //! Whoever reads the CQ (a waiting caller or the progress thread) dispatches
 //! each completion to its slot; a caller then only looks at its own slot.
 //!
@@ -131,7 +131,12 @@ impl CompletionQueue {
             let mut fid = std::ptr::null_mut();
             // SAFETY: domain open, attr valid; fid receives a CQ we own.
             let rc = unsafe {
-                ffi::fi_cq_open(domain.inner.fid.as_ptr(), &mut attr, &mut fid, std::ptr::null_mut())
+                ffi::fi_cq_open(
+                    domain.inner.fid.as_ptr(),
+                    &mut attr,
+                    &mut fid,
+                    std::ptr::null_mut(),
+                )
             };
             (rc, fid)
         };
@@ -211,7 +216,7 @@ impl CqInner {
         let base = self.slots.as_ptr() as usize;
         let size = std::mem::size_of::<Slot>();
         let p = ctx as usize;
-        if p < base || (p - base) % size != 0 {
+        if p < base || !(p - base).is_multiple_of(size) {
             return None;
         }
         let i = (p - base) / size;
@@ -232,8 +237,7 @@ impl CqInner {
         let new = if err.is_some() { FAILED } else { DONE };
         // Release: the waiter that sees DONE also sees the data the provider
         // wrote into its buffer before generating the completion.
-        if s
-            .state
+        if s.state
             .compare_exchange(POSTED, new, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
@@ -280,7 +284,11 @@ impl CqInner {
             // valid out-parameter (err_data left null: provider keeps it).
             let rc = unsafe { ffi::fi_cq_readerr(self.fid.as_ptr(), &mut e, 0) };
             if rc > 0 {
-                let code = if e.err == 0 { ffi::FI_EOTHER as i32 } else { e.err };
+                let code = if e.err == 0 {
+                    ffi::FI_EOTHER as i32
+                } else {
+                    e.err
+                };
                 self.complete(e.op_context, e.len, Some((code, e.prov_errno)));
                 return 1;
             }
@@ -346,8 +354,7 @@ impl CqInner {
             }
             let now = Instant::now();
             if now >= deadline {
-                if s
-                    .state
+                if s.state
                     .compare_exchange(POSTED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {

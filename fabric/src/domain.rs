@@ -111,7 +111,21 @@ pub struct AtomicSupport {
 impl AtomicSupport {
     /// All four.
     pub fn all(&self) -> bool {
-        self.compare_swap && self.fetch_add && self.fetch && self.swap
+        self.missing().is_empty()
+    }
+
+    /// Names of the operations not supported.
+    pub fn missing(&self) -> Vec<&'static str> {
+        [
+            (self.compare_swap, "compare-and-swap"),
+            (self.fetch_add, "fetch-add"),
+            (self.fetch, "fetch"),
+            (self.swap, "swap"),
+        ]
+        .into_iter()
+        .filter(|(ok, _)| !ok)
+        .map(|(_, n)| n)
+        .collect()
     }
 }
 
@@ -153,7 +167,13 @@ impl Domain {
             let mut attr = ffi::fi_atomic_attr::default();
             // SAFETY: the domain is open; attr is a valid out-parameter.
             let rc = unsafe {
-                ffi::fi_query_atomic(self.inner.fid.as_ptr(), ffi::FI_UINT64, op, &mut attr, flags)
+                ffi::fi_query_atomic(
+                    self.inner.fid.as_ptr(),
+                    ffi::FI_UINT64,
+                    op,
+                    &mut attr,
+                    flags,
+                )
             };
             rc == 0 && attr.count >= 1
         };

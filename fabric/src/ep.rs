@@ -69,8 +69,8 @@ impl Endpoint {
             _av: av.inner.clone(),
             domain: domain.inner.clone(),
         };
-        // SAFETY (three calls below): all fids are open; the endpoint holds
-        // Arcs to the CQ and AV, so they outlive the binding.
+        // SAFETY: all fids are open; the endpoint holds Arcs to the CQ and
+        // AV, so they outlive the binding (likewise for the two calls below).
         check("fi_ep_bind(av)", unsafe {
             ffi::fi_ep_bind(fid.as_ptr(), &mut (*av.inner.fid.as_ptr()).fid, 0)
         })?;

@@ -51,12 +51,18 @@ impl Caps {
             c |= (ffi::FI_MSG | ffi::FI_SEND | ffi::FI_RECV) as u64;
         }
         if self.rma {
-            c |= (ffi::FI_RMA | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE)
-                as u64;
+            c |= (ffi::FI_RMA
+                | ffi::FI_READ
+                | ffi::FI_WRITE
+                | ffi::FI_REMOTE_READ
+                | ffi::FI_REMOTE_WRITE) as u64;
         }
         if self.atomic {
-            c |= (ffi::FI_ATOMIC | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE)
-                as u64;
+            c |= (ffi::FI_ATOMIC
+                | ffi::FI_READ
+                | ffi::FI_WRITE
+                | ffi::FI_REMOTE_READ
+                | ffi::FI_REMOTE_WRITE) as u64;
         }
         c
     }
@@ -277,7 +283,11 @@ pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
                 hint: format!(
                     "atomics are needed here; pick a provider that offers them \
                      (shm, sockets, tcp;ofi_rxm, verbs;ofi_rxm{}) - see `fabkit info`",
-                    if provider == "tcp" { "; for plain tcp use tcp;ofi_rxm" } else { "" }
+                    if provider == "tcp" {
+                        "; for plain tcp use tcp;ofi_rxm"
+                    } else {
+                        ""
+                    }
                 ),
                 provider,
                 what: "atomics".into(),
@@ -566,7 +576,7 @@ fn mode_names(bits: u64) -> Vec<String> {
         (ffi::FI_CONTEXT2, "FI_CONTEXT2"),
         (ffi::FI_MSG_PREFIX, "FI_MSG_PREFIX"),
         (ffi::FI_RX_CQ_DATA, "FI_RX_CQ_DATA"),
-        (ffi::FI_LOCAL_MR as u64, "FI_LOCAL_MR"),
+        (ffi::FI_LOCAL_MR, "FI_LOCAL_MR"),
         (ffi::FI_ASYNC_IOV, "FI_ASYNC_IOV"),
     ];
     NAMES

@@ -21,7 +21,7 @@
 //! use std::time::Duration;
 //! use fabkit_fabric::{bootstrap::ThreadGroup, Rank, RankConfig, Remote};
 //!
-//! let boots = ThreadGroup::new(2, Duration::from_secs(10));
+//! let boots = ThreadGroup::members(2, Duration::from_secs(10));
 //! std::thread::scope(|s| {
 //!     for b in &boots {
 //!         s.spawn(move || {

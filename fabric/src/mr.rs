@@ -90,12 +90,11 @@ impl MemoryRegion {
         let layout = Layout::from_size_align(len.next_multiple_of(ALIGN), ALIGN)
             .map_err(|e| Error::InvalidArgument(format!("region of {len} B: {e}")))?;
         // SAFETY: layout has non-zero size.
-        let buf = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(|| {
-            Error::Io {
+        let buf =
+            NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(|| Error::Io {
                 what: format!("allocating a region of {len} B"),
                 source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-            }
-        })?;
+            })?;
         let mr_mode = domain.info.mr_mode();
         let access = (ffi::FI_SEND
             | ffi::FI_RECV

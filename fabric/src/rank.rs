@@ -353,8 +353,13 @@ impl Rank {
         if cfg.atomics && !atomics.all() {
             return Err(Error::Unsupported {
                 provider: info.provider(),
-                what: format!("all u64 atomics (it offers {atomics:?})"),
-                hint: "use shm, sockets or tcp;ofi_rxm, or run without atomics".into(),
+                what: format!(
+                    "u64 atomics: fi_query_atomic lacks {}",
+                    atomics.missing().join(", ")
+                ),
+                hint: "pick a provider with atomics (shm, sockets, tcp;ofi_rxm, verbs;ofi_rxm; \
+                       see `fabkit info`), or run without atomics"
+                    .into(),
             });
         }
         let depth = (cfg.window * 2).max(info.tx_size().min(4096)).max(256);
@@ -510,7 +515,7 @@ impl Rank {
                         .into(),
                 });
             }
-            if at.offset % 8 != 0 {
+            if !at.offset.is_multiple_of(8) {
                 return Err(Error::InvalidArgument(format!(
                     "{kind} at offset {} of rank {}: atomics need an 8-byte aligned offset",
                     at.offset, at.rank
@@ -716,7 +721,7 @@ impl Rank {
         let ep = self.ep.raw();
         let buf = staging.ptr_at(p.stage_off).cast::<libc::c_void>();
         let desc = staging.desc();
-        // SAFETY (all posts below): the endpoint is open; buf points into the
+        // SAFETY: (every post below) the endpoint is open; buf points into the
         // registered staging buffer with room for the piece (planned), which
         // stays alive and untouched until the op completes or the buffer is
         // retired; ctx is a slot reserved for this op.
@@ -843,11 +848,13 @@ impl Rank {
         staging.fill(0, data)?;
         let deadline = Instant::now() + self.cfg.timeout;
         let (ep, buf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
-        let t = self.ep.post(OpKind::Send, to, deadline, self.cfg.timeout, |ctx| {
-            // SAFETY: buf holds data.len() staged bytes that stay untouched
-            // until completion (or retirement); ctx is a reserved slot.
-            unsafe { ffi::fi_send(ep, buf, data.len(), desc, peer.addr, ctx) }
-        })?;
+        let t = self
+            .ep
+            .post(OpKind::Send, to, deadline, self.cfg.timeout, |ctx| {
+                // SAFETY: buf holds data.len() staged bytes that stay untouched
+                // until completion (or retirement); ctx is a reserved slot.
+                unsafe { ffi::fi_send(ep, buf, data.len(), desc, peer.addr, ctx) }
+            })?;
         match self.cq.inner.wait(t, deadline) {
             Outcome::Done { .. } => Ok(()),
             Outcome::Failed { code, prov_errno } => Err(Error::Completion {
@@ -878,11 +885,13 @@ impl Rank {
         let deadline = Instant::now() + self.cfg.timeout;
         let (ep, sbuf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
         let len = buf.len();
-        let t = self.ep.post(OpKind::Recv, from, deadline, self.cfg.timeout, |ctx| {
-            // SAFETY: sbuf has room for len bytes and stays alive until the
-            // receive completes or the buffer is retired.
-            unsafe { ffi::fi_recv(ep, sbuf, len, desc, ffi::FI_ADDR_UNSPEC, ctx) }
-        })?;
+        let t = self
+            .ep
+            .post(OpKind::Recv, from, deadline, self.cfg.timeout, |ctx| {
+                // SAFETY: sbuf has room for len bytes and stays alive until the
+                // receive completes or the buffer is retired.
+                unsafe { ffi::fi_recv(ep, sbuf, len, desc, ffi::FI_ADDR_UNSPEC, ctx) }
+            })?;
         match self.cq.inner.wait(t, deadline) {
             Outcome::Done { len: got } => {
                 let got = got.min(len);

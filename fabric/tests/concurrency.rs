@@ -54,7 +54,11 @@ fn exactly_one_compare_and_swap_wins() {
                 r.compare_and_swap(word, 0, r.rank() as u64 + 1).unwrap()
             });
             let winners: Vec<usize> = (0..n).filter(|&i| olds[i] == 0).collect();
-            assert_eq!(winners.len(), 1, "{prov} round {round}: winners {winners:?}");
+            assert_eq!(
+                winners.len(),
+                1,
+                "{prov} round {round}: winners {winners:?}"
+            );
             let w = winners[0] as u64 + 1;
             assert!(
                 olds.iter().all(|&o| o == 0 || o == w),

@@ -12,7 +12,9 @@ use fabkit_fabric::{Error, OpKind, Rank, RankConfig, Remote};
 
 fn establish_alone(cfg: RankConfig) -> Result<Rank, Error> {
     init_env();
-    let boot = ThreadGroup::new(1, Duration::from_secs(5)).pop().unwrap();
+    let boot = ThreadGroup::members(1, Duration::from_secs(5))
+        .pop()
+        .unwrap();
     Rank::establish(cfg, &boot)
 }
 
@@ -20,10 +22,17 @@ fn establish_alone(cfg: RankConfig) -> Result<Rank, Error> {
 fn unknown_provider_names_the_available_ones() {
     let err = establish_alone(RankConfig::new("nosuchfabric")).unwrap_err();
     match &err {
-        Error::UnknownProvider { requested, available, .. } => {
+        Error::UnknownProvider {
+            requested,
+            available,
+            ..
+        } => {
             assert_eq!(requested, "nosuchfabric");
             for p in ["shm", "sockets", "tcp;ofi_rxm"] {
-                assert!(available.iter().any(|a| a == p), "{p} missing from {available:?}");
+                assert!(
+                    available.iter().any(|a| a == p),
+                    "{p} missing from {available:?}"
+                );
             }
         }
         other => panic!("expected UnknownProvider, got {other:?}"),
@@ -41,18 +50,36 @@ fn a_provider_without_rdm_endpoints_names_its_rdm_layering() {
         matches!(&err, Error::Unsupported { provider, .. } if provider == "tcp"),
         "{err:?}"
     );
-    assert!(msg.contains("FI_EP_RDM") && msg.contains("`tcp;ofi_rxm`"), "{msg}");
+    assert!(
+        msg.contains("FI_EP_RDM") && msg.contains("`tcp;ofi_rxm`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_provider_without_atomics_is_refused_when_atomics_are_needed() {
+    // `net` offers RDM endpoints with RMA, but no u64 atomics.
+    let err = establish_alone(RankConfig::new("net")).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(&err, Error::Unsupported { provider, .. } if provider == "net"),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains("compare-and-swap") && msg.contains("tcp;ofi_rxm"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn atomics_are_refused_before_posting_when_the_rank_has_none() {
-    // No provider here offers RDM + RMA without atomics, so the refusal is
-    // shown on a rank set up without them (plain RMA still works).
+    // Set up without atomics, plain RMA works and an atomic is refused.
     let mut cfg = RankConfig::new("tcp;ofi_rxm");
     cfg.atomics = false;
     with_ranks(2, cfg, |r| {
         let peer = 1 - r.rank();
-        r.write(Remote::new(peer, 16 * r.rank() as u64), b"no atomics here").unwrap();
+        r.write(Remote::new(peer, 16 * r.rank() as u64), b"no atomics here")
+            .unwrap();
         let err = r.fetch_add(Remote::new(peer, 0), 1).unwrap_err();
         assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
         assert!(err.to_string().contains("without atomics"), "{err}");
@@ -79,7 +106,10 @@ fn out_of_bounds_and_bad_ranks_are_errors_not_corruption() {
         let err = r.fetch_add(Remote::new(peer, 4), 1).unwrap_err();
         assert!(err.to_string().contains("8-byte aligned"), "{err}");
         let err = r.read(Remote::new(7, 0), &mut buf).unwrap_err();
-        assert!(matches!(err, Error::NoSuchRank { peer: 7, ranks: 2 }), "{err:?}");
+        assert!(
+            matches!(err, Error::NoSuchRank { peer: 7, ranks: 2 }),
+            "{err:?}"
+        );
         // The last valid bytes still work, and nothing past them was touched.
         r.write(Remote::new(peer, 4080), &[0xab; 16]).unwrap();
         r.read(Remote::new(peer, 4080), &mut buf).unwrap();
@@ -90,7 +120,7 @@ fn out_of_bounds_and_bad_ranks_are_errors_not_corruption() {
 #[test]
 fn a_bootstrap_peer_that_never_comes_names_the_missing_rank() {
     use fabkit_fabric::bootstrap::Bootstrap;
-    let boots = ThreadGroup::new(3, Duration::from_secs(2));
+    let boots = ThreadGroup::members(3, Duration::from_secs(2));
     let err = std::thread::scope(|s| {
         // Ranks 0 and 1 show up; rank 2 never does.
         let h = s.spawn(|| boots[1].barrier());
@@ -109,7 +139,9 @@ const CHILD_ENV: &str = "FABKIT_TEST_CHILD_DIR";
 #[test]
 #[ignore = "run as a child process by a_killed_peer_gives_a_timeout_naming_it"]
 fn child_peer() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let prov = std::env::var("FABKIT_TEST_CHILD_PROVIDER").unwrap();
     let boot = FileBootstrap::new(dir, 1, 2, Duration::from_secs(20)).unwrap();
     let rank = Rank::establish(RankConfig::new(prov), &boot).unwrap();
@@ -124,7 +156,13 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
     for prov in ["shm", "tcp;ofi_rxm"] {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_peer", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "child_peer",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, dir.path())
             .env("FABKIT_TEST_CHILD_PROVIDER", prov)
             .spawn()
@@ -142,10 +180,16 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
         let mut buf = [0u8; 5];
         let err = rank.read(Remote::new(1, 0), &mut buf).unwrap_err();
         let err2 = rank.fetch_add(Remote::new(1, 8), 1).unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(10), "{prov}: gave up too late");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{prov}: gave up too late"
+        );
         for e in [&err, &err2] {
             assert!(
-                matches!(e, Error::Timeout { peer: 1, .. } | Error::Completion { peer: 1, .. }),
+                matches!(
+                    e,
+                    Error::Timeout { peer: 1, .. } | Error::Completion { peer: 1, .. }
+                ),
                 "{prov}: {e:?}"
             );
             assert!(e.to_string().contains("rank 1"), "{prov}: {e}");

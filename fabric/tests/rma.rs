@@ -42,7 +42,11 @@ fn every_atomic_every_provider() {
             assert_eq!(r.fetch(w).unwrap(), 0, "{prov}: fresh region is zero");
             assert_eq!(r.swap(w, 40).unwrap(), 0);
             assert_eq!(r.fetch_add(w, 2).unwrap(), 40);
-            assert_eq!(r.compare_and_swap(w, 1, 99).unwrap(), 42, "{prov}: failed CAS");
+            assert_eq!(
+                r.compare_and_swap(w, 1, 99).unwrap(),
+                42,
+                "{prov}: failed CAS"
+            );
             assert_eq!(r.fetch(w).unwrap(), 42, "{prov}: failed CAS must not store");
             assert_eq!(r.compare_and_swap(w, 42, 7).unwrap(), 42);
             assert_eq!(r.fetch(w).unwrap(), 7, "{prov}: successful CAS stores");
@@ -94,12 +98,17 @@ fn batches_with_a_small_window_keep_every_result() {
             assert_eq!(back, records, "{prov}");
             let mut seen = olds.to_vec();
             seen.sort_unstable();
-            assert_eq!(seen, (0..10).collect::<Vec<u64>>(), "{prov}: each old value once");
+            assert_eq!(
+                seen,
+                (0..10).collect::<Vec<u64>>(),
+                "{prov}: each old value once"
+            );
             // A transfer larger than the staging buffer is split and reassembled.
             let big = pattern(3, 20_000);
             r.write(Remote::new(peer, base + 30_000), &big).unwrap();
             let mut bigback = vec![0u8; 20_000];
-            r.read(Remote::new(peer, base + 30_000), &mut bigback).unwrap();
+            r.read(Remote::new(peer, base + 30_000), &mut bigback)
+                .unwrap();
             assert_eq!(bigback, big);
         });
     }

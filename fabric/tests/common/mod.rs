@@ -38,7 +38,7 @@ pub fn with_ranks_boot<T: Send>(
     body: impl Fn(&Rank, &dyn Bootstrap) -> T + Sync,
 ) -> Vec<T> {
     init_env();
-    let boots = ThreadGroup::new(n, Duration::from_secs(30));
+    let boots = ThreadGroup::members(n, Duration::from_secs(30));
     std::thread::scope(|s| {
         let handles: Vec<_> = boots
             .iter()

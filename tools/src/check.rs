@@ -1,0 +1,264 @@
+//! `fabkit check`: does RMA and every u64 atomic work between these ranks on
+//! this provider? Each rank checks every peer byte for byte and value for
+//! value, then all ranks race on shared words.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use fabkit_fabric::bootstrap::Bootstrap;
+use fabkit_fabric::{Op, Rank, RankConfig, Remote};
+use serde::{Deserialize, Serialize};
+
+/// Transfer sizes checked: single bytes, the DHT's 184 B records, a page,
+/// and one larger than a typical staging chunk.
+pub const SIZES: &[usize] = &[1, 8, 184, 4096, 65_536, 1 << 20];
+/// Fetch-adds each rank makes on the shared counter.
+const ADDS_PER_RANK: u64 = 500;
+
+/// One rank's view of the check.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RankReport {
+    /// Rank number.
+    pub rank: usize,
+    /// Provider in use.
+    pub provider: String,
+    /// Domain in use.
+    pub domain: String,
+    /// Whether a progress thread runs.
+    pub progress_thread: bool,
+    /// Whether waits block on a CQ wait object (else: poll with naps).
+    pub waits_block: bool,
+    /// Checks with their outcome.
+    pub checks: Vec<CheckOutcome>,
+}
+
+/// One named check.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CheckOutcome {
+    /// What was checked.
+    pub name: String,
+    /// Passed?
+    pub ok: bool,
+    /// Detail (counts, or what went wrong).
+    pub detail: String,
+    /// Wall time of the check on this rank, in milliseconds.
+    pub millis: f64,
+}
+
+/// Byte `i` of the block rank `from` writes to rank `to`.
+fn pattern(from: usize, to: usize, i: usize) -> u8 {
+    (i.wrapping_mul(131) ^ (from * 17 + to * 5 + 1)) as u8
+}
+
+/// Region layout: a block per writer rank for data, then a words area.
+fn block_len() -> usize {
+    SIZES.iter().map(|s| s.next_multiple_of(64)).sum()
+}
+
+/// Region size needed for `ranks` ranks.
+pub fn region_len(ranks: usize) -> usize {
+    block_len() * ranks + 4096
+}
+
+fn words_base(ranks: usize) -> u64 {
+    (block_len() * ranks) as u64
+}
+
+fn timed(name: &str, f: impl FnOnce() -> Result<String>) -> CheckOutcome {
+    let t = Instant::now();
+    let (ok, detail) = match f() {
+        Ok(d) => (true, d),
+        Err(e) => (false, format!("{e:#}")),
+    };
+    CheckOutcome {
+        name: name.into(),
+        ok,
+        detail,
+        millis: t.elapsed().as_secs_f64() * 1e3,
+    }
+}
+
+fn rma_every_peer(r: &Rank) -> Result<String> {
+    let n = r.ranks();
+    let mut transfers = 0;
+    for peer in 0..n {
+        let mut off = (block_len() * r.rank()) as u64;
+        for &len in SIZES {
+            let data: Vec<u8> = (0..len).map(|i| pattern(r.rank(), peer, i)).collect();
+            r.write(Remote::new(peer, off), &data)
+                .with_context(|| format!("write {len} B to rank {peer}"))?;
+            let mut back = vec![0u8; len];
+            r.read(Remote::new(peer, off), &mut back)
+                .with_context(|| format!("read {len} B from rank {peer}"))?;
+            if let Some(i) = (0..len).find(|&i| back[i] != data[i]) {
+                bail!(
+                    "{len} B read back from rank {peer} differs at byte {i}: {:#04x} != {:#04x}",
+                    back[i],
+                    data[i]
+                );
+            }
+            off += len.next_multiple_of(64) as u64;
+            transfers += 2;
+        }
+    }
+    Ok(format!("{transfers} transfers of 1 B..1 MiB, every peer"))
+}
+
+fn atomics_every_peer(r: &Rank) -> Result<String> {
+    let n = r.ranks();
+    for peer in 0..n {
+        // Word private to this (writer, target) pair.
+        let w = Remote::new(peer, words_base(n) + 64 + 8 * r.rank() as u64);
+        let expect = |what: &str, got: u64, want: u64| -> Result<()> {
+            ensure!(
+                got == want,
+                "{what} on rank {peer}: got {got}, expected {want}"
+            );
+            Ok(())
+        };
+        expect("fetch of a fresh word", r.fetch(w)?, 0)?;
+        expect("swap", r.swap(w, 40)?, 0)?;
+        expect("fetch-add", r.fetch_add(w, 2)?, 40)?;
+        expect(
+            "failing compare-and-swap",
+            r.compare_and_swap(w, 1, 99)?,
+            42,
+        )?;
+        expect("fetch after failing CAS", r.fetch(w)?, 42)?;
+        expect(
+            "succeeding compare-and-swap",
+            r.compare_and_swap(w, 42, 7)?,
+            42,
+        )?;
+        expect("fetch after CAS", r.fetch(w)?, 7)?;
+    }
+    Ok(format!("fetch, swap, fetch-add, CAS on {n} ranks"))
+}
+
+fn counter_race(r: &Rank, boot: &dyn Bootstrap) -> Result<String> {
+    let n = r.ranks();
+    let counter = Remote::new(n - 1, words_base(n));
+    let mut olds = vec![0u64; ADDS_PER_RANK as usize];
+    let mut ops: Vec<Op> = olds
+        .iter_mut()
+        .map(|o| Op::FetchAdd {
+            at: counter,
+            delta: 1,
+            old: o,
+        })
+        .collect();
+    r.execute(&mut ops)?;
+    drop(ops);
+    olds.sort_unstable();
+    olds.dedup();
+    ensure!(
+        olds.len() == ADDS_PER_RANK as usize,
+        "two fetch-adds returned the same old value: adds are not atomic"
+    );
+    boot.barrier()?;
+    let total = r.fetch(counter)?;
+    let want = n as u64 * ADDS_PER_RANK;
+    ensure!(total == want, "counter is {total} after {want} fetch-adds");
+    Ok(format!("{want} concurrent fetch-adds, exact sum"))
+}
+
+fn cas_race(r: &Rank, boot: &dyn Bootstrap) -> Result<String> {
+    let n = r.ranks();
+    let word = Remote::new(0, words_base(n) + 8);
+    let mine = r.rank() as u64 + 1;
+    let old = r.compare_and_swap(word, 0, mine)?;
+    let all = boot.allgather(&old.to_le_bytes())?;
+    let olds: Vec<u64> = all
+        .iter()
+        .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap()))
+        .collect();
+    let winners: Vec<usize> = (0..n).filter(|&i| olds[i] == 0).collect();
+    ensure!(
+        winners.len() == 1,
+        "{} ranks won the same CAS: {winners:?}",
+        winners.len()
+    );
+    let w = winners[0] as u64 + 1;
+    ensure!(
+        olds.iter().all(|&o| o == 0 || o == w),
+        "losers saw values other than the winner's: {olds:?}"
+    );
+    Ok(format!("one winner (rank {}) of {n}", winners[0]))
+}
+
+/// Runs every check on this rank.
+pub fn run_rank(cfg: RankConfig, boot: &dyn Bootstrap) -> Result<RankReport> {
+    let provider = cfg.provider.clone();
+    let r = Rank::establish(cfg, boot).with_context(|| format!("setting up `{provider}`"))?;
+    let mut checks = vec![
+        timed("write + read back", || rma_every_peer(&r)),
+        timed("u64 atomics", || atomics_every_peer(&r)),
+    ];
+    // The races are collective: every rank must reach them.
+    boot.barrier()?;
+    checks.push(timed("fetch-add race", || counter_race(&r, boot)));
+    checks.push(timed("compare-and-swap race", || cas_race(&r, boot)));
+    let report = RankReport {
+        rank: r.rank(),
+        provider: r.info().provider(),
+        domain: r.info().domain_name(),
+        progress_thread: r.has_progress_thread(),
+        waits_block: r.waits_block(),
+        checks,
+    };
+    r.finish(boot)?;
+    Ok(report)
+}
+
+/// The configuration `check` uses for `provider` and `ranks`.
+pub fn config(
+    provider: &str,
+    domain: Option<String>,
+    ranks: usize,
+    timeout: Duration,
+) -> RankConfig {
+    let mut cfg = RankConfig::new(provider);
+    cfg.domain = domain;
+    cfg.region_len = region_len(ranks);
+    cfg.timeout = timeout;
+    cfg
+}
+
+/// Prints the human summary; returns whether everything passed.
+pub fn print_summary(reports: &[RankReport], launch: &str) -> bool {
+    let first = &reports[0];
+    println!(
+        "fabkit check: provider {} (domain {}), {launch}; progress thread: {}; waits: {}",
+        first.provider,
+        first.domain,
+        if first.progress_thread { "yes" } else { "no" },
+        if first.waits_block {
+            "block on CQ"
+        } else {
+            "poll with naps"
+        }
+    );
+    let mut all_ok = true;
+    for (i, c) in first.checks.iter().enumerate() {
+        let failed: Vec<(usize, &CheckOutcome)> = reports
+            .iter()
+            .map(|r| (r.rank, &r.checks[i]))
+            .filter(|(_, c)| !c.ok)
+            .collect();
+        let slowest = reports
+            .iter()
+            .map(|r| r.checks[i].millis)
+            .fold(0.0, f64::max);
+        if failed.is_empty() {
+            println!("  {:<24} ok    {:>9.2} ms  {}", c.name, slowest, c.detail);
+        } else {
+            all_ok = false;
+            println!("  {:<24} FAIL  {:>9.2} ms", c.name, slowest);
+            for (rank, c) in failed {
+                println!("      rank {rank}: {}", c.detail);
+            }
+        }
+    }
+    println!("{}", if all_ok { "PASS" } else { "FAIL" });
+    all_ok
+}

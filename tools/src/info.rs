@@ -1,0 +1,204 @@
+//! `fabkit info`: what this machine's libfabric and RDMA devices offer.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use fabkit_fabric::info::{self, getinfo, Caps, Hints};
+use fabkit_fabric::{AtomicSupport, Domain, Fabric, Progress};
+use serde::Serialize;
+
+use crate::verbs;
+
+/// One provider, merged over its fabric/domain entries.
+#[derive(Debug, Serialize)]
+pub struct ProviderRow {
+    /// Provider name (what `-p` takes).
+    pub provider: String,
+    /// Endpoint types offered.
+    pub ep_types: Vec<String>,
+    /// Domains (interfaces or devices).
+    pub domains: Vec<String>,
+    /// Messages.
+    pub msg: bool,
+    /// RMA.
+    pub rma: bool,
+    /// u64 atomics when asked for (FI_EP_RDM).
+    pub atomics: Option<AtomicSupport>,
+    /// Data progress.
+    pub progress: Progress,
+    /// Required memory-registration modes (FI_EP_RDM entry).
+    pub mr_mode: Vec<String>,
+    /// Largest transfer.
+    pub max_msg_size: usize,
+    /// Largest inject.
+    pub inject_size: usize,
+    /// Whether fabkit can run RMA on it (RDM endpoints with RMA).
+    pub fabkit_rma: bool,
+}
+
+/// Everything `fabkit info` reports.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// libfabric library version.
+    pub libfabric: String,
+    /// API version fabkit asks for.
+    pub api: String,
+    /// Providers.
+    pub providers: Vec<ProviderRow>,
+    /// RDMA devices.
+    pub rdma: verbs::Devices,
+}
+
+fn is_utility(p: &str) -> bool {
+    p.starts_with("ofi_") || p.contains("hook")
+}
+
+/// Gathers the report, optionally for one provider.
+pub fn gather(only: Option<&str>) -> Result<Report> {
+    let mut rows: BTreeMap<String, ProviderRow> = BTreeMap::new();
+    for i in getinfo(None)? {
+        let p = i.provider();
+        if is_utility(&p) || only.is_some_and(|o| o != p) {
+            continue;
+        }
+        let row = rows.entry(p.clone()).or_insert_with(|| ProviderRow {
+            provider: p.clone(),
+            ep_types: Vec::new(),
+            domains: Vec::new(),
+            msg: false,
+            rma: false,
+            atomics: None,
+            progress: i.data_progress(),
+            mr_mode: info::mr_mode_names(i.mr_mode()),
+            max_msg_size: i.max_msg_size(),
+            inject_size: i.inject_size(),
+            fabkit_rma: false,
+        });
+        let t = i.ep_type().to_string();
+        if !row.ep_types.contains(&t) {
+            row.ep_types.push(t);
+        }
+        let d = i.domain_name();
+        if !row.domains.contains(&d) {
+            row.domains.push(d);
+        }
+        row.msg |= i.has_msg();
+        row.rma |= i.has_rma();
+        if i.ep_type() == "FI_EP_RDM" && i.has_rma() {
+            row.fabkit_rma = true;
+            row.mr_mode = info::mr_mode_names(i.mr_mode());
+            row.progress = i.data_progress();
+            row.max_msg_size = i.max_msg_size();
+            row.inject_size = i.inject_size();
+        }
+    }
+    // Atomics are only offered when asked for (tcp;ofi_rxm emulates them), so
+    // ask each provider, and query which u64 operations its domain does.
+    for row in rows.values_mut() {
+        let hints = Hints::new(row.provider.clone(), Caps::ALL);
+        let found = getinfo(Some(&hints))?;
+        if let Some(i) = found.iter().find(|i| i.provider() == row.provider) {
+            row.atomics = Fabric::open(i)
+                .and_then(|f| Domain::open(&f, i))
+                .map(|d| d.atomic_support())
+                .ok();
+        }
+    }
+    Ok(Report {
+        libfabric: info::library_version(),
+        api: "1.17".into(),
+        providers: rows.into_values().collect(),
+        rdma: verbs::devices(),
+    })
+}
+
+fn size(n: usize) -> String {
+    match n {
+        0 => "-".into(),
+        n if n >= 1 << 62 => "unlimited".into(),
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{}G", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}M", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}K", n >> 10),
+        n => n.to_string(),
+    }
+}
+
+/// Prints the report as a table.
+pub fn print(r: &Report) {
+    println!("libfabric {} (fabkit asks for API {})", r.libfabric, r.api);
+    println!();
+    println!(
+        "{:<14} {:<3} {:<3} {:<18} {:<8} {:>6} {:>6}  {:<26} domains",
+        "provider", "rma", "fk", "u64 atomics", "progress", "maxmsg", "inject", "mr_mode"
+    );
+    for p in &r.providers {
+        let atomics = match &p.atomics {
+            Some(a) if a.all() => "cas,add,fetch,swap".to_string(),
+            Some(a) => {
+                let mut v = Vec::new();
+                if a.compare_swap {
+                    v.push("cas");
+                }
+                if a.fetch_add {
+                    v.push("add");
+                }
+                if a.fetch {
+                    v.push("fetch");
+                }
+                if a.swap {
+                    v.push("swap");
+                }
+                if v.is_empty() {
+                    "none".into()
+                } else {
+                    v.join(",")
+                }
+            }
+            None => "none".into(),
+        };
+        let mr = if p.mr_mode.is_empty() {
+            "-".to_string()
+        } else {
+            p.mr_mode
+                .iter()
+                .map(|m| m.trim_start_matches("FI_MR_"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        println!(
+            "{:<14} {:<3} {:<3} {:<18} {:<8} {:>6} {:>6}  {:<26} {}",
+            p.provider,
+            if p.rma { "yes" } else { "no" },
+            if p.fabkit_rma { "yes" } else { "no" },
+            atomics,
+            format!("{:?}", p.progress).to_lowercase(),
+            size(p.max_msg_size),
+            size(p.inject_size),
+            mr,
+            p.domains.join(",")
+        );
+    }
+    println!();
+    println!("fk: fabkit can run on it (reliable-datagram endpoints with RMA).");
+    println!("progress manual: peers' one-sided operations need the target to progress;");
+    println!("fabkit runs a progress thread for those ranks.");
+    println!();
+    println!("RDMA devices (libibverbs):");
+    match &r.rdma.none_because {
+        Some(why) => println!("  none: {why}"),
+        None => {
+            for d in &r.rdma.devices {
+                println!("  {}", d.name);
+                for p in &d.ports {
+                    println!(
+                        "    port {}: {} {} mtu {} {}",
+                        p.port, p.state, p.link_layer, p.active_mtu, p.speed
+                    );
+                    for g in &p.gids {
+                        println!("      gid {g}");
+                    }
+                }
+            }
+        }
+    }
+}
