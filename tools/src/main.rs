@@ -6,6 +6,7 @@
 mod check;
 mod info;
 mod launch;
+mod perf;
 mod verbs;
 
 use std::io::Write;
@@ -58,6 +59,13 @@ enum Cmd {
     /// or srun each process is one rank (MPI only bootstraps; data moves
     /// through libfabric).
     Check(CheckArgs),
+    /// Measure latency, bandwidth and message rate of RMA writes, reads and
+    /// u64 atomics between two ranks, by size (like fi_rma_bw,
+    /// fi_rma_pingpong, ib_write_bw, osu_put_latency).
+    ///
+    /// Rank 0 initiates against rank 1 (with -b both do, and rates are
+    /// summed). In-process by default; under mpirun use -n 2 processes.
+    Perf(perf::PerfArgs),
     /// The embedded default job: `info`, then `check` with 4 in-process ranks
     /// on every provider here that offers RMA and atomics.
     Demo {
@@ -128,6 +136,59 @@ fn run_check(args: &CheckArgs) -> Result<bool> {
     Ok(all_ok)
 }
 
+fn write_out(path: &std::path::Path, text: &str) -> Result<()> {
+    if path.as_os_str() == "-" {
+        print!("{text}");
+        Ok(())
+    } else {
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
+    let launch = Launch::detect(2)?;
+    let to = timeout(args.timeout)?;
+    // Passive ranks wait at a barrier for a whole size: allow for slow sweeps.
+    let barrier_timeout = to.max(std::time::Duration::from_secs(3600));
+    let per_rank = launch.run(barrier_timeout, |boot| perf::run_rank(args, boot))?;
+    let Some(per_rank) = per_rank else {
+        return Ok(true);
+    };
+    let points = perf::combine(args, &per_rank);
+    let info = fabkit_fabric::info::find(
+        &fabkit_fabric::Hints::new(args.provider.clone(), fabkit_fabric::Caps::RMA),
+        true,
+    )
+    .map(|i| i.domain_name())
+    .unwrap_or_default();
+    let meta = perf::report::Meta {
+        provider: args.provider.clone(),
+        domain: args.domain.clone().unwrap_or(info),
+        launch: launch.describe(per_rank.len()),
+        host: fabkit_fabric::bootstrap::hostname(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        fabkit: env!("CARGO_PKG_VERSION").into(),
+    };
+    let report = perf::report::Report::new(meta, points);
+    println!(
+        "# fabkit perf: {:?} {:?}{} on {} ({}), {}",
+        args.op,
+        args.pattern,
+        if args.bidir { " bidirectional" } else { "" },
+        report.meta.provider,
+        report.meta.domain,
+        report.meta.launch
+    );
+    print!("{}", report.table());
+    if let Some(p) = &args.json {
+        write_out(p, &(serde_json::to_string_pretty(&report)? + "\n"))?;
+    }
+    if let Some(p) = &args.csv {
+        write_out(p, &report.csv())?;
+    }
+    Ok(true)
+}
+
 fn set_default_env() {
     // The sockets provider spins 10 ms per progress wait by default; on a
     // small machine that makes it ~100x slower. Must be set before libfabric
@@ -155,6 +216,7 @@ fn main() -> ExitCode {
             Ok(true)
         }),
         Cmd::Check(args) => run_check(args),
+        Cmd::Perf(args) => run_perf(args),
         Cmd::Demo { ranks } => info::gather(None).and_then(|r| {
             info::print(&r);
             println!();

@@ -162,3 +162,111 @@ fn a_failing_rank_under_mpirun_ends_the_job_instead_of_hanging() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nosuch"), "{err}");
 }
+
+/// Runs `fabkit perf` with `args` (through `launcher` if given) and returns
+/// its JSON report.
+fn perf_json(mut cmd: Command, args: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("perf.json");
+    let out = run(cmd.arg("perf").args(args).arg("--json").arg(&json));
+    assert!(out.status.success(), "perf {args:?}: {}", stdout(&out));
+    assert!(stdout(&out).contains("Mxfers/sec"), "{}", stdout(&out));
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+fn assert_sane(v: &Value, op: &str, sizes: &[u64], iters: u64) {
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), sizes.len(), "{v:#}");
+    for (p, &bytes) in points.iter().zip(sizes) {
+        assert_eq!(p["op"], op);
+        assert_eq!(p["bytes"], bytes);
+        assert!(p["iters"].as_u64().unwrap() >= iters);
+        assert!(p["secs"].as_f64().unwrap() > 0.0);
+        assert!(p["rates"]["mxfers_per_sec"].as_f64().unwrap() > 0.0);
+        let mb = p["rates"]["mb_per_sec"].as_f64().unwrap();
+        let mx = p["rates"]["mxfers_per_sec"].as_f64().unwrap();
+        assert!(
+            (mb - mx * bytes as f64).abs() <= 1e-6 * mb.max(1.0),
+            "{p:#}"
+        );
+    }
+    assert!(v["meta"]["command"].as_str().unwrap().contains("perf"));
+}
+
+#[test]
+fn perf_measures_every_op_and_pattern_for_real() {
+    for prov in ["shm", "tcp;ofi_rxm"] {
+        for op in ["write", "read"] {
+            let v = perf_json(
+                fabkit(),
+                &["-p", prov, "-o", op, "--sizes", "8,184,4096", "-n", "300"],
+            );
+            assert_sane(&v, op, &[8, 184, 4096], 300);
+            assert!(v["knee"]["plateau_mxfers_per_sec"].as_f64().unwrap() > 0.0);
+            let v = perf_json(
+                fabkit(),
+                &[
+                    "-p",
+                    prov,
+                    "-o",
+                    op,
+                    "--pattern",
+                    "lat",
+                    "-s",
+                    "184",
+                    "-n",
+                    "200",
+                ],
+            );
+            assert_sane(&v, op, &[184], 200);
+            let l = &v["points"][0]["latency"];
+            let (min, p50, p99, max) = (
+                l["min"].as_f64().unwrap(),
+                l["p50"].as_f64().unwrap(),
+                l["p99"].as_f64().unwrap(),
+                l["max"].as_f64().unwrap(),
+            );
+            assert!(0.0 < min && min <= p50 && p50 <= p99 && p99 <= max, "{l}");
+        }
+        for op in ["cas", "fadd"] {
+            let v = perf_json(fabkit(), &["-p", prov, "-o", op, "-n", "300", "-b"]);
+            assert_sane(&v, op, &[8], 600);
+            assert_eq!(v["points"][0]["bidir"], true);
+        }
+    }
+}
+
+#[test]
+fn perf_runs_across_processes_under_mpirun() {
+    let v = perf_json(
+        mpirun(2),
+        &[
+            "-p",
+            "tcp;ofi_rxm",
+            "-o",
+            "write",
+            "--sizes",
+            "64,1024",
+            "-n",
+            "200",
+        ],
+    );
+    assert_sane(&v, "write", &[64, 1024], 200);
+    assert!(v["meta"]["launch"].as_str().unwrap().contains("MPI"));
+}
+
+#[test]
+fn perf_refuses_bad_input_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["perf", "-s", "0"], "at least 1 byte"),
+        (&["perf", "-w", "0"], "--window must be at least 1"),
+        (&["perf", "-n", "0"], "--iters must be at least 1"),
+        (&["perf", "-p", "net", "-o", "cas"], "atomics"),
+    ];
+    for (args, needle) in cases {
+        let out = run(fabkit().args(*args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,225 @@
+//! Output of `fabkit perf`: the fixed-column table fabtests and OSU users read
+//! at a glance, CSV and JSON for scripts, and the packet-rate wall.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::stats::{knee, Knee};
+use super::Point;
+
+/// Where the run came from, stored with the numbers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Meta {
+    /// Provider.
+    pub provider: String,
+    /// Domain in use.
+    pub domain: String,
+    /// How ranks were launched.
+    pub launch: String,
+    /// Host name.
+    pub host: String,
+    /// The command line.
+    pub command: String,
+    /// fabkit version.
+    pub fabkit: String,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Provenance.
+    pub meta: Meta,
+    /// One point per size.
+    pub points: Vec<Point>,
+    /// Packet-rate wall of a bandwidth sweep over 2+ sizes.
+    pub knee: Option<Knee>,
+}
+
+impl Report {
+    /// Builds the report and finds the knee of bandwidth sweeps.
+    pub fn new(meta: Meta, points: Vec<Point>) -> Report {
+        let is_bw = points.iter().all(|p| p.pattern == super::Pattern::Bw);
+        let pts: Vec<(usize, f64, f64)> = points
+            .iter()
+            .map(|p| (p.bytes, p.rates.mxfers_per_sec, p.rates.mb_per_sec))
+            .collect();
+        let knee = if is_bw { knee(&pts, 0.2) } else { None };
+        Report { meta, points, knee }
+    }
+
+    /// The fixed-column table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let lat = self.points.iter().any(|p| p.latency.is_some());
+        let _ = write!(
+            s,
+            "{:>9} {:>9} {:>9} {:>11} {:>10} {:>11}",
+            "bytes", "iters", "total", "MB/sec", "usec/xfer", "Mxfers/sec"
+        );
+        if lat {
+            let _ = write!(s, " {:>9} {:>9} {:>9} {:>9}", "min", "p50", "p99", "max");
+        }
+        s.push('\n');
+        for p in &self.points {
+            let _ = write!(
+                s,
+                "{:>9} {:>9} {:>8.2}s {:>11.2} {:>10.2} {:>11.3}",
+                human(p.bytes),
+                p.iters,
+                p.secs,
+                p.rates.mb_per_sec,
+                p.rates.usec_per_xfer,
+                p.rates.mxfers_per_sec
+            );
+            if let Some(l) = &p.latency {
+                let _ = write!(
+                    s,
+                    " {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                    l.min, l.p50, l.p99, l.max
+                );
+            }
+            s.push('\n');
+        }
+        if let Some(k) = &self.knee {
+            let _ = match k.first_bound_bytes {
+                Some(b) => writeln!(
+                    s,
+                    "message-rate plateau {:.3} Mxfers/s up to {}; bandwidth bound from {} \
+                     (peak {:.1} MB/s)",
+                    k.plateau_mxfers_per_sec,
+                    human(k.last_flat_bytes),
+                    human(b),
+                    k.peak_mb_per_sec
+                ),
+                None => writeln!(
+                    s,
+                    "message rate flat at {:.3} Mxfers/s over the whole sweep (peak {:.1} MB/s)",
+                    k.plateau_mxfers_per_sec, k.peak_mb_per_sec
+                ),
+            };
+        }
+        s
+    }
+
+    /// CSV, one row per point, with provenance columns.
+    pub fn csv(&self) -> String {
+        let mut s = String::from(
+            "provider,op,pattern,bidir,bytes,iters,secs,window,mb_per_sec,usec_per_xfer,\
+             mxfers_per_sec,lat_min_us,lat_p50_us,lat_p99_us,lat_max_us\n",
+        );
+        for p in &self.points {
+            let l = p.latency;
+            let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+            let _ = writeln!(
+                s,
+                "{},{:?},{:?},{},{},{},{:.6},{},{:.3},{:.4},{:.5},{},{},{},{}",
+                csv_field(&self.meta.provider),
+                p.op,
+                p.pattern,
+                p.bidir,
+                p.bytes,
+                p.iters,
+                p.secs,
+                p.window,
+                p.rates.mb_per_sec,
+                p.rates.usec_per_xfer,
+                p.rates.mxfers_per_sec,
+                f(l.map(|l| l.min)),
+                f(l.map(|l| l.p50)),
+                f(l.map(|l| l.p99)),
+                f(l.map(|l| l.max)),
+            );
+        }
+        s.to_lowercase()
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', ';']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// 4096 -> "4K", 184 -> "184".
+pub fn human(b: usize) -> String {
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::stats::{Latency, Rates};
+    use super::super::{Pattern, PerfOp, Point};
+    use super::*;
+
+    fn meta() -> Meta {
+        Meta {
+            provider: "tcp;ofi_rxm".into(),
+            domain: "lo".into(),
+            launch: "threads".into(),
+            host: "h".into(),
+            command: "fabkit perf".into(),
+            fabkit: "0.1.0".into(),
+        }
+    }
+
+    fn point(bytes: usize, mx: f64, pattern: Pattern) -> Point {
+        let iters = 1000;
+        let secs = iters as f64 / (mx * 1e6);
+        Point {
+            op: PerfOp::Write,
+            pattern,
+            bytes,
+            iters,
+            secs,
+            window: 64,
+            bidir: false,
+            rates: Rates::new(bytes, iters, secs),
+            latency: (pattern == Pattern::Lat)
+                .then(|| Latency::from_nanos(&[1000, 2000, 3000]).unwrap()),
+        }
+    }
+
+    #[test]
+    fn table_has_fixed_columns_and_the_knee() {
+        let pts = vec![
+            point(8, 1.0, Pattern::Bw),
+            point(64, 1.0, Pattern::Bw),
+            point(4096, 0.5, Pattern::Bw),
+        ];
+        let r = Report::new(meta(), pts);
+        let t = r.table();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains("bytes") && lines[0].contains("Mxfers/sec"));
+        assert_eq!(lines.len(), 5, "{t}");
+        // Columns line up: every row as wide as the header.
+        assert!(lines[1..4].iter().all(|l| l.len() == lines[0].len()), "{t}");
+        assert!(lines[3].trim_start().starts_with("4K"));
+        assert!(lines[4].contains("plateau 1.000 Mxfers/s up to 64; bandwidth bound from 4K"));
+    }
+
+    #[test]
+    fn latency_table_and_csv_carry_percentiles() {
+        let r = Report::new(meta(), vec![point(184, 0.1, Pattern::Lat)]);
+        assert!(r.knee.is_none());
+        let t = r.table();
+        assert!(t.lines().next().unwrap().contains("p99"));
+        let csv = r.csv();
+        let rows: Vec<&str> = csv.lines().collect();
+        assert_eq!(rows.len(), 2);
+        let header: Vec<&str> = rows[0].split(',').collect();
+        // The provider name has a `;`, so it is quoted; split the rest.
+        let row = rows[1].strip_prefix("\"tcp;ofi_rxm\",").unwrap();
+        let cells: Vec<&str> = row.split(',').collect();
+        assert_eq!(cells.len() + 1, header.len());
+        assert_eq!(cells[0], "write");
+        assert_eq!(cells[3], "184");
+        assert_eq!(cells[11], "2.000", "p50 of 1,2,3 us");
+    }
+}
