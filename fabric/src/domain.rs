@@ -114,18 +114,31 @@ impl AtomicSupport {
         self.missing().is_empty()
     }
 
-    /// Names of the operations not supported.
-    pub fn missing(&self) -> Vec<&'static str> {
+    fn named(&self) -> [(bool, &'static str); 4] {
         [
             (self.compare_swap, "compare-and-swap"),
             (self.fetch_add, "fetch-add"),
             (self.fetch, "fetch"),
             (self.swap, "swap"),
         ]
-        .into_iter()
-        .filter(|(ok, _)| !ok)
-        .map(|(_, n)| n)
-        .collect()
+    }
+
+    /// Names of the operations not supported.
+    pub fn missing(&self) -> Vec<&'static str> {
+        self.named()
+            .into_iter()
+            .filter(|(ok, _)| !ok)
+            .map(|(_, n)| n)
+            .collect()
+    }
+
+    /// Names of the operations supported.
+    pub fn supported(&self) -> Vec<&'static str> {
+        self.named()
+            .into_iter()
+            .filter(|(ok, _)| *ok)
+            .map(|(_, n)| n)
+            .collect()
     }
 }
 

@@ -128,13 +128,7 @@ impl Endpoint {
             if rc != -(ffi::FI_EAGAIN as isize) {
                 cq.cancel_unposted(t);
                 return Err(match rc {
-                    rc if rc < 0 => Error::Completion {
-                        op,
-                        peer,
-                        code: -rc as i32,
-                        prov_errno: 0,
-                        msg: crate::strerror(-rc as i32),
-                    },
+                    rc if rc < 0 => Error::completion(op, peer, -rc as i32, 0),
                     _ => call_error("post", ffi::FI_EOTHER as i32),
                 });
             }

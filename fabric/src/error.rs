@@ -167,6 +167,19 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// An operation that completed with `code` (positive fi_errno).
+    pub fn completion(op: OpKind, peer: usize, code: i32, prov_errno: i32) -> Error {
+        Error::Completion {
+            op,
+            peer,
+            code,
+            prov_errno,
+            msg: strerror(code),
+        }
+    }
+}
+
 /// Result with the fabric [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

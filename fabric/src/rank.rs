@@ -656,13 +656,7 @@ impl Rank {
             match self.cq.inner.wait(*t, deadline) {
                 Outcome::Done { .. } => {}
                 Outcome::Failed { code, prov_errno } => {
-                    first_err.get_or_insert(Error::Completion {
-                        op: p.kind,
-                        peer: p.peer,
-                        code,
-                        prov_errno,
-                        msg: crate::strerror(code),
-                    });
+                    first_err.get_or_insert(Error::completion(p.kind, p.peer, code, prov_errno));
                 }
                 Outcome::TimedOut => {
                     timed_out = true;
@@ -782,49 +776,65 @@ impl Rank {
         self.execute(&mut [Op::Write { to, from: data }])
     }
 
+    /// Executes one atomic whose result lands in the u64 it is given.
+    fn one_atomic(&self, op: impl for<'a> FnOnce(&'a mut u64) -> Op<'a>) -> Result<u64> {
+        let mut out = 0;
+        self.execute(&mut [op(&mut out)])?;
+        Ok(out)
+    }
+
     /// Atomic compare-and-swap; returns the previous value (the swap
     /// happened if it equals `expected`).
     pub fn compare_and_swap(&self, at: Remote, expected: u64, new: u64) -> Result<u64> {
-        let mut old = 0;
-        self.execute(&mut [Op::CompareAndSwap {
+        self.one_atomic(|old| Op::CompareAndSwap {
             at,
             expected,
             new,
-            old: &mut old,
-        }])?;
-        Ok(old)
+            old,
+        })
     }
 
     /// Atomic fetch-and-add; returns the previous value.
     pub fn fetch_add(&self, at: Remote, delta: u64) -> Result<u64> {
-        let mut old = 0;
-        self.execute(&mut [Op::FetchAdd {
-            at,
-            delta,
-            old: &mut old,
-        }])?;
-        Ok(old)
+        self.one_atomic(|old| Op::FetchAdd { at, delta, old })
     }
 
     /// Atomic read.
     pub fn fetch(&self, at: Remote) -> Result<u64> {
-        let mut value = 0;
-        self.execute(&mut [Op::Fetch {
-            at,
-            value: &mut value,
-        }])?;
-        Ok(value)
+        self.one_atomic(|value| Op::Fetch { at, value })
     }
 
     /// Atomic swap; returns the previous value.
     pub fn swap(&self, at: Remote, new: u64) -> Result<u64> {
-        let mut old = 0;
-        self.execute(&mut [Op::Swap {
-            at,
-            new,
-            old: &mut old,
-        }])?;
-        Ok(old)
+        self.one_atomic(|old| Op::Swap { at, new, old })
+    }
+
+    /// Waits for one posted message operation and turns its outcome into a
+    /// result (the received length). On timeout the operation is cancelled
+    /// and the staging buffer retired.
+    fn settle(
+        &self,
+        t: Ticket,
+        deadline: Instant,
+        op: OpKind,
+        peer: usize,
+        staging: &mut MemoryRegion,
+    ) -> Result<usize> {
+        match self.cq.inner.wait(t, deadline) {
+            Outcome::Done { len } => Ok(len),
+            Outcome::Failed { code, prov_errno } => {
+                Err(Error::completion(op, peer, code, prov_errno))
+            }
+            Outcome::TimedOut => {
+                self.ep.cancel(t);
+                self.retire(staging)?;
+                Err(Error::Timeout {
+                    op,
+                    peer,
+                    timeout: self.cfg.timeout,
+                })
+            }
+        }
     }
 
     fn check_msg_len(&self, len: usize, staging: &MemoryRegion) -> Result<()> {
@@ -855,24 +865,8 @@ impl Rank {
                 // until completion (or retirement); ctx is a reserved slot.
                 unsafe { ffi::fi_send(ep, buf, data.len(), desc, peer.addr, ctx) }
             })?;
-        match self.cq.inner.wait(t, deadline) {
-            Outcome::Done { .. } => Ok(()),
-            Outcome::Failed { code, prov_errno } => Err(Error::Completion {
-                op: OpKind::Send,
-                peer: to,
-                code,
-                prov_errno,
-                msg: crate::strerror(code),
-            }),
-            Outcome::TimedOut => {
-                self.retire(&mut staging)?;
-                Err(Error::Timeout {
-                    op: OpKind::Send,
-                    peer: to,
-                    timeout: self.cfg.timeout,
-                })
-            }
-        }
+        self.settle(t, deadline, OpKind::Send, to, &mut staging)
+            .map(drop)
     }
 
     /// Receives one message into `buf` and returns its length. `from` is the
@@ -892,29 +886,11 @@ impl Rank {
                 // receive completes or the buffer is retired.
                 unsafe { ffi::fi_recv(ep, sbuf, len, desc, ffi::FI_ADDR_UNSPEC, ctx) }
             })?;
-        match self.cq.inner.wait(t, deadline) {
-            Outcome::Done { len: got } => {
-                let got = got.min(len);
-                staging.snapshot(0, &mut buf[..got])?;
-                Ok(got)
-            }
-            Outcome::Failed { code, prov_errno } => Err(Error::Completion {
-                op: OpKind::Recv,
-                peer: from,
-                code,
-                prov_errno,
-                msg: crate::strerror(code),
-            }),
-            Outcome::TimedOut => {
-                self.ep.cancel(t);
-                self.retire(&mut staging)?;
-                Err(Error::Timeout {
-                    op: OpKind::Recv,
-                    peer: from,
-                    timeout: self.cfg.timeout,
-                })
-            }
-        }
+        let got = self
+            .settle(t, deadline, OpKind::Recv, from, &mut staging)?
+            .min(len);
+        staging.snapshot(0, &mut buf[..got])?;
+        Ok(got)
     }
 
     /// Ends the job cleanly: waits until every rank is done with the others'

@@ -128,33 +128,14 @@ pub fn print(r: &Report) {
     println!("libfabric {} (fabkit asks for API {})", r.libfabric, r.api);
     println!();
     println!(
-        "{:<14} {:<3} {:<3} {:<18} {:<8} {:>6} {:>6}  {:<26} domains",
+        "{:<14} {:<3} {:<3} {:<11} {:<8} {:>9} {:>6}  {:<26} domains",
         "provider", "rma", "fk", "u64 atomics", "progress", "maxmsg", "inject", "mr_mode"
     );
     for p in &r.providers {
-        let atomics = match &p.atomics {
-            Some(a) if a.all() => "cas,add,fetch,swap".to_string(),
-            Some(a) => {
-                let mut v = Vec::new();
-                if a.compare_swap {
-                    v.push("cas");
-                }
-                if a.fetch_add {
-                    v.push("add");
-                }
-                if a.fetch {
-                    v.push("fetch");
-                }
-                if a.swap {
-                    v.push("swap");
-                }
-                if v.is_empty() {
-                    "none".into()
-                } else {
-                    v.join(",")
-                }
-            }
-            None => "none".into(),
+        let atomics = match p.atomics.map(|a| a.supported()) {
+            Some(v) if v.len() == 4 => "all four".to_string(),
+            Some(v) if !v.is_empty() => v.join(","),
+            _ => "none".into(),
         };
         let mr = if p.mr_mode.is_empty() {
             "-".to_string()
@@ -166,7 +147,7 @@ pub fn print(r: &Report) {
                 .join(",")
         };
         println!(
-            "{:<14} {:<3} {:<3} {:<18} {:<8} {:>6} {:>6}  {:<26} {}",
+            "{:<14} {:<3} {:<3} {:<11} {:<8} {:>9} {:>6}  {:<26} {}",
             p.provider,
             if p.rma { "yes" } else { "no" },
             if p.fabkit_rma { "yes" } else { "no" },
@@ -180,6 +161,7 @@ pub fn print(r: &Report) {
     }
     println!();
     println!("fk: fabkit can run on it (reliable-datagram endpoints with RMA).");
+    println!("u64 atomics: of compare-and-swap, fetch-add, fetch, swap (fi_query_atomic).");
     println!("progress manual: peers' one-sided operations need the target to progress;");
     println!("fabkit runs a progress thread for those ranks.");
     println!();
