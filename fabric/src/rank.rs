@@ -61,6 +61,10 @@ pub struct RankConfig {
     pub timeout: Duration,
     /// Background progress.
     pub progress: ProgressMode,
+    /// Busy-poll completion queues instead of spinning briefly and then
+    /// blocking. Only for benchmarks on otherwise idle cores (what fabtests
+    /// and perftest do); on a busy node it starves peers.
+    pub busy_poll: bool,
 }
 
 impl RankConfig {
@@ -76,6 +80,7 @@ impl RankConfig {
             window: 64,
             timeout: Duration::from_secs(10),
             progress: ProgressMode::Auto,
+            busy_poll: false,
         }
     }
 }
@@ -223,7 +228,7 @@ impl ProgressThread {
                 while !s.load(Ordering::Relaxed) {
                     // Blocks in the kernel (fi_cq_sread) where the provider
                     // has a wait object: progress without burning a core.
-                    cq.drive(Duration::from_millis(20));
+                    cq.progress_step(Duration::from_millis(20));
                 }
             })
             .map_err(|source| Error::Io {
@@ -364,6 +369,7 @@ impl Rank {
         }
         let depth = (cfg.window * 2).max(info.tx_size().min(4096)).max(256);
         let cq = CompletionQueue::open(&domain, depth)?;
+        cq.set_busy_poll(cfg.busy_poll);
         let av = AddressVector::open(&domain)?;
         let ep = Endpoint::open(&domain, &cq, &av)?;
         let region = ep.register(cfg.region_len)?;
@@ -816,6 +822,7 @@ impl Rank {
         &self,
         t: Ticket,
         deadline: Instant,
+        timeout: Duration,
         op: OpKind,
         peer: usize,
         staging: &mut MemoryRegion,
@@ -828,11 +835,7 @@ impl Rank {
             Outcome::TimedOut => {
                 self.ep.cancel(t);
                 self.retire(staging)?;
-                Err(Error::Timeout {
-                    op,
-                    peer,
-                    timeout: self.cfg.timeout,
-                })
+                Err(Error::Timeout { op, peer, timeout })
             }
         }
     }
@@ -865,29 +868,40 @@ impl Rank {
                 // until completion (or retirement); ctx is a reserved slot.
                 unsafe { ffi::fi_send(ep, buf, data.len(), desc, peer.addr, ctx) }
             })?;
-        self.settle(t, deadline, OpKind::Send, to, &mut staging)
-            .map(drop)
+        self.settle(
+            t,
+            deadline,
+            self.cfg.timeout,
+            OpKind::Send,
+            to,
+            &mut staging,
+        )
+        .map(drop)
     }
 
     /// Receives one message into `buf` and returns its length. `from` is the
     /// rank expected to send (named in a timeout error; messages are matched
     /// in arrival order from any rank).
     pub fn recv(&self, from: usize, buf: &mut [u8]) -> Result<usize> {
+        self.recv_within(from, buf, self.cfg.timeout)
+    }
+
+    /// As [`Rank::recv`], waiting at most `timeout` instead of the configured
+    /// one (for a rank that idles until a peer tells it to go on).
+    pub fn recv_within(&self, from: usize, buf: &mut [u8], timeout: Duration) -> Result<usize> {
         self.peer(from)?;
         let mut staging = self.staging.lock().unwrap();
         self.check_msg_len(buf.len(), &staging)?;
-        let deadline = Instant::now() + self.cfg.timeout;
+        let deadline = Instant::now() + timeout;
         let (ep, sbuf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
         let len = buf.len();
-        let t = self
-            .ep
-            .post(OpKind::Recv, from, deadline, self.cfg.timeout, |ctx| {
-                // SAFETY: sbuf has room for len bytes and stays alive until the
-                // receive completes or the buffer is retired.
-                unsafe { ffi::fi_recv(ep, sbuf, len, desc, ffi::FI_ADDR_UNSPEC, ctx) }
-            })?;
+        let t = self.ep.post(OpKind::Recv, from, deadline, timeout, |ctx| {
+            // SAFETY: sbuf has room for len bytes and stays alive until the
+            // receive completes or the buffer is retired.
+            unsafe { ffi::fi_recv(ep, sbuf, len, desc, ffi::FI_ADDR_UNSPEC, ctx) }
+        })?;
         let got = self
-            .settle(t, deadline, OpKind::Recv, from, &mut staging)?
+            .settle(t, deadline, timeout, OpKind::Recv, from, &mut staging)?
             .min(len);
         staging.snapshot(0, &mut buf[..got])?;
         Ok(got)

@@ -82,6 +82,11 @@ pub struct PerfArgs {
     /// Bidirectional: both ranks initiate at once; results are summed.
     #[arg(short, long)]
     pub bidir: bool,
+    /// Busy-poll completion queues, as fabtests and perftest do, instead of
+    /// spinning briefly and then blocking. Faster on idle cores; it starves
+    /// the peer when ranks share cores.
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Seconds to wait for any one operation before giving up.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -181,7 +186,13 @@ fn op_for<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op
     }
 }
 
-fn measure(r: &Rank, a: &PerfArgs, peer: usize, bytes: usize) -> Result<Raw> {
+/// Message the initiator sends idle ranks while it measures, and when done.
+const TICK: &[u8] = b"tick";
+const DONE: &[u8] = b"done";
+/// How often the initiator tells idle ranks it is alive.
+const TICK_EVERY: Duration = Duration::from_secs(1);
+
+fn measure(r: &Rank, a: &PerfArgs, peer: usize, bytes: usize, idle: &[usize]) -> Result<Raw> {
     let window = match a.pattern {
         Pattern::Lat => 1,
         Pattern::Bw => a
@@ -207,7 +218,14 @@ fn measure(r: &Rank, a: &PerfArgs, peer: usize, bytes: usize) -> Result<Raw> {
     let mut samples_ns = Vec::new();
     let start = Instant::now();
     let mut done = 0u64;
+    let mut last_tick = Instant::now();
     while done < a.iters {
+        if !idle.is_empty() && last_tick.elapsed() >= TICK_EVERY {
+            for &p in idle {
+                r.send(p, TICK)?;
+            }
+            last_tick = Instant::now();
+        }
         let count = (a.iters - done).min(window as u64) as usize;
         if a.pattern == Pattern::Lat {
             let t = Instant::now();
@@ -245,6 +263,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
     cfg.window = a.window;
     cfg.staging_len = (max.next_multiple_of(8) * a.window).clamp(1 << 16, MAX_STAGING);
     cfg.timeout = Duration::from_secs_f64(a.timeout);
+    cfg.busy_poll = a.busy_poll;
     let r = Rank::establish(cfg, boot).with_context(|| format!("setting up `{}`", a.provider))?;
     let max_msg = r.info().max_msg_size();
     if let Some(&s) = sizes.iter().find(|&&s| s > max_msg) {
@@ -256,16 +275,44 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
     let me = r.rank();
     let initiates = me == 0 || (a.bidir && me == 1);
     let peer = if me == 0 { 1 } else { 0 };
+    // Ranks that do not initiate wait for rank 0's word through the fabric,
+    // not in a barrier: MPI barriers poll, and on a small node that steals
+    // the core the measurement needs.
+    let idle: Vec<usize> = (0..r.ranks())
+        .filter(|&x| !(x == 0 || (a.bidir && x == 1)))
+        .collect();
     let mut out = Vec::new();
     for &bytes in &sizes {
         boot.barrier()?;
         if initiates {
-            out.push(measure(&r, a, peer, bytes)?);
+            let tell = if me == 0 { &idle[..] } else { &[] };
+            out.push(measure(&r, a, peer, bytes, tell)?);
+            for &p in tell {
+                r.send(p, DONE)?;
+            }
+        } else {
+            wait_for_done(&r, Duration::from_secs_f64(a.timeout))?;
         }
         boot.barrier()?;
     }
     r.finish(boot)?;
     Ok(out)
+}
+
+/// Idles until rank 0 says a size is done; its ticks prove it alive, so
+/// silence for `timeout` is an error naming it.
+fn wait_for_done(r: &Rank, timeout: Duration) -> Result<()> {
+    let mut buf = [0u8; 8];
+    loop {
+        let n = r
+            .recv_within(0, &mut buf, timeout.max(TICK_EVERY * 3))
+            .context("waiting for rank 0 to finish a size")?;
+        match &buf[..n] {
+            b if b == DONE => return Ok(()),
+            b if b == TICK => continue,
+            other => bail!("unexpected message from rank 0: {other:?}"),
+        }
+    }
 }
 
 /// Combines the initiators' raw results into points.
