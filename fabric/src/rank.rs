@@ -155,6 +155,23 @@ pub enum Op<'b> {
         /// Previous value.
         old: &'b mut u64,
     },
+    /// Send `data` as one message to rank `to`.
+    Send {
+        /// Destination rank.
+        to: usize,
+        /// Message.
+        data: &'b [u8],
+    },
+    /// Receive one message (from any rank; `from` is the rank expected, named
+    /// in errors) into `into`; `len` receives its length.
+    Recv {
+        /// Rank expected to send.
+        from: usize,
+        /// Buffer: messages longer than it are truncated.
+        into: &'b mut [u8],
+        /// Received length.
+        len: &'b mut usize,
+    },
 }
 
 impl Op<'_> {
@@ -167,6 +184,8 @@ impl Op<'_> {
             Op::FetchAdd { .. } => OpKind::FetchAdd,
             Op::Fetch { .. } => OpKind::Fetch,
             Op::Swap { .. } => OpKind::Swap,
+            Op::Send { .. } => OpKind::Send,
+            Op::Recv { .. } => OpKind::Recv,
         }
     }
 
@@ -178,13 +197,15 @@ impl Op<'_> {
             | Op::FetchAdd { at, .. }
             | Op::Fetch { at, .. }
             | Op::Swap { at, .. } => *at,
+            Op::Send { to, .. } => Remote::new(*to, 0),
+            Op::Recv { from, .. } => Remote::new(*from, 0),
         }
     }
 
     fn len(&self) -> usize {
         match self {
-            Op::Read { into, .. } => into.len(),
-            Op::Write { from, .. } => from.len(),
+            Op::Read { into, .. } | Op::Recv { into, .. } => into.len(),
+            Op::Write { from, .. } | Op::Send { data: from, .. } => from.len(),
             _ => 8,
         }
     }
@@ -494,11 +515,14 @@ impl Rank {
         })
     }
 
-    fn validate(&self, op: &Op<'_>) -> Result<()> {
+    fn validate(&self, op: &Op<'_>, staging_len: usize) -> Result<()> {
         let at = op.target();
         let kind = op.kind();
         let region_len = self.peer(at.rank)?.region.len as usize;
         let len = op.len();
+        if matches!(kind, OpKind::Send | OpKind::Recv) {
+            return self.check_msg_len(len, staging_len);
+        }
         let fits = usize::try_from(at.offset)
             .ok()
             .and_then(|o| o.checked_add(len))
@@ -551,7 +575,7 @@ impl Rank {
 
     fn execute_with(&self, staging: &mut MemoryRegion, ops: &mut [Op<'_>]) -> Result<()> {
         for op in ops.iter() {
-            self.validate(op)?;
+            self.validate(op, staging.len())?;
         }
         // Split ops into pieces no larger than a transfer or the staging buffer.
         let chunk = self
@@ -564,13 +588,15 @@ impl Rank {
         for (i, op) in ops.iter().enumerate() {
             let at = op.target();
             let (kind, len) = (op.kind(), op.len());
-            if kind.is_atomic() {
+            if kind.is_atomic() || matches!(kind, OpKind::Send | OpKind::Recv) {
+                // Atomics are one word; a message is never split (validated
+                // to fit a transfer and the staging buffer).
                 pieces.push(Piece {
                     op: i,
                     kind,
                     peer: at.rank,
                     offset: at.offset,
-                    len: 8,
+                    len,
                     user_off: 0,
                     stage_off: 0,
                 });
@@ -624,14 +650,14 @@ impl Rank {
         for p in round {
             let dst = staging.ptr_at(p.stage_off);
             let words: [u64; 2] = match &ops[p.op] {
-                Op::Write { from, .. } => {
+                Op::Write { from, .. } | Op::Send { data: from, .. } => {
                     let src = &from[p.user_off..p.user_off + p.len];
                     // SAFETY: dst has room for len bytes (planned above), and
                     // no operation using this part of staging is in flight.
                     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, p.len) };
                     continue;
                 }
-                Op::Read { .. } => continue,
+                Op::Read { .. } | Op::Recv { .. } => continue,
                 Op::CompareAndSwap { expected, new, .. } => [*new, *expected],
                 Op::FetchAdd { delta, .. } => [*delta, 0],
                 Op::Fetch { .. } => [0, 0],
@@ -658,14 +684,19 @@ impl Rank {
             }
         }
         let mut timed_out = false;
-        for (t, p) in &tickets {
+        let mut received = vec![0usize; round.len()];
+        for (i, (t, p)) in tickets.iter().enumerate() {
             match self.cq.inner.wait(*t, deadline) {
-                Outcome::Done { .. } => {}
+                Outcome::Done { len } => received[i] = len,
                 Outcome::Failed { code, prov_errno } => {
                     first_err.get_or_insert(Error::completion(p.kind, p.peer, code, prov_errno));
                 }
                 Outcome::TimedOut => {
                     timed_out = true;
+                    if p.kind == OpKind::Recv {
+                        // A receive would otherwise stay posted.
+                        self.ep.cancel(*t);
+                    }
                     first_err.get_or_insert(Error::Timeout {
                         op: p.kind,
                         peer: p.peer,
@@ -681,9 +712,17 @@ impl Rank {
             return Err(e);
         }
         // Deliver outputs.
-        for p in round {
+        for (i, p) in round.iter().enumerate() {
             let src = staging.ptr_at(p.stage_off);
             match &mut ops[p.op] {
+                Op::Recv { into, len, .. } => {
+                    let got = received[i].min(into.len());
+                    // SAFETY: the receive completed into this part of
+                    // staging, which holds at least `got` bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(src, into.as_mut_ptr(), got) };
+                    **len = got;
+                }
+                Op::Send { .. } => {}
                 Op::Read { into, .. } => {
                     let dst = &mut into[p.user_off..p.user_off + p.len];
                     // SAFETY: the read completed, so the provider no longer
@@ -729,6 +768,8 @@ impl Rank {
             match p.kind {
                 OpKind::Read => ffi::fi_read(ep, buf, p.len, desc, peer.addr, raddr, key, ctx),
                 OpKind::Write => ffi::fi_write(ep, buf, p.len, desc, peer.addr, raddr, key, ctx),
+                OpKind::Send => ffi::fi_send(ep, buf, p.len, desc, peer.addr, ctx),
+                OpKind::Recv => ffi::fi_recv(ep, buf, p.len, desc, ffi::FI_ADDR_UNSPEC, ctx),
                 OpKind::CompareAndSwap => ffi::fi_compare_atomic(
                     ep,
                     buf,
@@ -840,14 +881,14 @@ impl Rank {
         }
     }
 
-    fn check_msg_len(&self, len: usize, staging: &MemoryRegion) -> Result<()> {
-        let max = self.info.max_msg_size().min(staging.len());
+    fn check_msg_len(&self, len: usize, staging_len: usize) -> Result<()> {
+        let max = self.info.max_msg_size().min(staging_len);
         if len > max {
             return Err(Error::InvalidArgument(format!(
                 "message of {len} B exceeds the limit of {max} B (provider max_msg_size {}, \
                  staging {} B)",
                 self.info.max_msg_size(),
-                staging.len()
+                staging_len
             )));
         }
         Ok(())
@@ -857,7 +898,7 @@ impl Rank {
     pub fn send(&self, to: usize, data: &[u8]) -> Result<()> {
         let peer = *self.peer(to)?;
         let mut staging = self.staging.lock().unwrap();
-        self.check_msg_len(data.len(), &staging)?;
+        self.check_msg_len(data.len(), staging.len())?;
         staging.fill(0, data)?;
         let deadline = Instant::now() + self.cfg.timeout;
         let (ep, buf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
@@ -891,7 +932,7 @@ impl Rank {
     pub fn recv_within(&self, from: usize, buf: &mut [u8], timeout: Duration) -> Result<usize> {
         self.peer(from)?;
         let mut staging = self.staging.lock().unwrap();
-        self.check_msg_len(buf.len(), &staging)?;
+        self.check_msg_len(buf.len(), staging.len())?;
         let deadline = Instant::now() + timeout;
         let (ep, sbuf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
         let len = buf.len();

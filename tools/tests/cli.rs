@@ -233,6 +233,68 @@ fn perf_measures_every_op_and_pattern_for_real() {
             assert_sane(&v, op, &[8], 600);
             assert_eq!(v["points"][0]["bidir"], true);
         }
+        // Two-sided: windowed sends, pingpong, and both ways at once.
+        let v = perf_json(
+            fabkit(),
+            &[
+                "-p",
+                prov,
+                "-o",
+                "send",
+                "--sizes",
+                "1,184,8192",
+                "-n",
+                "300",
+            ],
+        );
+        assert_sane(&v, "send", &[1, 184, 8192], 300);
+        let v = perf_json(
+            fabkit(),
+            &[
+                "-p",
+                prov,
+                "-o",
+                "send",
+                "--pattern",
+                "lat",
+                "-s",
+                "64",
+                "-n",
+                "100",
+            ],
+        );
+        assert_sane(&v, "send", &[64], 100);
+        assert!(v["points"][0]["latency"]["p50"].as_f64().unwrap() > 0.0);
+        let v = perf_json(
+            fabkit(),
+            &["-p", prov, "-o", "send", "-b", "-s", "184", "-n", "300"],
+        );
+        assert_sane(&v, "send", &[184], 600);
+    }
+}
+
+#[test]
+fn perf_threads_share_or_own_endpoints_and_run_for_a_duration() {
+    for extra in [&[][..], &["--ep-per-thread"][..]] {
+        let mut args = vec![
+            "-p", "shm", "-o", "write", "-T", "3", "-s", "184", "-n", "200",
+        ];
+        args.extend_from_slice(extra);
+        let v = perf_json(fabkit(), &args);
+        // Each of the 3 threads did its 200 transfers.
+        assert_sane(&v, "write", &[184], 600);
+        assert_eq!(v["points"][0]["threads"], 3);
+    }
+    let v = perf_json(
+        fabkit(),
+        &["-p", "shm", "-o", "read", "-t", "0.3", "--sizes", "8,4096"],
+    );
+    assert_sane(&v, "read", &[8, 4096], 64);
+    for p in v["points"].as_array().unwrap() {
+        // Calibrated to about 0.3 s: never wildly off (not a speed test:
+        // the bound is loose on purpose).
+        let secs = p["secs"].as_f64().unwrap();
+        assert!(secs > 0.03 && secs < 3.0, "{p}");
     }
 }
 
@@ -262,6 +324,8 @@ fn perf_refuses_bad_input_with_one_line() {
         (&["perf", "-w", "0"], "--window must be at least 1"),
         (&["perf", "-n", "0"], "--iters must be at least 1"),
         (&["perf", "-p", "net", "-o", "cas"], "atomics"),
+        (&["perf", "-T", "0"], "--threads must be at least 1"),
+        (&["perf", "-t", "0"], "--duration must be a positive"),
     ];
     for (args, needle) in cases {
         let out = run(fabkit().args(*args));

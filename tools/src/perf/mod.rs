@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use fabkit_fabric::bootstrap::Bootstrap;
-use fabkit_fabric::{Op, Rank, RankConfig, Remote};
+use fabkit_fabric::{Initiator, Op, Rank, RankConfig, Remote};
 use serde::{Deserialize, Serialize};
 
 use self::stats::{Latency, Rates};
@@ -28,6 +28,9 @@ pub enum PerfOp {
     Cas,
     /// u64 fetch-and-add (fi_fetch_atomic FI_SUM).
     Fadd,
+    /// Two-sided messages (fi_send/fi_recv): pingpong for lat, a window of
+    /// sends and one acknowledgement for bw.
+    Send,
 }
 
 impl PerfOp {
@@ -41,6 +44,7 @@ impl PerfOp {
 #[serde(rename_all = "snake_case")]
 pub enum Pattern {
     /// One operation in flight; every operation timed (min/p50/p99/max).
+    /// For send: pingpong, half the round trip.
     Lat,
     /// A window of operations in flight: bandwidth and message rate.
     Bw,
@@ -70,9 +74,20 @@ pub struct PerfArgs {
     /// Comma-separated sizes, e.g. 184,189 (the DHT's records).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<usize>,
-    /// Iterations per size (timed transfers).
+    /// Iterations per size (timed transfers per thread).
     #[arg(short = 'n', long, default_value_t = 10_000)]
     pub iters: u64,
+    /// Run each size for about this many seconds instead of -n iterations
+    /// (calibrated on a short run first).
+    #[arg(short = 't', long, value_name = "SECS", conflicts_with = "iters")]
+    pub duration: Option<f64>,
+    /// Initiating threads per rank (the multithreaded RMA question).
+    #[arg(short = 'T', long, default_value_t = 1)]
+    pub threads: usize,
+    /// With -T: give each thread its own endpoint (and peer endpoint)
+    /// instead of sharing one.
+    #[arg(long)]
+    pub ep_per_thread: bool,
     /// Untimed transfers before each size.
     #[arg(long, default_value_t = 100)]
     pub warmup: u64,
@@ -123,11 +138,27 @@ impl PerfArgs {
     fn validate(&self) -> Result<()> {
         ensure!(self.iters > 0, "-n/--iters must be at least 1");
         ensure!(self.window > 0, "-w/--window must be at least 1");
+        ensure!(self.threads > 0, "-T/--threads must be at least 1");
         ensure!(
             self.timeout.is_finite() && self.timeout > 0.0,
             "--timeout must be a positive number of seconds"
         );
+        if let Some(t) = self.duration {
+            ensure!(
+                t.is_finite() && t > 0.0,
+                "-t/--duration must be a positive number of seconds"
+            );
+        }
         Ok(())
+    }
+
+    fn window_for(&self, bytes: usize) -> usize {
+        match self.pattern {
+            Pattern::Lat => 1,
+            Pattern::Bw => self
+                .window
+                .min((MAX_STAGING / 2 / bytes.next_multiple_of(8)).max(1)),
+        }
     }
 }
 
@@ -140,36 +171,64 @@ pub struct Point {
     pub pattern: Pattern,
     /// Bytes per transfer.
     pub bytes: usize,
-    /// Timed transfers (summed over initiators).
+    /// Timed transfers (summed over initiators and threads).
     pub iters: u64,
     /// Wall time of the timed part, seconds (slowest initiator).
     pub secs: f64,
-    /// Operations in flight (effective, after the staging cap).
+    /// Operations in flight per thread (effective, after the staging cap).
     pub window: usize,
+    /// Initiating threads per rank.
+    pub threads: usize,
     /// Both ranks initiated.
     pub bidir: bool,
     /// Rates (summed over initiators).
     pub rates: Rates,
-    /// Latency percentiles (pattern lat; initiator rank 0).
+    /// Latency percentiles (pattern lat; rank 0, thread 0).
     pub latency: Option<Latency>,
 }
 
-/// One initiator's raw measurement of one size.
+/// One rank's measurement of one size, summed over its threads.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Raw {
     /// Bytes per transfer.
     pub bytes: usize,
     /// Timed transfers.
     pub iters: u64,
-    /// Seconds they took.
+    /// Seconds they took (slowest thread).
     pub secs: f64,
-    /// Operations in flight.
+    /// Operations in flight per thread.
     pub window: usize,
-    /// Per-operation latencies (pattern lat), nanoseconds.
+    /// Per-operation latencies of thread 0 (pattern lat), nanoseconds.
     pub samples_ns: Vec<u64>,
 }
 
-fn op_for<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op<'b> {
+/// Message the initiator sends idle ranks while it measures, and when done.
+const TICK: &[u8] = b"tick";
+const DONE: &[u8] = b"done";
+/// How often the initiator tells idle ranks it is alive.
+const TICK_EVERY: Duration = Duration::from_secs(1);
+
+/// What one thread of a rank does for one size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Issues the measured operations (RMA, atomics, or sends).
+    Initiate,
+    /// The other side of two-sided messages: receives and acknowledges.
+    Respond,
+    /// Both sends and receives (bidirectional messages).
+    Exchange,
+}
+
+struct Job<'a> {
+    a: &'a PerfArgs,
+    peer: usize,
+    bytes: usize,
+    window: usize,
+    /// Ranks that get this thread's liveness ticks.
+    tick: &'a [usize],
+}
+
+fn rma_op<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op<'b> {
     match op {
         PerfOp::Write => Op::Write { to: at, from: buf },
         PerfOp::Read => Op::Read {
@@ -182,71 +241,190 @@ fn op_for<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op
             new: 0,
             old,
         },
-        PerfOp::Fadd => Op::FetchAdd { at, delta: 1, old },
+        PerfOp::Fadd | PerfOp::Send => Op::FetchAdd { at, delta: 1, old },
     }
 }
 
-/// Message the initiator sends idle ranks while it measures, and when done.
-const TICK: &[u8] = b"tick";
-const DONE: &[u8] = b"done";
-/// How often the initiator tells idle ranks it is alive.
-const TICK_EVERY: Duration = Duration::from_secs(1);
-
-fn measure(r: &Rank, a: &PerfArgs, peer: usize, bytes: usize, idle: &[usize]) -> Result<Raw> {
-    let window = match a.pattern {
-        Pattern::Lat => 1,
-        Pattern::Bw => a
-            .window
-            .min((MAX_STAGING / bytes.next_multiple_of(8)).max(1)),
-    };
-    let at = Remote::new(peer, 0);
-    let mut bufs: Vec<Vec<u8>> = (0..window).map(|i| vec![i as u8; bytes]).collect();
-    let mut olds = vec![0u64; window];
-    let mut run = |count: usize| -> Result<()> {
+/// One step of `count` operations in `role`: the unit both warm-up and the
+/// timed loop repeat.
+fn step(
+    init: &mut Initiator<'_>,
+    job: &Job<'_>,
+    role: Role,
+    count: usize,
+    bufs: &mut [Vec<u8>],
+) -> Result<()> {
+    let (a, peer) = (job.a, job.peer);
+    let mut lens = vec![0usize; count + 1];
+    let mut olds = vec![0u64; count];
+    let mut ack = [0u8; 1];
+    let what = || format!("{:?} of {} B with rank {peer}", a.op, job.bytes);
+    if a.op != PerfOp::Send {
+        let at = Remote::new(peer, 0);
         let mut ops: Vec<Op> = bufs
             .iter_mut()
             .zip(olds.iter_mut())
             .take(count)
-            .map(|(b, o)| op_for(a.op, at, b, o))
+            .map(|(b, o)| rma_op(a.op, at, b, o))
             .collect();
-        r.execute(&mut ops)
-            .with_context(|| format!("{:?} of {bytes} B to rank {peer}", a.op))
-    };
-    for _ in 0..a.warmup.div_ceil(window as u64) {
-        run(window)?;
+        return init.execute(&mut ops).with_context(what);
     }
-    let mut samples_ns = Vec::new();
-    let start = Instant::now();
+    let (head, tail) = lens.split_at_mut(count);
+    match (role, a.pattern) {
+        // Pingpong: send, then wait for the echo.
+        (Role::Initiate, Pattern::Lat) => {
+            let (out, back) = bufs.split_at_mut(1);
+            init.execute(&mut [Op::Send {
+                to: peer,
+                data: &out[0],
+            }])
+            .with_context(what)?;
+            init.execute(&mut [Op::Recv {
+                from: peer,
+                into: &mut back[0],
+                len: &mut tail[0],
+            }])
+            .with_context(what)
+        }
+        (Role::Respond, Pattern::Lat) => {
+            let (inb, _) = bufs.split_at_mut(1);
+            init.execute(&mut [Op::Recv {
+                from: peer,
+                into: &mut inb[0],
+                len: &mut tail[0],
+            }])
+            .with_context(what)?;
+            init.execute(&mut [Op::Send {
+                to: peer,
+                data: &inb[0],
+            }])
+            .with_context(what)
+        }
+        // A window of sends and the receiver's one-byte acknowledgement.
+        (Role::Initiate, Pattern::Bw) => {
+            let mut ops: Vec<Op> = bufs[..count]
+                .iter()
+                .map(|b| Op::Send { to: peer, data: b })
+                .collect();
+            ops.push(Op::Recv {
+                from: peer,
+                into: &mut ack,
+                len: &mut tail[0],
+            });
+            init.execute(&mut ops).with_context(what)
+        }
+        (Role::Respond, Pattern::Bw) => {
+            let mut ops: Vec<Op> = bufs[..count]
+                .iter_mut()
+                .zip(head.iter_mut())
+                .map(|(into, len)| Op::Recv {
+                    from: peer,
+                    into,
+                    len,
+                })
+                .collect();
+            init.execute(&mut ops).with_context(what)?;
+            init.execute(&mut [Op::Send {
+                to: peer,
+                data: &ack,
+            }])
+            .with_context(what)
+        }
+        // Both ways at once: a window of sends and as many receives.
+        (Role::Exchange, _) => {
+            let (out, inb) = bufs.split_at_mut(count);
+            let mut ops: Vec<Op> = out.iter().map(|b| Op::Send { to: peer, data: b }).collect();
+            ops.extend(
+                inb.iter_mut()
+                    .zip(head.iter_mut())
+                    .map(|(into, len)| Op::Recv {
+                        from: peer,
+                        into,
+                        len,
+                    }),
+            );
+            init.execute(&mut ops).with_context(what)
+        }
+    }
+}
+
+/// Runs `iters` timed operations (after warm-up) in `role` on one thread.
+fn run_thread(rank: &Rank, job: &Job<'_>, role: Role, iters: u64, warmup: u64) -> Result<Raw> {
+    let mut init = rank.initiator()?;
+    let w = job.window;
+    // Sends need a receive buffer per window slot too (exchange, pingpong).
+    let mut bufs: Vec<Vec<u8>> = (0..2 * w).map(|i| vec![i as u8; job.bytes]).collect();
     let mut done = 0u64;
-    let mut last_tick = Instant::now();
-    while done < a.iters {
-        if !idle.is_empty() && last_tick.elapsed() >= TICK_EVERY {
-            for &p in idle {
-                r.send(p, TICK)?;
-            }
-            last_tick = Instant::now();
-        }
-        let count = (a.iters - done).min(window as u64) as usize;
-        if a.pattern == Pattern::Lat {
+    let mut go = |n: u64, timed: bool, samples: &mut Vec<u64>| -> Result<()> {
+        let mut last_tick = Instant::now();
+        let mut k = 0;
+        while k < n {
+            let count = (n - k).min(w as u64) as usize;
             let t = Instant::now();
-            run(1)?;
-            samples_ns.push(t.elapsed().as_nanos() as u64);
-        } else {
-            run(count)?;
+            step(&mut init, job, role, count, &mut bufs)?;
+            if timed && job.a.pattern == Pattern::Lat && role == Role::Initiate {
+                let ns = t.elapsed().as_nanos() as u64;
+                // Pingpong reports half the round trip, as OSU does.
+                samples.push(if job.a.op == PerfOp::Send { ns / 2 } else { ns });
+            }
+            k += count as u64;
+            if last_tick.elapsed() >= TICK_EVERY {
+                for &p in job.tick {
+                    rank.send(p, TICK)?;
+                }
+                last_tick = Instant::now();
+            }
         }
-        done += count as u64;
-    }
+        Ok(())
+    };
+    let mut samples_ns = Vec::new();
+    go(warmup, false, &mut samples_ns)?;
+    let start = Instant::now();
+    go(iters, true, &mut samples_ns)?;
+    done += iters;
     Ok(Raw {
-        bytes,
+        bytes: job.bytes,
         iters: done,
         secs: start.elapsed().as_secs_f64(),
-        window,
+        window: w,
         samples_ns,
     })
 }
 
-/// Runs the sweep on one rank. Ranks 0 (and 1 with --bidir) initiate against
-/// each other; the others wait at the barriers that frame each size.
+/// Runs every thread of this rank for one size; sums their results.
+fn run_threads(eps: &[Rank], job: &Job<'_>, role: Role, iters: u64, warmup: u64) -> Result<Raw> {
+    let threads = job.a.threads;
+    let raws: Vec<Result<Raw>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let rank = &eps[t % eps.len()];
+                let job = Job {
+                    tick: if t == 0 { job.tick } else { &[] },
+                    ..*job
+                };
+                s.spawn(move || run_thread(rank, &job, role, iters, warmup))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("perf thread panicked")))
+            })
+            .collect()
+    });
+    let raws = raws.into_iter().collect::<Result<Vec<Raw>>>()?;
+    let mut sum = raws[0].clone();
+    for r in &raws[1..] {
+        sum.iters += r.iters;
+        sum.secs = sum.secs.max(r.secs);
+    }
+    Ok(sum)
+}
+
+/// Runs the sweep on one rank. Rank 0 initiates against rank 1 (with
+/// --bidir both do; for send, rank 1 receives and acknowledges). Other
+/// ranks idle until rank 0 tells them a size is done.
 pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
     a.validate()?;
     let sizes = a.size_list()?;
@@ -261,42 +439,102 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
     cfg.atomics = a.op.is_atomic();
     cfg.region_len = max.next_multiple_of(4096);
     cfg.window = a.window;
-    cfg.staging_len = (max.next_multiple_of(8) * a.window).clamp(1 << 16, MAX_STAGING);
+    cfg.staging_len = (max.next_multiple_of(8) * 2 * a.window).clamp(1 << 16, MAX_STAGING);
     cfg.timeout = Duration::from_secs_f64(a.timeout);
     cfg.busy_poll = a.busy_poll;
-    let r = Rank::establish(cfg, boot).with_context(|| format!("setting up `{}`", a.provider))?;
-    let max_msg = r.info().max_msg_size();
+    // Every endpoint is established collectively, in the same order on all
+    // ranks, so thread t's endpoint pairs with the peer's endpoint t.
+    let n_eps = if a.ep_per_thread { a.threads } else { 1 };
+    let eps = (0..n_eps)
+        .map(|_| Rank::establish(cfg.clone(), boot))
+        .collect::<fabkit_fabric::Result<Vec<Rank>>>()
+        .with_context(|| format!("setting up `{}`", a.provider))?;
+    let max_msg = eps[0].info().max_msg_size();
     if let Some(&s) = sizes.iter().find(|&&s| s > max_msg) {
         bail!(
             "size {s} B exceeds provider `{}`'s max_msg_size of {max_msg} B; use smaller sizes",
             a.provider
         );
     }
-    let me = r.rank();
-    let initiates = me == 0 || (a.bidir && me == 1);
+    let me = boot.rank();
+    let role = match (me, a.bidir, a.op) {
+        (0, false, _) => Some(Role::Initiate),
+        (0 | 1, true, PerfOp::Send) => Some(Role::Exchange),
+        (0 | 1, true, _) => Some(Role::Initiate),
+        (1, false, PerfOp::Send) => Some(Role::Respond),
+        _ => None,
+    };
     let peer = if me == 0 { 1 } else { 0 };
-    // Ranks that do not initiate wait for rank 0's word through the fabric,
-    // not in a barrier: MPI barriers poll, and on a small node that steals
-    // the core the measurement needs.
-    let idle: Vec<usize> = (0..r.ranks())
-        .filter(|&x| !(x == 0 || (a.bidir && x == 1)))
+    // Ranks without a role wait for rank 0's word through the fabric, not in
+    // a barrier: MPI barriers poll, and on a small node that steals the core
+    // the measurement needs.
+    let idle: Vec<usize> = (0..boot.size())
+        .filter(|&x| !(x == 0 || (x == 1 && (a.bidir || a.op == PerfOp::Send))))
         .collect();
     let mut out = Vec::new();
     for &bytes in &sizes {
+        let window = a.window_for(bytes);
+        let job = Job {
+            a,
+            peer,
+            bytes,
+            window,
+            tick: if me == 0 { &idle } else { &[] },
+        };
+        let iters = match a.duration {
+            None => a.iters,
+            Some(secs) => calibrate(&eps, &job, role, secs, boot)?,
+        };
         boot.barrier()?;
-        if initiates {
-            let tell = if me == 0 { &idle[..] } else { &[] };
-            out.push(measure(&r, a, peer, bytes, tell)?);
-            for &p in tell {
-                r.send(p, DONE)?;
+        match role {
+            Some(role) => {
+                out.push(run_threads(&eps, &job, role, iters, a.warmup)?);
+                if me == 0 {
+                    for &p in &idle {
+                        eps[0].send(p, DONE)?;
+                    }
+                }
             }
-        } else {
-            wait_for_done(&r, Duration::from_secs_f64(a.timeout))?;
+            None => wait_for_done(&eps[0], Duration::from_secs_f64(a.timeout))?,
         }
         boot.barrier()?;
     }
-    r.finish(boot)?;
-    Ok(out)
+    for r in eps {
+        r.finish(boot)?;
+    }
+    Ok(out.into_iter().filter(|r| r.iters > 0).collect())
+}
+
+/// -t: times growing probe runs until one lasts a tenth of `secs`, then
+/// tells every rank how many iterations fill `secs` (receivers of messages
+/// must run the same count). Rank 0 decides; every rank runs each probe.
+fn calibrate(
+    eps: &[Rank],
+    job: &Job<'_>,
+    role: Option<Role>,
+    secs: f64,
+    boot: &dyn Bootstrap,
+) -> Result<u64> {
+    let quiet = Job { tick: &[], ..*job };
+    let mut probe = job.window as u64;
+    loop {
+        boot.barrier()?;
+        let took = match role {
+            Some(role) => run_threads(eps, &quiet, role, probe, 0)?.secs,
+            None => 0.0,
+        };
+        // Rank 0's verdict: 0 = probe more (4x), else the iteration count.
+        let verdict = if took >= secs / 10.0 || probe >= 1 << 40 {
+            ((secs / took.max(1e-9)) * probe as f64).max(job.window as f64) as u64
+        } else {
+            0
+        };
+        let all = boot.allgather(&verdict.to_le_bytes())?;
+        match u64::from_le_bytes(all[0][..8].try_into().unwrap()) {
+            0 => probe *= 4,
+            n => return Ok(n),
+        }
+    }
 }
 
 /// Idles until rank 0 says a size is done; its ticks prove it alive, so
@@ -317,7 +555,14 @@ fn wait_for_done(r: &Rank, timeout: Duration) -> Result<()> {
 
 /// Combines the initiators' raw results into points.
 pub fn combine(a: &PerfArgs, per_rank: &[Vec<Raw>]) -> Vec<Point> {
-    let initiators: Vec<&Vec<Raw>> = per_rank.iter().filter(|v| !v.is_empty()).collect();
+    // With send, rank 1 responds: only rank 0 (and rank 1 when both ways)
+    // counts as an initiator.
+    let initiators: Vec<&Vec<Raw>> = per_rank
+        .iter()
+        .enumerate()
+        .filter(|(r, v)| !v.is_empty() && (*r == 0 || a.bidir))
+        .map(|(_, v)| v)
+        .collect();
     let Some(first) = initiators.first() else {
         return Vec::new();
     };
@@ -336,6 +581,7 @@ pub fn combine(a: &PerfArgs, per_rank: &[Vec<Raw>]) -> Vec<Point> {
                 iters: raws.iter().map(|x| x.iters).sum(),
                 secs: raws.iter().map(|x| x.secs).fold(0.0, f64::max),
                 window: raws[0].window,
+                threads: a.threads,
                 bidir: a.bidir,
                 rates,
                 latency: Latency::from_nanos(&raws[0].samples_ns),

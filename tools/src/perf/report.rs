@@ -179,6 +179,7 @@ mod tests {
             iters,
             secs,
             window: 64,
+            threads: 1,
             bidir: false,
             rates: Rates::new(bytes, iters, secs),
             latency: (pattern == Pattern::Lat)
