@@ -142,6 +142,16 @@ pub enum Error {
         /// Number of ranks.
         ranks: usize,
     },
+    /// An MPI call returned an error.
+    #[error("{call} failed: {msg} (MPI error {code})")]
+    Mpi {
+        /// The MPI function.
+        call: &'static str,
+        /// Its return code.
+        code: i32,
+        /// `MPI_Error_string` of it.
+        msg: String,
+    },
     /// Bad argument from the caller.
     #[error("{0}")]
     InvalidArgument(String),

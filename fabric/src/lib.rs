@@ -42,6 +42,8 @@ pub mod domain;
 pub mod ep;
 pub mod error;
 pub mod info;
+#[cfg(feature = "mpi")]
+pub mod mpi_rma;
 pub mod mr;
 pub mod rank;
 

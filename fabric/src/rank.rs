@@ -189,7 +189,7 @@ impl Op<'_> {
         }
     }
 
-    fn target(&self) -> Remote {
+    pub(crate) fn target(&self) -> Remote {
         match self {
             Op::Read { from, .. } => *from,
             Op::Write { to, .. } => *to,
@@ -202,7 +202,7 @@ impl Op<'_> {
         }
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Op::Read { into, .. } | Op::Recv { into, .. } => into.len(),
             Op::Write { from, .. } | Op::Send { data: from, .. } => from.len(),

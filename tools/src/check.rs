@@ -9,6 +9,62 @@ use fabkit_fabric::bootstrap::Bootstrap;
 use fabkit_fabric::{Op, Rank, RankConfig, Remote};
 use serde::{Deserialize, Serialize};
 
+/// What the checks run against: anything that executes batches of one-sided
+/// operations on a job's ranks (a fabric [`Rank`], or an MPI window).
+pub trait Rma {
+    /// This rank.
+    fn me(&self) -> usize;
+    /// Number of ranks.
+    fn ranks(&self) -> usize;
+    /// Executes a batch; returns when all completed.
+    fn run(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()>;
+
+    /// One write.
+    fn write(&self, to: Remote, data: &[u8]) -> fabkit_fabric::Result<()> {
+        self.run(&mut [Op::Write { to, from: data }])
+    }
+    /// One read.
+    fn read(&self, from: Remote, into: &mut [u8]) -> fabkit_fabric::Result<()> {
+        self.run(&mut [Op::Read { from, into }])
+    }
+    /// One atomic; returns the u64 it reports.
+    fn atomic(&self, make: &dyn Fn(&mut u64) -> Op<'_>) -> fabkit_fabric::Result<u64> {
+        let mut out = 0;
+        self.run(&mut [make(&mut out)])?;
+        Ok(out)
+    }
+}
+
+impl Rma for Rank {
+    fn me(&self) -> usize {
+        self.rank()
+    }
+    fn ranks(&self) -> usize {
+        Rank::ranks(self)
+    }
+    fn run(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
+        self.execute(ops)
+    }
+}
+
+fn fetch(r: &dyn Rma, at: Remote) -> fabkit_fabric::Result<u64> {
+    r.atomic(&|value| Op::Fetch { at, value })
+}
+fn swap(r: &dyn Rma, at: Remote, new: u64) -> fabkit_fabric::Result<u64> {
+    r.atomic(&|old| Op::Swap { at, new, old })
+}
+fn fetch_add(r: &dyn Rma, at: Remote, delta: u64) -> fabkit_fabric::Result<u64> {
+    r.atomic(&|old| Op::FetchAdd { at, delta, old })
+}
+fn cas(r: &dyn Rma, at: Remote, expected: u64, new: u64) -> fabkit_fabric::Result<u64> {
+    r.atomic(&|old| Op::CompareAndSwap {
+        at,
+        expected,
+        new,
+        old,
+    })
+}
+
 /// Transfer sizes checked: single bytes, the DHT's 184 B records, a page,
 /// and one larger than a typical staging chunk.
 pub const SIZES: &[usize] = &[1, 8, 184, 4096, 65_536, 1 << 20];
@@ -78,13 +134,13 @@ fn timed(name: &str, f: impl FnOnce() -> Result<String>) -> CheckOutcome {
     }
 }
 
-fn rma_every_peer(r: &Rank) -> Result<String> {
+fn rma_every_peer(r: &dyn Rma) -> Result<String> {
     let n = r.ranks();
     let mut transfers = 0;
     for peer in 0..n {
-        let mut off = (block_len() * r.rank()) as u64;
+        let mut off = (block_len() * r.me()) as u64;
         for &len in SIZES {
-            let data: Vec<u8> = (0..len).map(|i| pattern(r.rank(), peer, i)).collect();
+            let data: Vec<u8> = (0..len).map(|i| pattern(r.me(), peer, i)).collect();
             r.write(Remote::new(peer, off), &data)
                 .with_context(|| format!("write {len} B to rank {peer}"))?;
             let mut back = vec![0u8; len];
@@ -104,11 +160,11 @@ fn rma_every_peer(r: &Rank) -> Result<String> {
     Ok(format!("{transfers} transfers of 1 B..1 MiB, every peer"))
 }
 
-fn atomics_every_peer(r: &Rank) -> Result<String> {
+fn atomics_every_peer(r: &dyn Rma) -> Result<String> {
     let n = r.ranks();
     for peer in 0..n {
         // Word private to this (writer, target) pair.
-        let w = Remote::new(peer, words_base(n) + 64 + 8 * r.rank() as u64);
+        let w = Remote::new(peer, words_base(n) + 64 + 8 * r.me() as u64);
         let expect = |what: &str, got: u64, want: u64| -> Result<()> {
             ensure!(
                 got == want,
@@ -116,26 +172,18 @@ fn atomics_every_peer(r: &Rank) -> Result<String> {
             );
             Ok(())
         };
-        expect("fetch of a fresh word", r.fetch(w)?, 0)?;
-        expect("swap", r.swap(w, 40)?, 0)?;
-        expect("fetch-add", r.fetch_add(w, 2)?, 40)?;
-        expect(
-            "failing compare-and-swap",
-            r.compare_and_swap(w, 1, 99)?,
-            42,
-        )?;
-        expect("fetch after failing CAS", r.fetch(w)?, 42)?;
-        expect(
-            "succeeding compare-and-swap",
-            r.compare_and_swap(w, 42, 7)?,
-            42,
-        )?;
-        expect("fetch after CAS", r.fetch(w)?, 7)?;
+        expect("fetch of a fresh word", fetch(r, w)?, 0)?;
+        expect("swap", swap(r, w, 40)?, 0)?;
+        expect("fetch-add", fetch_add(r, w, 2)?, 40)?;
+        expect("failing compare-and-swap", cas(r, w, 1, 99)?, 42)?;
+        expect("fetch after failing CAS", fetch(r, w)?, 42)?;
+        expect("succeeding compare-and-swap", cas(r, w, 42, 7)?, 42)?;
+        expect("fetch after CAS", fetch(r, w)?, 7)?;
     }
     Ok(format!("fetch, swap, fetch-add, CAS on {n} ranks"))
 }
 
-fn counter_race(r: &Rank, boot: &dyn Bootstrap) -> Result<String> {
+fn counter_race(r: &dyn Rma, boot: &dyn Bootstrap) -> Result<String> {
     let n = r.ranks();
     let counter = Remote::new(n - 1, words_base(n));
     let mut olds = vec![0u64; ADDS_PER_RANK as usize];
@@ -147,7 +195,7 @@ fn counter_race(r: &Rank, boot: &dyn Bootstrap) -> Result<String> {
             old: o,
         })
         .collect();
-    r.execute(&mut ops)?;
+    r.run(&mut ops)?;
     drop(ops);
     olds.sort_unstable();
     olds.dedup();
@@ -156,17 +204,17 @@ fn counter_race(r: &Rank, boot: &dyn Bootstrap) -> Result<String> {
         "two fetch-adds returned the same old value: adds are not atomic"
     );
     boot.barrier()?;
-    let total = r.fetch(counter)?;
+    let total = fetch(r, counter)?;
     let want = n as u64 * ADDS_PER_RANK;
     ensure!(total == want, "counter is {total} after {want} fetch-adds");
     Ok(format!("{want} concurrent fetch-adds, exact sum"))
 }
 
-fn cas_race(r: &Rank, boot: &dyn Bootstrap) -> Result<String> {
+fn cas_race(r: &dyn Rma, boot: &dyn Bootstrap) -> Result<String> {
     let n = r.ranks();
     let word = Remote::new(0, words_base(n) + 8);
-    let mine = r.rank() as u64 + 1;
-    let old = r.compare_and_swap(word, 0, mine)?;
+    let mine = r.me() as u64 + 1;
+    let old = cas(r, word, 0, mine)?;
     let all = boot.allgather(&old.to_le_bytes())?;
     let olds: Vec<u64> = all
         .iter()
@@ -186,18 +234,24 @@ fn cas_race(r: &Rank, boot: &dyn Bootstrap) -> Result<String> {
     Ok(format!("one winner (rank {}) of {n}", winners[0]))
 }
 
-/// Runs every check on this rank.
-pub fn run_rank(cfg: RankConfig, boot: &dyn Bootstrap) -> Result<RankReport> {
-    let provider = cfg.provider.clone();
-    let r = Rank::establish(cfg, boot).with_context(|| format!("setting up `{provider}`"))?;
+/// Runs every check on this rank, against `r`.
+fn run_checks(r: &dyn Rma, boot: &dyn Bootstrap) -> Result<Vec<CheckOutcome>> {
     let mut checks = vec![
-        timed("write + read back", || rma_every_peer(&r)),
-        timed("u64 atomics", || atomics_every_peer(&r)),
+        timed("write + read back", || rma_every_peer(r)),
+        timed("u64 atomics", || atomics_every_peer(r)),
     ];
     // The races are collective: every rank must reach them.
     boot.barrier()?;
-    checks.push(timed("fetch-add race", || counter_race(&r, boot)));
-    checks.push(timed("compare-and-swap race", || cas_race(&r, boot)));
+    checks.push(timed("fetch-add race", || counter_race(r, boot)));
+    checks.push(timed("compare-and-swap race", || cas_race(r, boot)));
+    Ok(checks)
+}
+
+/// Runs every check on this rank over libfabric.
+pub fn run_rank(cfg: RankConfig, boot: &dyn Bootstrap) -> Result<RankReport> {
+    let provider = cfg.provider.clone();
+    let r = Rank::establish(cfg, boot).with_context(|| format!("setting up `{provider}`"))?;
+    let checks = run_checks(&r, boot)?;
     let report = RankReport {
         rank: r.rank(),
         provider: r.info().provider(),
@@ -209,6 +263,58 @@ pub fn run_rank(cfg: RankConfig, boot: &dyn Bootstrap) -> Result<RankReport> {
     r.finish(boot)?;
     Ok(report)
 }
+
+#[cfg(feature = "mpi")]
+mod over_mpi {
+    use std::cell::RefCell;
+
+    use super::*;
+    use fabkit_fabric::bootstrap::MpiBootstrap;
+    use fabkit_fabric::mpi_rma::{Sync, Window, WindowKind};
+
+    struct MpiRma {
+        win: RefCell<Window>,
+        me: usize,
+        ranks: usize,
+    }
+
+    impl Rma for MpiRma {
+        fn me(&self) -> usize {
+            self.me
+        }
+        fn ranks(&self) -> usize {
+            self.ranks
+        }
+        fn run(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
+            self.win.borrow_mut().execute(Sync::LockAll, ops)
+        }
+    }
+
+    /// Runs every check on this rank over an MPI window (lock_all + flush).
+    pub fn run_rank_mpi(kind: WindowKind, boot: &MpiBootstrap) -> Result<RankReport> {
+        let n = boot.size();
+        let win = Window::new(boot.world(), region_len(n), kind)?;
+        let r = MpiRma {
+            win: RefCell::new(win),
+            me: boot.rank(),
+            ranks: n,
+        };
+        let checks = run_checks(&r, boot)?;
+        r.win.borrow_mut().unlock_all()?;
+        boot.barrier()?;
+        Ok(RankReport {
+            rank: r.me,
+            provider: format!("mpi osc={}", crate::mpiperf::osc_in_force()),
+            domain: format!("{kind:?} window").to_lowercase(),
+            progress_thread: false,
+            waits_block: false,
+            checks,
+        })
+    }
+}
+
+#[cfg(feature = "mpi")]
+pub use over_mpi::run_rank_mpi;
 
 /// The configuration `check` uses for `provider` and `ranks`.
 pub fn config(
@@ -227,16 +333,22 @@ pub fn config(
 /// Prints the human summary; returns whether everything passed.
 pub fn print_summary(reports: &[RankReport], launch: &str) -> bool {
     let first = &reports[0];
+    let how = if first.provider.starts_with("mpi") {
+        String::new()
+    } else {
+        format!(
+            "; progress thread: {}; waits: {}",
+            if first.progress_thread { "yes" } else { "no" },
+            if first.waits_block {
+                "block on CQ"
+            } else {
+                "poll with naps"
+            }
+        )
+    };
     println!(
-        "fabkit check: provider {} (domain {}), {launch}; progress thread: {}; waits: {}",
-        first.provider,
-        first.domain,
-        if first.progress_thread { "yes" } else { "no" },
-        if first.waits_block {
-            "block on CQ"
-        } else {
-            "poll with naps"
-        }
+        "fabkit check: {} on {}, {launch}{how}",
+        first.provider, first.domain
     );
     let mut all_ok = true;
     for (i, c) in first.checks.iter().enumerate() {

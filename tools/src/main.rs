@@ -6,6 +6,8 @@
 mod check;
 mod info;
 mod launch;
+#[cfg(feature = "mpi")]
+mod mpiperf;
 mod perf;
 mod verbs;
 
@@ -66,6 +68,13 @@ enum Cmd {
     /// Rank 0 initiates against rank 1 (with -b both do, and rates are
     /// summed). In-process by default; under mpirun use -n 2 processes.
     Perf(perf::PerfArgs),
+    /// The same measurements through MPI one-sided RMA (MPI_Put, MPI_Get,
+    /// MPI_Compare_and_swap, MPI_Fetch_and_op), with a chosen synchronisation
+    /// (lock-all + flush, lock/unlock, fence, PSCW) and window kind
+    /// (MPI_Win_allocate or MPI_Win_create). Run under mpirun with 2+ ranks;
+    /// the output matches `fabkit perf`, so the two can be compared.
+    #[cfg(feature = "mpi")]
+    MpiPerf(mpiperf::MpiPerfArgs),
     /// The embedded default job: `info`, then `check` with 4 in-process ranks
     /// on every provider here that offers RMA and atomics.
     Demo {
@@ -93,6 +102,12 @@ struct CheckArgs {
     /// Also write the full per-rank report as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Check MPI one-sided RMA (MPI_Put/Get/Compare_and_swap/Fetch_and_op on
+    /// a window of this kind, lock_all + flush) instead of libfabric. Under
+    /// mpirun only.
+    #[cfg(feature = "mpi")]
+    #[arg(long, value_name = "KIND", value_enum)]
+    mpi: Option<mpiperf::WinArg>,
 }
 
 fn timeout(secs: f64) -> Result<Duration> {
@@ -108,13 +123,43 @@ fn run_check(args: &CheckArgs) -> Result<bool> {
     let to = timeout(args.timeout)?;
     let mut all_ok = true;
     let mut json = Vec::new();
-    for prov in &args.providers {
+    #[cfg(feature = "mpi")]
+    let mpi_kind = args.mpi.map(|w| match w {
+        mpiperf::WinArg::Allocate => fabkit_fabric::mpi_rma::WindowKind::Allocate,
+        mpiperf::WinArg::Create => fabkit_fabric::mpi_rma::WindowKind::Create,
+    });
+    #[cfg(not(feature = "mpi"))]
+    let mpi_kind: Option<()> = None;
+    let providers = if mpi_kind.is_some() {
+        vec!["mpi".to_string()]
+    } else {
+        args.providers.clone()
+    };
+    for prov in &providers {
         let provider = prov.clone();
         let domain = args.domain.clone();
-        let reports = launch.run(to, |boot| {
-            let cfg = check::config(&provider, domain.clone(), boot.size(), to);
-            check::run_rank(cfg, boot)
-        })?;
+        let reports = match (&launch, mpi_kind) {
+            #[cfg(feature = "mpi")]
+            (Launch::Mpi(boot), Some(kind)) => {
+                let mine = serde_json::to_vec(&check::run_rank_mpi(kind, boot)?)?;
+                let all = fabkit_fabric::bootstrap::Bootstrap::allgather(boot, &mine)?;
+                (fabkit_fabric::bootstrap::Bootstrap::rank(boot) == 0)
+                    .then(|| {
+                        all.iter()
+                            .map(|b| serde_json::from_slice(b))
+                            .collect::<Result<Vec<check::RankReport>, _>>()
+                    })
+                    .transpose()?
+            }
+            (_, Some(_)) => anyhow::bail!(
+                "--mpi checks MPI one-sided RMA and runs under an MPI launcher: \
+                 mpirun -n 2 fabkit check --mpi allocate"
+            ),
+            (_, None) => launch.run(to, |boot| {
+                let cfg = check::config(&provider, domain.clone(), boot.size(), to);
+                check::run_rank(cfg, boot)
+            })?,
+        };
         let Some(reports) = reports else { continue };
         all_ok &= check::print_summary(&reports, &launch.describe(reports.len()));
         json.push(serde_json::json!({
@@ -154,36 +199,99 @@ fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
     let Some(per_rank) = per_rank else {
         return Ok(true);
     };
-    let points = perf::combine(args, &per_rank);
-    let info = fabkit_fabric::info::find(
-        &fabkit_fabric::Hints::new(args.provider.clone(), fabkit_fabric::Caps::RMA),
-        true,
+    let points = perf::combine(args, args.threads, &per_rank);
+    let domain = args.domain.clone().unwrap_or_else(|| {
+        fabkit_fabric::info::find(
+            &fabkit_fabric::Hints::new(args.provider.clone(), fabkit_fabric::Caps::RMA),
+            true,
+        )
+        .map(|i| i.domain_name())
+        .unwrap_or_default()
+    });
+    let method = format!(
+        "libfabric {} on {domain}, threads {}{}{}",
+        args.provider,
+        args.threads,
+        if args.ep_per_thread {
+            " (endpoint per thread)"
+        } else {
+            ""
+        },
+        if args.busy_poll { ", busy-poll" } else { "" }
+    );
+    emit(
+        &args.sweep,
+        &launch.describe(per_rank.len()),
+        &args.provider,
+        &method,
+        points,
     )
-    .map(|i| i.domain_name())
-    .unwrap_or_default();
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi_perf(args: &mpiperf::MpiPerfArgs) -> Result<bool> {
+    let launch = Launch::detect(2)?;
+    let Launch::Mpi(boot) = &launch else {
+        anyhow::bail!(
+            "mpi-perf runs under an MPI launcher: mpirun -n 2 fabkit mpi-perf ... \
+             (as root add --allow-run-as-root; on few cores --oversubscribe)"
+        );
+    };
+    let raws = mpiperf::run_rank(args, boot)?;
+    let all = fabkit_fabric::bootstrap::Bootstrap::allgather(boot, &serde_json::to_vec(&raws)?)?;
+    if fabkit_fabric::bootstrap::Bootstrap::rank(boot) != 0 {
+        return Ok(true);
+    }
+    let per_rank: Vec<Vec<perf::Raw>> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<Result<_, _>>()?;
+    let points = perf::combine(args, 1, &per_rank);
+    let osc = mpiperf::osc_in_force();
+    let method = format!(
+        "MPI one-sided, osc {osc}, window {:?}, sync {:?}",
+        args.win, args.sync
+    )
+    .to_lowercase();
+    emit(
+        &args.sweep,
+        &launch.describe(per_rank.len()),
+        &format!("mpi osc={osc}"),
+        &method,
+        points,
+    )
+}
+
+/// Prints the table and writes JSON/CSV for a perf or mpi-perf run.
+fn emit(
+    sweep: &perf::SweepArgs,
+    launch: &str,
+    provider: &str,
+    method: &str,
+    points: Vec<perf::Point>,
+) -> Result<bool> {
     let meta = perf::report::Meta {
-        provider: args.provider.clone(),
-        domain: args.domain.clone().unwrap_or(info),
-        launch: launch.describe(per_rank.len()),
+        provider: provider.to_string(),
+        method: method.to_string(),
+        launch: launch.to_string(),
         host: fabkit_fabric::bootstrap::hostname(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        commit: option_env!("FABKIT_COMMIT").unwrap_or("unknown").into(),
         fabkit: env!("CARGO_PKG_VERSION").into(),
     };
     let report = perf::report::Report::new(meta, points);
     println!(
-        "# fabkit perf: {:?} {:?}{} on {} ({}), {}",
-        args.op,
-        args.pattern,
-        if args.bidir { " bidirectional" } else { "" },
-        report.meta.provider,
-        report.meta.domain,
-        report.meta.launch
+        "# fabkit: {:?} {:?}{} | {} | {launch}",
+        sweep.op,
+        sweep.pattern,
+        if sweep.bidir { " bidirectional" } else { "" },
+        method
     );
     print!("{}", report.table());
-    if let Some(p) = &args.json {
+    if let Some(p) = &sweep.json {
         write_out(p, &(serde_json::to_string_pretty(&report)? + "\n"))?;
     }
-    if let Some(p) = &args.csv {
+    if let Some(p) = &sweep.csv {
         write_out(p, &report.csv())?;
     }
     Ok(true)
@@ -201,6 +309,19 @@ fn set_default_env() {
 fn main() -> ExitCode {
     set_default_env();
     let cli = Cli::parse();
+    // MCA parameters are read at MPI_Init: set the one-sided components
+    // before it, unless the user or mpirun --mca chose already.
+    #[cfg(feature = "mpi")]
+    if std::env::var_os("OMPI_MCA_osc").is_none() {
+        let osc = match &cli.cmd {
+            Cmd::MpiPerf(args) => Some(args.osc.as_str()),
+            Cmd::Check(args) if args.mpi.is_some() => Some("sm,pt2pt"),
+            _ => None,
+        };
+        if let Some(osc) = osc {
+            std::env::set_var("OMPI_MCA_osc", osc);
+        }
+    }
     let result = match &cli.cmd {
         Cmd::Info { provider, json } => info::gather(provider.as_deref()).and_then(|r| {
             if *json {
@@ -217,6 +338,8 @@ fn main() -> ExitCode {
         }),
         Cmd::Check(args) => run_check(args),
         Cmd::Perf(args) => run_perf(args),
+        #[cfg(feature = "mpi")]
+        Cmd::MpiPerf(args) => run_mpi_perf(args),
         Cmd::Demo { ranks } => info::gather(None).and_then(|r| {
             info::print(&r);
             println!();
@@ -233,6 +356,8 @@ fn main() -> ExitCode {
                 ranks: *ranks,
                 timeout: 10.0,
                 json: None,
+                #[cfg(feature = "mpi")]
+                mpi: None,
             })
         }),
     };

@@ -131,6 +131,20 @@ fn check_passes_across_processes_under_mpirun() {
 }
 
 #[test]
+fn check_verifies_mpi_one_sided_rma_on_both_window_kinds() {
+    for win in ["allocate", "create"] {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("check.json");
+        let out = run(mpirun(3).args(["check", "--mpi", win, "--json"]).arg(&json));
+        assert!(out.status.success(), "{}", stdout(&out));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v[0]["ok"], true, "{v:#}");
+        assert_eq!(v[0]["ranks"], 3);
+        assert!(v[0]["reports"][0]["domain"].as_str().unwrap().contains(win));
+    }
+}
+
+#[test]
 fn bad_input_is_one_clear_line_and_a_nonzero_exit() {
     let cases: &[(&[&str], &str)] = &[
         (&["check", "-p", "nosuch"], "available: "),
@@ -163,12 +177,16 @@ fn a_failing_rank_under_mpirun_ends_the_job_instead_of_hanging() {
     assert!(err.contains("nosuch"), "{err}");
 }
 
-/// Runs `fabkit perf` with `args` (through `launcher` if given) and returns
-/// its JSON report.
-fn perf_json(mut cmd: Command, args: &[&str]) -> Value {
+/// Runs `fabkit perf` with `args` and returns its JSON report.
+fn perf_json(cmd: Command, args: &[&str]) -> Value {
+    sub_json(cmd, "perf", args)
+}
+
+/// Runs a measuring subcommand with `args` and returns its JSON report.
+fn sub_json(mut cmd: Command, sub: &str, args: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("perf.json");
-    let out = run(cmd.arg("perf").args(args).arg("--json").arg(&json));
+    let out = run(cmd.arg(sub).args(args).arg("--json").arg(&json));
     assert!(out.status.success(), "perf {args:?}: {}", stdout(&out));
     assert!(stdout(&out).contains("Mxfers/sec"), "{}", stdout(&out));
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
@@ -333,4 +351,64 @@ fn perf_refuses_bad_input_with_one_line() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn mpi_perf_runs_every_sync_and_window_kind() {
+    for sync in ["lock-all", "lock", "lock-exclusive", "fence", "pscw"] {
+        for win in ["allocate", "create"] {
+            let args = [
+                "-o", "write", "--sync", sync, "--win", win, "--sizes", "8,184", "-n", "200",
+            ];
+            let v = sub_json(mpirun(2), "mpi-perf", &args);
+            assert_sane(&v, "write", &[8, 184], 200);
+            let method = v["meta"]["method"].as_str().unwrap();
+            assert!(
+                method.contains("osc sm,pt2pt") && method.contains(win),
+                "{method}"
+            );
+        }
+    }
+}
+
+#[test]
+fn mpi_perf_measures_reads_atomics_both_ways_and_latency() {
+    for op in ["read", "cas", "fadd"] {
+        let v = sub_json(mpirun(2), "mpi-perf", &["-o", op, "-n", "300"]);
+        let bytes = if op == "read" { 184 } else { 8 };
+        assert_sane(&v, op, &[bytes], 300);
+    }
+    let v = sub_json(
+        mpirun(2),
+        "mpi-perf",
+        &["-o", "fadd", "--sync", "fence", "-b", "-n", "300"],
+    );
+    assert_sane(&v, "fadd", &[8], 600);
+    // A third rank only takes part in the epochs (PSCW target is rank 1).
+    let v = sub_json(
+        mpirun(3),
+        "mpi-perf",
+        &[
+            "-o",
+            "write",
+            "--sync",
+            "pscw",
+            "--pattern",
+            "lat",
+            "-s",
+            "64",
+            "-n",
+            "100",
+        ],
+    );
+    assert_sane(&v, "write", &[64], 100);
+    assert!(v["points"][0]["latency"]["p99"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn mpi_perf_outside_a_launcher_says_how_to_run_it() {
+    let out = run(fabkit().args(["mpi-perf", "-n", "10"]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mpirun -n 2 fabkit mpi-perf"), "{err}");
 }

@@ -34,7 +34,8 @@ pub enum PerfOp {
 }
 
 impl PerfOp {
-    fn is_atomic(self) -> bool {
+    /// True for the u64 atomics.
+    pub fn is_atomic(self) -> bool {
         matches!(self, PerfOp::Cas | PerfOp::Fadd)
     }
 }
@@ -50,15 +51,10 @@ pub enum Pattern {
     Bw,
 }
 
-/// `fabkit perf` options.
+/// What to sweep: shared by `fabkit perf` and `fabkit mpi-perf`, so the two
+/// take the same flags and print the same table.
 #[derive(Args, Debug, Clone)]
-pub struct PerfArgs {
-    /// libfabric provider (see `fabkit info`).
-    #[arg(short, long, default_value = "shm")]
-    pub provider: String,
-    /// Domain: interface or device (default: chosen, `lo` on one host).
-    #[arg(short, long)]
-    pub domain: Option<String>,
+pub struct SweepArgs {
     /// Operation.
     #[arg(short, long, value_enum, default_value = "write")]
     pub op: PerfOp,
@@ -78,16 +74,9 @@ pub struct PerfArgs {
     #[arg(short = 'n', long, default_value_t = 10_000)]
     pub iters: u64,
     /// Run each size for about this many seconds instead of -n iterations
-    /// (calibrated on a short run first).
+    /// (calibrated on short runs first).
     #[arg(short = 't', long, value_name = "SECS", conflicts_with = "iters")]
     pub duration: Option<f64>,
-    /// Initiating threads per rank (the multithreaded RMA question).
-    #[arg(short = 'T', long, default_value_t = 1)]
-    pub threads: usize,
-    /// With -T: give each thread its own endpoint (and peer endpoint)
-    /// instead of sharing one.
-    #[arg(long)]
-    pub ep_per_thread: bool,
     /// Untimed transfers before each size.
     #[arg(long, default_value_t = 100)]
     pub warmup: u64,
@@ -97,11 +86,6 @@ pub struct PerfArgs {
     /// Bidirectional: both ranks initiate at once; results are summed.
     #[arg(short, long)]
     pub bidir: bool,
-    /// Busy-poll completion queues, as fabtests and perftest do, instead of
-    /// spinning briefly and then blocking. Faster on idle cores; it starves
-    /// the peer when ranks share cores.
-    #[arg(long)]
-    pub busy_poll: bool,
     /// Seconds to wait for any one operation before giving up.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -113,10 +97,43 @@ pub struct PerfArgs {
     pub csv: Option<std::path::PathBuf>,
 }
 
+/// `fabkit perf` options.
+#[derive(Args, Debug, Clone)]
+pub struct PerfArgs {
+    /// libfabric provider (see `fabkit info`).
+    #[arg(short, long, default_value = "shm")]
+    pub provider: String,
+    /// Domain: interface or device (default: chosen, `lo` on one host).
+    #[arg(short, long)]
+    pub domain: Option<String>,
+    /// What to measure.
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    /// Initiating threads per rank (the multithreaded RMA question).
+    #[arg(short = 'T', long, default_value_t = 1)]
+    pub threads: usize,
+    /// With -T: give each thread its own endpoint (and peer endpoint)
+    /// instead of sharing one.
+    #[arg(long)]
+    pub ep_per_thread: bool,
+    /// Busy-poll completion queues, as fabtests and perftest do, instead of
+    /// spinning briefly and then blocking. Faster on idle cores; it starves
+    /// the peer when ranks share cores.
+    #[arg(long)]
+    pub busy_poll: bool,
+}
+
+impl std::ops::Deref for PerfArgs {
+    type Target = SweepArgs;
+    fn deref(&self) -> &SweepArgs {
+        &self.sweep
+    }
+}
+
 /// Cap on the staging buffer: large sizes get a smaller effective window.
 const MAX_STAGING: usize = 64 << 20;
 
-impl PerfArgs {
+impl SweepArgs {
     /// The sizes to measure, validated.
     pub fn size_list(&self) -> Result<Vec<usize>> {
         if self.op.is_atomic() {
@@ -135,10 +152,10 @@ impl PerfArgs {
         Ok(sizes)
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the numbers a user can get wrong.
+    pub fn validate(&self) -> Result<()> {
         ensure!(self.iters > 0, "-n/--iters must be at least 1");
         ensure!(self.window > 0, "-w/--window must be at least 1");
-        ensure!(self.threads > 0, "-T/--threads must be at least 1");
         ensure!(
             self.timeout.is_finite() && self.timeout > 0.0,
             "--timeout must be a positive number of seconds"
@@ -152,13 +169,22 @@ impl PerfArgs {
         Ok(())
     }
 
-    fn window_for(&self, bytes: usize) -> usize {
+    /// Operations in flight for `bytes` (1 for latency; capped by staging).
+    pub fn window_for(&self, bytes: usize) -> usize {
         match self.pattern {
             Pattern::Lat => 1,
             Pattern::Bw => self
                 .window
                 .min((MAX_STAGING / 2 / bytes.next_multiple_of(8)).max(1)),
         }
+    }
+}
+
+impl PerfArgs {
+    fn validate_all(&self) -> Result<()> {
+        self.sweep.validate()?;
+        ensure!(self.threads > 0, "-T/--threads must be at least 1");
+        Ok(())
     }
 }
 
@@ -426,7 +452,7 @@ fn run_threads(eps: &[Rank], job: &Job<'_>, role: Role, iters: u64, warmup: u64)
 /// --bidir both do; for send, rank 1 receives and acknowledges). Other
 /// ranks idle until rank 0 tells them a size is done.
 pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
-    a.validate()?;
+    a.validate_all()?;
     let sizes = a.size_list()?;
     ensure!(
         boot.size() >= 2,
@@ -554,7 +580,7 @@ fn wait_for_done(r: &Rank, timeout: Duration) -> Result<()> {
 }
 
 /// Combines the initiators' raw results into points.
-pub fn combine(a: &PerfArgs, per_rank: &[Vec<Raw>]) -> Vec<Point> {
+pub fn combine(a: &SweepArgs, threads: usize, per_rank: &[Vec<Raw>]) -> Vec<Point> {
     // With send, rank 1 responds: only rank 0 (and rank 1 when both ways)
     // counts as an initiator.
     let initiators: Vec<&Vec<Raw>> = per_rank
@@ -581,7 +607,7 @@ pub fn combine(a: &PerfArgs, per_rank: &[Vec<Raw>]) -> Vec<Point> {
                 iters: raws.iter().map(|x| x.iters).sum(),
                 secs: raws.iter().map(|x| x.secs).fold(0.0, f64::max),
                 window: raws[0].window,
-                threads: a.threads,
+                threads,
                 bidir: a.bidir,
                 rates,
                 latency: Latency::from_nanos(&raws[0].samples_ns),

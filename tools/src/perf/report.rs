@@ -11,16 +11,19 @@ use super::Point;
 /// Where the run came from, stored with the numbers.
 #[derive(Debug, Clone, Serialize)]
 pub struct Meta {
-    /// Provider.
+    /// Provider (for MPI runs: `mpi osc=...`).
     pub provider: String,
-    /// Domain in use.
-    pub domain: String,
+    /// How the data moved: provider and domain, or MPI component, window
+    /// and synchronisation.
+    pub method: String,
     /// How ranks were launched.
     pub launch: String,
     /// Host name.
     pub host: String,
     /// The command line.
     pub command: String,
+    /// The git commit fabkit was built from.
+    pub commit: String,
     /// fabkit version.
     pub fabkit: String,
 }
@@ -64,7 +67,7 @@ impl Report {
         for p in &self.points {
             let _ = write!(
                 s,
-                "{:>9} {:>9} {:>8.2}s {:>11.2} {:>10.2} {:>11.3}",
+                "{:>9} {:>9} {:>8.3}s {:>11.2} {:>10.2} {:>11.3}",
                 human(p.bytes),
                 p.iters,
                 p.secs,
@@ -161,10 +164,11 @@ mod tests {
     fn meta() -> Meta {
         Meta {
             provider: "tcp;ofi_rxm".into(),
-            domain: "lo".into(),
+            method: "libfabric tcp;ofi_rxm on lo".into(),
             launch: "threads".into(),
             host: "h".into(),
             command: "fabkit perf".into(),
+            commit: "abc".into(),
             fabkit: "0.1.0".into(),
         }
     }
