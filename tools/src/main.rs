@@ -9,6 +9,7 @@ mod launch;
 #[cfg(feature = "mpi")]
 mod mpiperf;
 mod perf;
+mod plot;
 mod verbs;
 
 use std::io::Write;
@@ -75,6 +76,9 @@ enum Cmd {
     /// the output matches `fabkit perf`, so the two can be compared.
     #[cfg(feature = "mpi")]
     MpiPerf(mpiperf::MpiPerfArgs),
+    /// Draw perf/mpi-perf JSON results as an SVG chart (rate, bandwidth or
+    /// latency against size; MPI dashed) and/or a markdown table.
+    Plot(plot::PlotArgs),
     /// The embedded default job: `info`, then `check` with 4 in-process ranks
     /// on every provider here that offers RMA and atomics.
     Demo {
@@ -338,6 +342,7 @@ fn main() -> ExitCode {
         }),
         Cmd::Check(args) => run_check(args),
         Cmd::Perf(args) => run_perf(args),
+        Cmd::Plot(args) => plot::run(args).map(|()| true),
         #[cfg(feature = "mpi")]
         Cmd::MpiPerf(args) => run_mpi_perf(args),
         Cmd::Demo { ranks } => info::gather(None).and_then(|r| {

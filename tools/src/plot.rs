@@ -1,0 +1,393 @@
+//! `fabkit plot`: line charts (SVG) and a markdown table from the JSON that
+//! `fabkit perf` and `fabkit mpi-perf` write, so native fabric and MPI can be
+//! seen on one chart.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+
+/// What the y axis shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Metric {
+    /// Millions of transfers per second.
+    Rate,
+    /// Megabytes per second.
+    Bandwidth,
+    /// Median latency, microseconds (latency runs).
+    Latency,
+}
+
+impl Metric {
+    fn label(self) -> &'static str {
+        match self {
+            Metric::Rate => "Mtransfers/s",
+            Metric::Bandwidth => "MB/s",
+            Metric::Latency => "median latency (us)",
+        }
+    }
+
+    fn value(self, p: &Value) -> Option<f64> {
+        match self {
+            Metric::Rate => p["rates"]["mxfers_per_sec"].as_f64(),
+            Metric::Bandwidth => p["rates"]["mb_per_sec"].as_f64(),
+            Metric::Latency => p["latency"]["p50"].as_f64(),
+        }
+    }
+}
+
+/// `fabkit plot` options.
+#[derive(Args, Debug, Clone)]
+pub struct PlotArgs {
+    /// Result files written with --json by perf or mpi-perf.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// What to plot.
+    #[arg(short, long, value_enum, default_value = "rate")]
+    pub metric: Metric,
+    /// Chart title.
+    #[arg(long, default_value = "fabkit")]
+    pub title: String,
+    /// Output SVG file.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Also write a markdown table of every point to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// One line of the chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend text.
+    pub label: String,
+    /// (bytes, value) points.
+    pub points: Vec<(f64, f64)>,
+}
+
+fn label_of(v: &Value) -> String {
+    let m = &v["meta"];
+    let method = m["method"].as_str().unwrap_or("?");
+    let op = v["points"][0]["op"].as_str().unwrap_or("?");
+    // "libfabric shm on shm, threads 1" -> "shm"; MPI keeps its details.
+    let short = method
+        .strip_prefix("libfabric ")
+        .and_then(|s| s.split(" on ").next())
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            method
+                .replace("mpi one-sided, ", "MPI ")
+                .replace(", sync", " /")
+        });
+    format!("{short} {op}")
+}
+
+/// Loads result files into series for `metric`.
+pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Value>)> {
+    let mut series = Vec::new();
+    let mut docs = Vec::new();
+    for path in inputs {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let v: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a fabkit perf JSON file", path.display()))?;
+        let Some(points) = v["points"].as_array() else {
+            bail!(
+                "{} has no `points`: write it with perf --json",
+                path.display()
+            );
+        };
+        let pts: Vec<(f64, f64)> = points
+            .iter()
+            .filter_map(|p| Some((p["bytes"].as_f64()?, metric.value(p)?)))
+            .filter(|&(_, y)| y > 0.0)
+            .collect();
+        if pts.is_empty() {
+            bail!(
+                "{} has no {} values (latency needs a --pattern lat run)",
+                path.display(),
+                metric.label()
+            );
+        }
+        series.push(Series {
+            label: label_of(&v),
+            points: pts,
+        });
+        docs.push(v);
+    }
+    Ok((series, docs))
+}
+
+const COLORS: &[&str] = &[
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
+fn size_label(b: f64) -> String {
+    let b = b as u64;
+    match b {
+        b if b >= 1 << 20 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+/// Renders series as an SVG line chart: log2 size on x, log10 value on y.
+pub fn svg(series: &[Series], title: &str, ylabel: &str) -> String {
+    let (w, h) = (900.0, 560.0);
+    let (l, r, t, b) = (80.0, 250.0, 50.0, 60.0);
+    let all: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .collect();
+    let xmin = all
+        .iter()
+        .map(|p| p.0.log2())
+        .fold(f64::INFINITY, f64::min)
+        .floor();
+    let xmax = all
+        .iter()
+        .map(|p| p.0.log2())
+        .fold(f64::NEG_INFINITY, f64::max)
+        .ceil()
+        .max(xmin + 1.0);
+    let ymin = all
+        .iter()
+        .map(|p| p.1.log10())
+        .fold(f64::INFINITY, f64::min)
+        .floor();
+    let ymax = all
+        .iter()
+        .map(|p| p.1.log10())
+        .fold(f64::NEG_INFINITY, f64::max)
+        .ceil()
+        .max(ymin + 1.0);
+    let px = |x: f64| l + (x.log2() - xmin) / (xmax - xmin) * (w - l - r);
+    let py = |y: f64| h - b - (y.log10() - ymin) / (ymax - ymin) * (h - t - b);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="28" font-size="16" text-anchor="middle">{}</text>"#,
+        (l + w - r) / 2.0,
+        xml(title)
+    );
+    // Grid and ticks.
+    let mut e = xmin as i32;
+    while e as f64 <= xmax {
+        let x = px(2f64.powi(e));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x}" y1="{t}" x2="{x}" y2="{}" stroke="#ddd"/>"##,
+            h - b
+        );
+        if e % 2 == 0 || xmax - xmin <= 10.0 {
+            let _ = writeln!(
+                s,
+                r#"<text x="{x}" y="{}" text-anchor="middle">{}</text>"#,
+                h - b + 18.0,
+                size_label(2f64.powi(e))
+            );
+        }
+        e += 1;
+    }
+    let mut d = ymin as i32;
+    while d as f64 <= ymax {
+        let v = 10f64.powi(d);
+        let y = py(v);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{l}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##,
+            w - r
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            l - 6.0,
+            y + 4.0,
+            v
+        );
+        d += 1;
+    }
+    let _ = writeln!(
+        s,
+        r#"<rect x="{l}" y="{t}" width="{}" height="{}" fill="none" stroke="black"/>"#,
+        w - l - r,
+        h - t - b
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">transfer size (bytes)</text>"#,
+        (l + w - r) / 2.0,
+        h - 15.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="20" y="{}" text-anchor="middle" transform="rotate(-90 20 {})">{}</text>"#,
+        (t + h - b) / 2.0,
+        (t + h - b) / 2.0,
+        xml(ylabel)
+    );
+    // Lines, markers, legend.
+    for (i, se) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let dash = if se.label.starts_with("MPI") {
+            r#" stroke-dasharray="6 3""#
+        } else {
+            ""
+        };
+        let pts: Vec<String> = se
+            .points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"{dash}/>"#,
+            pts.join(" ")
+        );
+        for &(x, y) in &se.points {
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
+                px(x),
+                py(y)
+            );
+        }
+        let ly = t + 10.0 + i as f64 * 20.0;
+        let lx = w - r + 15.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"#,
+            lx + 24.0,
+            lx + 30.0,
+            ly + 4.0,
+            xml(&se.label)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A markdown table of every point of every run.
+pub fn markdown(docs: &[Value]) -> String {
+    let mut s = String::from(
+        "| run | op | pattern | bytes | Mxfers/s | MB/s | p50 us | p99 us | commit |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---|\n",
+    );
+    for v in docs {
+        let label = label_of(v);
+        for p in v["points"].as_array().into_iter().flatten() {
+            let f = |x: Option<f64>, prec: usize| x.map_or("-".into(), |x| format!("{x:.prec$}"));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                label,
+                p["op"].as_str().unwrap_or(""),
+                p["pattern"].as_str().unwrap_or(""),
+                p["bytes"],
+                f(p["rates"]["mxfers_per_sec"].as_f64(), 3),
+                f(p["rates"]["mb_per_sec"].as_f64(), 1),
+                f(p["latency"]["p50"].as_f64(), 2),
+                f(p["latency"]["p99"].as_f64(), 2),
+                v["meta"]["commit"].as_str().unwrap_or("?"),
+            );
+        }
+    }
+    s
+}
+
+/// Runs `fabkit plot`.
+pub fn run(a: &PlotArgs) -> Result<()> {
+    let (series, docs) = load(&a.inputs, a.metric)?;
+    if let Some(out) = &a.output {
+        std::fs::write(out, svg(&series, &a.title, a.metric.label()))
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    if let Some(md) = &a.markdown {
+        std::fs::write(md, markdown(&docs)).with_context(|| format!("writing {}", md.display()))?;
+    }
+    if a.output.is_none() && a.markdown.is_none() {
+        print!("{}", markdown(&docs));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(method: &str, pts: &[(u64, f64)]) -> Value {
+        serde_json::json!({
+            "meta": {"method": method, "commit": "abc123"},
+            "points": pts.iter().map(|&(b, r)| serde_json::json!({
+                "op": "write", "pattern": "bw", "bytes": b,
+                "rates": {"mxfers_per_sec": r, "mb_per_sec": r * b as f64},
+                "latency": null
+            })).collect::<Vec<_>>()
+        })
+    }
+
+    #[test]
+    fn svg_has_one_line_per_series_inside_the_frame() {
+        let series = vec![
+            Series {
+                label: "shm write".into(),
+                points: vec![(8.0, 0.7), (4096.0, 0.5), (1048576.0, 0.01)],
+            },
+            Series {
+                label: "MPI osc sm write".into(),
+                points: vec![(8.0, 50.0), (4096.0, 20.0)],
+            },
+        ];
+        let s = svg(&series, "a < b", "Mtransfers/s");
+        assert_eq!(s.matches("<polyline").count(), 2);
+        assert_eq!(s.matches("<circle").count(), 5);
+        assert!(s.contains("a &lt; b"), "titles are escaped");
+        assert!(s.contains("stroke-dasharray"), "MPI lines are dashed");
+        assert!(s.contains(">1M<") || s.contains(">4K<"));
+        // Every point lies inside the plot frame (80..650 x 50..500).
+        for c in s.split("<circle ").skip(1) {
+            let num = |k: &str| -> f64 {
+                let i = c.find(k).unwrap() + k.len();
+                c[i..].split('"').next().unwrap().parse().unwrap()
+            };
+            let (x, y) = (num("cx=\""), num("cy=\""));
+            assert!(
+                (80.0..=650.0).contains(&x) && (50.0..=500.0).contains(&y),
+                "{x},{y}"
+            );
+        }
+    }
+
+    #[test]
+    fn labels_and_markdown_say_where_numbers_came_from() {
+        let d = doc(
+            "libfabric tcp;ofi_rxm on lo, threads 1",
+            &[(8, 0.2), (184, 0.19)],
+        );
+        assert_eq!(label_of(&d), "tcp;ofi_rxm write");
+        let m = doc(
+            "mpi one-sided, osc sm, window allocate, sync lockall",
+            &[(8, 40.0)],
+        );
+        assert_eq!(label_of(&m), "MPI osc sm, window allocate / lockall write");
+        let md = markdown(&[d, m]);
+        assert_eq!(md.lines().count(), 2 + 3);
+        assert!(
+            md.contains("| tcp;ofi_rxm write | write | bw | 184 | 0.190 | 35.0 | - | - | abc123 |"),
+            "{md}"
+        );
+    }
+}
