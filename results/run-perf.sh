@@ -71,14 +71,4 @@ for sync in lock-all lock lock-exclusive fence pscw; do
   mpi --mca osc pt2pt $fk mpi-perf -o write --sync $sync --sizes 8,184,4096 -t 1 --json "$out/mpi-pt2pt-sync-$sync.json"
 done
 
-for op in write read; do
-  $fk plot -m rate --title "$op message rate, window 64, 2 processes" -o "$out/rate-$op.svg" \
-    "$out"/native-*-$op-bw.json "$out"/mpi-*-$op-bw.json
-  $fk plot -m bandwidth --title "$op bandwidth, window 64, 2 processes" -o "$out/bandwidth-$op.svg" \
-    "$out"/native-*-$op-bw.json "$out"/mpi-*-$op-bw.json
-  $fk plot -m latency --title "$op latency (one in flight), 2 processes" -o "$out/latency-$op.svg" \
-    "$out"/native-*-$op-lat.json "$out"/mpi-*-$op-lat.json
-done
-$fk plot -m rate --markdown "$out/SUMMARY.md" "$out"/*-records.json "$out"/*-cas-bw.json \
-  "$out"/*-fadd-bw.json "$out"/mpi-pt2pt-sync-*.json
-echo "wrote $out"
+bash results/plot-perf.sh

@@ -77,9 +77,14 @@ fn label_of(v: &Value) -> String {
         .and_then(|s| s.split(" on ").next())
         .map(str::to_string)
         .unwrap_or_else(|| {
-            method
-                .replace("mpi one-sided, ", "MPI ")
-                .replace(", sync", " /")
+            // "mpi one-sided, osc pt2pt, window allocate, sync lockall"
+            //   -> "MPI pt2pt allocate lockall"
+            let words: Vec<&str> = method
+                .split(", ")
+                .skip(1)
+                .filter_map(|part| part.split_once(' ').map(|(_, v)| v))
+                .collect();
+            format!("MPI {}", words.join(" "))
         });
     format!("{short} {op}")
 }
@@ -136,7 +141,7 @@ fn size_label(b: f64) -> String {
 /// Renders series as an SVG line chart: log2 size on x, log10 value on y.
 pub fn svg(series: &[Series], title: &str, ylabel: &str) -> String {
     let (w, h) = (900.0, 560.0);
-    let (l, r, t, b) = (80.0, 250.0, 50.0, 60.0);
+    let (l, r, t, b) = (80.0, 270.0, 50.0, 60.0);
     let all: Vec<(f64, f64)> = series
         .iter()
         .flat_map(|s| s.points.iter().copied())
@@ -357,7 +362,7 @@ mod tests {
         assert!(s.contains("a &lt; b"), "titles are escaped");
         assert!(s.contains("stroke-dasharray"), "MPI lines are dashed");
         assert!(s.contains(">1M<") || s.contains(">4K<"));
-        // Every point lies inside the plot frame (80..650 x 50..500).
+        // Every point lies inside the plot frame (80..630 x 50..500).
         for c in s.split("<circle ").skip(1) {
             let num = |k: &str| -> f64 {
                 let i = c.find(k).unwrap() + k.len();
@@ -365,7 +370,7 @@ mod tests {
             };
             let (x, y) = (num("cx=\""), num("cy=\""));
             assert!(
-                (80.0..=650.0).contains(&x) && (50.0..=500.0).contains(&y),
+                (80.0..=630.0).contains(&x) && (50.0..=500.0).contains(&y),
                 "{x},{y}"
             );
         }
@@ -382,7 +387,7 @@ mod tests {
             "mpi one-sided, osc sm, window allocate, sync lockall",
             &[(8, 40.0)],
         );
-        assert_eq!(label_of(&m), "MPI osc sm, window allocate / lockall write");
+        assert_eq!(label_of(&m), "MPI sm allocate lockall write");
         let md = markdown(&[d, m]);
         assert_eq!(md.lines().count(), 2 + 3);
         assert!(
