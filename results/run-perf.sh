@@ -51,6 +51,18 @@ for prov in shm 'tcp;ofi_rxm' sockets; do
     --json "$out/native-$p-send-lat.json"
 done
 
+# What busy-polling (as fabtests does) changes.
+mpi $fk perf -p shm -o cas --pattern lat -t 1 --busy-poll --json "$out/busypoll-shm-cas-lat.json"
+mpi $fk perf -p shm -o write --sizes 184,189 -t 1 --busy-poll --json "$out/busypoll-shm-write-records.json"
+$fk perf -p shm -o write --sizes 184,189 -t 1 --busy-poll --json "$out/busypoll-threads-shm-write-records.json"
+
+# The embedded default: two ranks as threads of one process.
+for prov in shm 'tcp;ofi_rxm' sockets; do
+  for op in write read; do
+    $fk perf -p "$prov" -o $op --sizes 184,189 -w 64 -t 1 --json "$out/threads-$(name "$prov")-$op-records.json"
+  done
+done
+
 for cfg in "sm allocate" "pt2pt allocate" "pt2pt create"; do
   set -- $cfg
   m="mpi-$1-$2"

@@ -86,7 +86,12 @@ fn label_of(v: &Value) -> String {
                 .collect();
             format!("MPI {}", words.join(" "))
         });
-    format!("{short} {op}")
+    let threads = if m["launch"].as_str().is_some_and(|l| l.contains("threads")) {
+        " (in-process)"
+    } else {
+        ""
+    };
+    format!("{short} {op}{threads}")
 }
 
 /// Loads result files into series for `metric`.
@@ -383,6 +388,9 @@ mod tests {
             &[(8, 0.2), (184, 0.19)],
         );
         assert_eq!(label_of(&d), "tcp;ofi_rxm write");
+        let mut t = d.clone();
+        t["meta"]["launch"] = "2 ranks in-process (threads)".into();
+        assert_eq!(label_of(&t), "tcp;ofi_rxm write (in-process)");
         let m = doc(
             "mpi one-sided, osc sm, window allocate, sync lockall",
             &[(8, 40.0)],

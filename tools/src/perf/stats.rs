@@ -99,9 +99,11 @@ pub struct Knee {
 /// Finds the packet-rate wall in a sweep of `(bytes, Mxfers/s, MB/s)`
 /// points sorted by size. The plateau is set by the smallest sizes; a size
 /// belongs to it while its rate stays within `tolerance` (e.g. 0.2 = 20 %)
-/// of the plateau's running mean. Needs at least two points.
+/// of the plateau's running mean. Needs a sweep: at least three sizes
+/// spanning a factor of four (184 and 189 B differ only by noise).
 pub fn knee(points: &[(usize, f64, f64)], tolerance: f64) -> Option<Knee> {
-    if points.len() < 2 {
+    let (first, last) = (points.first()?.0, points.last()?.0);
+    if points.len() < 3 || last < first.saturating_mul(4) {
         return None;
     }
     let mut sum = points[0].1;
@@ -196,5 +198,11 @@ mod tests {
         assert_eq!(k.first_bound_bytes, None);
         assert_eq!(k.last_flat_bytes, 32);
         assert!(knee(&pts[..1], 0.2).is_none());
+        assert!(knee(&pts[..2], 0.2).is_none());
+        let records = [(184, 0.69, 127.0), (189, 0.42, 80.0), (190, 0.5, 95.0)];
+        assert!(
+            knee(&records, 0.2).is_none(),
+            "noise between near sizes is no knee"
+        );
     }
 }
