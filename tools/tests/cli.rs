@@ -343,6 +343,11 @@ fn perf_refuses_bad_input_with_one_line() {
         (&["perf", "-n", "0"], "--iters must be at least 1"),
         (&["perf", "-p", "net", "-o", "cas"], "atomics"),
         (&["perf", "-T", "0"], "--threads must be at least 1"),
+        (
+            &["perf", "-p", "shm", "-w", "1000000"],
+            "transmit queue depth",
+        ),
+        (&["perf", "-p", "tcp", "-o", "write"], "tcp;ofi_rxm"),
         (&["perf", "-t", "0"], "--duration must be a positive"),
     ];
     for (args, needle) in cases {

@@ -475,6 +475,15 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         .map(|_| Rank::establish(cfg.clone(), boot))
         .collect::<fabkit_fabric::Result<Vec<Rank>>>()
         .with_context(|| format!("setting up `{}`", a.provider))?;
+    let tx = eps[0].info().tx_size();
+    if a.pattern == Pattern::Bw && tx > 0 && a.window > tx {
+        bail!(
+            "window {} exceeds provider `{}`'s transmit queue depth (tx_size {tx}); \
+             use -w {tx} or less",
+            a.window,
+            a.provider
+        );
+    }
     let max_msg = eps[0].info().max_msg_size();
     if let Some(&s) = sizes.iter().find(|&&s| s > max_msg) {
         bail!(
