@@ -1,0 +1,3 @@
+//! Placeholder
+pub mod layout;
+pub mod placement;
