@@ -1,3 +1,42 @@
-//! Placeholder
+//! A distributed hash table that lives in the memory of the application's
+//! own ranks and is read and written with one-sided operations: no server,
+//! no target CPU involvement beyond progress. It is the MPI-DHT of seeds
+//! 000/001 (coarse-grained lock, fine-grained lock, lock-free with
+//! checksums; used as a surrogate-model cache in the POET simulator) plus
+//! Oortwijn's chunked linear probing (seed 002).
+//!
+//! Layers, bottom up (smoltcp-style: pure logic above a transport seam):
+//! - [`layout`]: bucket bytes <-> [`layout::Bucket`], CRC32; pure.
+//! - [`placement`]: key -> rank and candidate buckets, unbiased; pure.
+//! - [`transport`]: the [`Transport`] trait the variants run on: native
+//!   libfabric ([`fabkit_fabric::Rank`]), and test doubles (local, recording).
+//! - [`variant`]: each algorithm plans batches of remote operations.
+//! - [`Dht`]: create (collective, all ranks must agree), read, write, their
+//!   batched forms, statistics, free.
+//!
+//! ```
+//! use fabkit_dht::{transport::local::LocalTransport, Config, Dht, Read, Variant};
+//! use fabkit_fabric::bootstrap::ThreadGroup;
+//! use std::time::Duration;
+//!
+//! let mut cfg = Config::new(Variant::Lockfree);
+//! (cfg.key_len, cfg.value_len, cfg.buckets) = (8, 16, 64);
+//! let t = LocalTransport::group(1, cfg.region_len()).pop().unwrap();
+//! let boot = ThreadGroup::members(1, Duration::from_secs(5)).pop().unwrap();
+//! let dht = Dht::create(t, cfg, &boot).unwrap();
+//! dht.write(b"key-0001", b"value-0000000001").unwrap();
+//! assert_eq!(dht.read(b"key-0001").unwrap(), Read::Hit(b"value-0000000001".to_vec()));
+//! assert_eq!(dht.read(b"key-0002").unwrap(), Read::Miss);
+//! ```
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
 pub mod layout;
 pub mod placement;
+mod table;
+pub mod transport;
+pub mod variant;
+
+pub use layout::Variant;
+pub use table::{Config, Dht, Error, FindOrPut, Read, Result, Stats, Write};
+pub use transport::Transport;

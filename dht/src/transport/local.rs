@@ -1,0 +1,226 @@
+//! Ranks as threads sharing their regions in one process: the test double
+//! for a fabric. Regions are `AtomicU64` words and data is copied a word at a
+//! time, so a reader can see half of a concurrent write (a torn read) exactly
+//! as over RDMA, without undefined behaviour. Atomics are single-word atomic
+//! operations, like a NIC's.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use fabkit_fabric::{Error, Op, OpKind, Remote, Result};
+
+use super::Transport;
+
+struct Regions {
+    words: Vec<Box<[AtomicU64]>>,
+    len: usize,
+}
+
+/// One rank's handle on the shared regions.
+#[derive(Clone)]
+pub struct LocalTransport {
+    rank: usize,
+    shared: Arc<Regions>,
+}
+
+impl std::fmt::Debug for LocalTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "LocalTransport({}/{})",
+            self.rank,
+            self.shared.words.len()
+        )
+    }
+}
+
+impl LocalTransport {
+    /// `ranks` handles over zeroed regions of `region_len` bytes each.
+    pub fn group(ranks: usize, region_len: usize) -> Vec<LocalTransport> {
+        let words = region_len.div_ceil(8);
+        let shared = Arc::new(Regions {
+            words: (0..ranks)
+                .map(|_| (0..words).map(|_| AtomicU64::new(0)).collect())
+                .collect(),
+            len: region_len,
+        });
+        (0..ranks)
+            .map(|rank| LocalTransport {
+                rank,
+                shared: shared.clone(),
+            })
+            .collect()
+    }
+
+    fn region(&self, op: OpKind, at: Remote, len: usize) -> Result<&[AtomicU64]> {
+        let ranks = self.shared.words.len();
+        let region = self.shared.words.get(at.rank).ok_or(Error::NoSuchRank {
+            peer: at.rank,
+            ranks,
+        })?;
+        let fits = usize::try_from(at.offset)
+            .ok()
+            .and_then(|o| o.checked_add(len))
+            .is_some_and(|e| e <= self.shared.len);
+        if !fits {
+            return Err(Error::OutOfBounds {
+                op,
+                peer: at.rank,
+                offset: at.offset,
+                len,
+                region_len: self.shared.len,
+            });
+        }
+        Ok(region)
+    }
+
+    fn word(&self, op: OpKind, at: Remote) -> Result<&AtomicU64> {
+        if !at.offset.is_multiple_of(8) {
+            return Err(Error::InvalidArgument(format!(
+                "{op} at offset {}: atomics need an 8-byte aligned offset",
+                at.offset
+            )));
+        }
+        Ok(&self.region(op, at, 8)?[at.offset as usize / 8])
+    }
+}
+
+fn read_bytes(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
+    let mut done = 0;
+    while done < out.len() {
+        let pos = offset + done;
+        let (w, b) = (pos / 8, pos % 8);
+        let n = (8 - b).min(out.len() - done);
+        let bytes = words[w].load(Ordering::Acquire).to_le_bytes();
+        out[done..done + n].copy_from_slice(&bytes[b..b + n]);
+        done += n;
+    }
+}
+
+fn write_bytes(words: &[AtomicU64], offset: usize, data: &[u8]) {
+    let mut done = 0;
+    while done < data.len() {
+        let pos = offset + done;
+        let (w, b) = (pos / 8, pos % 8);
+        let n = (8 - b).min(data.len() - done);
+        if n == 8 {
+            let v = u64::from_le_bytes(data[done..done + 8].try_into().unwrap());
+            words[w].store(v, Ordering::Release);
+        } else {
+            // A partial word: merge, without clobbering the other bytes.
+            let _ = words[w].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                let mut bytes = old.to_le_bytes();
+                bytes[b..b + n].copy_from_slice(&data[done..done + n]);
+                Some(u64::from_le_bytes(bytes))
+            });
+        }
+        done += n;
+    }
+}
+
+impl Transport for LocalTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn ranks(&self) -> usize {
+        self.shared.words.len()
+    }
+    fn region_len(&self, _rank: usize) -> usize {
+        self.shared.len
+    }
+    fn has_atomics(&self) -> bool {
+        true
+    }
+    fn name(&self) -> String {
+        "local".into()
+    }
+
+    fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
+        for op in ops.iter_mut() {
+            let kind = op.kind();
+            match op {
+                Op::Read { from, into } => {
+                    let r = self.region(kind, *from, into.len())?;
+                    read_bytes(r, from.offset as usize, into);
+                }
+                Op::Write { to, from } => {
+                    let r = self.region(kind, *to, from.len())?;
+                    write_bytes(r, to.offset as usize, from);
+                }
+                Op::CompareAndSwap {
+                    at,
+                    expected,
+                    new,
+                    old,
+                } => {
+                    let w = self.word(kind, *at)?;
+                    **old = match w.compare_exchange(
+                        *expected,
+                        *new,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(v) | Err(v) => v,
+                    };
+                }
+                Op::FetchAdd { at, delta, old } => {
+                    **old = self.word(kind, *at)?.fetch_add(*delta, Ordering::AcqRel)
+                }
+                Op::Fetch { at, value } => **value = self.word(kind, *at)?.load(Ordering::Acquire),
+                Op::Swap { at, new, old } => {
+                    **old = self.word(kind, *at)?.swap(*new, Ordering::AcqRel)
+                }
+                Op::Send { .. } | Op::Recv { .. } => {
+                    return Err(Error::InvalidArgument(
+                        "the local transport does one-sided operations only".into(),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unaligned_bytes_round_trip_without_touching_neighbours() {
+        let t = &LocalTransport::group(2, 64)[0];
+        t.execute(&mut [Op::Write {
+            to: Remote::new(1, 0),
+            from: &[0xff; 32],
+        }])
+        .unwrap();
+        t.execute(&mut [Op::Write {
+            to: Remote::new(1, 3),
+            from: &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        }])
+        .unwrap();
+        let mut back = [0u8; 16];
+        t.execute(&mut [Op::Read {
+            from: Remote::new(1, 0),
+            into: &mut back,
+        }])
+        .unwrap();
+        assert_eq!(
+            back,
+            [0xff, 0xff, 0xff, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0xff, 0xff, 0xff]
+        );
+        let mut old = 0;
+        t.execute(&mut [Op::FetchAdd {
+            at: Remote::new(0, 8),
+            delta: 5,
+            old: &mut old,
+        }])
+        .unwrap();
+        let err = t
+            .execute(&mut [Op::Read {
+                from: Remote::new(1, 60),
+                into: &mut back,
+            }])
+            .unwrap_err();
+        assert!(matches!(err, Error::OutOfBounds { .. }));
+    }
+}

@@ -1,0 +1,75 @@
+//! What the DHT variants run on. A variant plans batches of [`Op`]s; a
+//! transport executes them. The variants never know which transport runs
+//! them, so native libfabric, MPI windows and the test doubles execute
+//! identical algorithms.
+//!
+//! - [`local::LocalTransport`]: ranks as threads sharing regions of
+//!   `AtomicU64`, copied word by word, so torn reads happen (and are tested)
+//!   without undefined behaviour. A test double for what a NIC does.
+//! - [`recording::RecordingTransport`]: wraps any transport and logs every
+//!   batch, so tests can assert the exact remote operations a variant issues.
+//! - [`fabkit_fabric::Rank`]: native libfabric, any provider.
+
+pub mod local;
+pub mod recording;
+
+pub use fabkit_fabric::{Op, OpKind, Remote};
+
+/// Executes batches of one-sided operations on the ranks' regions.
+pub trait Transport {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn ranks(&self) -> usize;
+    /// Bytes of `rank`'s region.
+    fn region_len(&self, rank: usize) -> usize;
+    /// Whether remote atomics are available.
+    fn has_atomics(&self) -> bool;
+    /// Posts every op and returns when all have completed. Ops in one batch
+    /// are unordered; to order two, use two batches.
+    fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()>;
+    /// A short name for reports ("local", "fabric shm", "mpi").
+    fn name(&self) -> String;
+}
+
+impl Transport for fabkit_fabric::Rank {
+    fn rank(&self) -> usize {
+        fabkit_fabric::Rank::rank(self)
+    }
+    fn ranks(&self) -> usize {
+        fabkit_fabric::Rank::ranks(self)
+    }
+    fn region_len(&self, rank: usize) -> usize {
+        fabkit_fabric::Rank::region_len(self, rank).unwrap_or(0)
+    }
+    fn has_atomics(&self) -> bool {
+        self.config().atomics && self.atomic_support().all()
+    }
+    fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
+        fabkit_fabric::Rank::execute(self, ops)
+    }
+    fn name(&self) -> String {
+        format!("fabric {}", self.info().provider())
+    }
+}
+
+impl<T: Transport + ?Sized> Transport for &T {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+    fn ranks(&self) -> usize {
+        (**self).ranks()
+    }
+    fn region_len(&self, rank: usize) -> usize {
+        (**self).region_len(rank)
+    }
+    fn has_atomics(&self) -> bool {
+        (**self).has_atomics()
+    }
+    fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
+        (**self).execute(ops)
+    }
+    fn name(&self) -> String {
+        (**self).name()
+    }
+}

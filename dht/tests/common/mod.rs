@@ -1,0 +1,69 @@
+//! Helpers for the DHT tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use fabkit_dht::transport::local::LocalTransport;
+use fabkit_dht::{Config, Dht, Variant};
+use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
+
+pub const VARIANTS: [Variant; 4] = [
+    Variant::Coarse,
+    Variant::Fine,
+    Variant::Lockfree,
+    Variant::Chunked,
+];
+
+/// A small configuration: 16 B keys, 24 B values.
+pub fn small(variant: Variant, buckets: u64) -> Config {
+    let mut c = Config::new(variant);
+    c.key_len = 16;
+    c.value_len = 24;
+    c.buckets = buckets;
+    c
+}
+
+/// `n` tables over one shared set of local regions (created collectively on
+/// threads, then handed back).
+pub fn local_tables(n: usize, cfg: Config) -> Vec<Dht<LocalTransport>> {
+    let ts = LocalTransport::group(n, cfg.region_len());
+    let boots = ThreadGroup::members(n, Duration::from_secs(10));
+    std::thread::scope(|s| {
+        let hs: Vec<_> = ts
+            .into_iter()
+            .zip(&boots)
+            .map(|(t, b)| s.spawn(move || Dht::create(t, cfg, b as &dyn Bootstrap).unwrap()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+pub fn key(i: u64) -> Vec<u8> {
+    let mut k = format!("key-{i:012}").into_bytes();
+    k.resize(16, b'.');
+    k
+}
+
+/// A value that says who wrote it and when, and whose every byte is derived
+/// from (key, writer, seq): half of one write and half of another cannot
+/// pass [`value_ok`].
+pub fn value(key: &[u8], writer: u64, seq: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(&writer.to_le_bytes());
+    v.extend_from_slice(&seq.to_le_bytes());
+    let mut x =
+        fabkit_dht::placement::hash_key(key) ^ writer.wrapping_mul(0x9e37) ^ seq.rotate_left(17);
+    while v.len() < len {
+        x = fabkit_dht::placement::mix(x);
+        v.push(x as u8);
+    }
+    v.truncate(len);
+    v
+}
+
+/// Whether `v` is a whole value written for `key` by some writer.
+pub fn value_ok(key: &[u8], v: &[u8]) -> bool {
+    let writer = u64::from_le_bytes(v[..8].try_into().unwrap());
+    let seq = u64::from_le_bytes(v[8..16].try_into().unwrap());
+    value(key, writer, seq, v.len()) == v
+}

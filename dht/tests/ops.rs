@@ -1,0 +1,154 @@
+//! The exact remote operations each variant issues, through the recording
+//! transport.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{key, small, value};
+use fabkit_dht::transport::local::LocalTransport;
+use fabkit_dht::transport::recording::RecordingTransport;
+use fabkit_dht::transport::OpKind::*;
+use fabkit_dht::{Dht, Read, Variant, Write};
+use fabkit_fabric::bootstrap::ThreadGroup;
+
+fn table(variant: Variant) -> Dht<RecordingTransport<LocalTransport>> {
+    let cfg = small(variant, 256);
+    let t = RecordingTransport::new(LocalTransport::group(1, cfg.region_len()).pop().unwrap());
+    let boot = ThreadGroup::members(1, Duration::from_secs(5))
+        .pop()
+        .unwrap();
+    Dht::create(t, cfg, &boot).unwrap()
+}
+
+#[test]
+fn lockfree_read_hit_on_the_first_candidate_is_one_read() {
+    let d = table(Variant::Lockfree);
+    assert_eq!(
+        d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap(),
+        Write::Inserted
+    );
+    // Into an empty table: read the first candidate, then write it.
+    assert_eq!(d.transport().kinds(), vec![vec![Read], vec![Write]]);
+    d.transport().clear();
+    assert!(matches!(d.read(&key(1)).unwrap(), fabkit_dht::Read::Hit(_)));
+    assert_eq!(d.transport().kinds(), vec![vec![Read]]);
+    let b = &d.transport().batches()[0][0];
+    assert_eq!(
+        b.len,
+        189 - 184 + 16 + 24,
+        "the whole bucket: meta, key, value, crc"
+    );
+    d.transport().clear();
+    // A miss in an almost empty table stops at the first empty candidate.
+    assert_eq!(d.read(&key(2)).unwrap(), fabkit_dht::Read::Miss);
+    assert_eq!(d.transport().kinds(), vec![vec![Read]]);
+    assert_eq!(d.stats().remote_ops, 4);
+    assert!((d.stats().ops_per_op() - 4.0 / 3.0).abs() < 1e-9);
+}
+
+#[test]
+fn fine_locks_each_bucket_around_the_access() {
+    let d = table(Variant::Fine);
+    d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap();
+    assert_eq!(
+        d.transport().kinds(),
+        vec![
+            vec![CompareAndSwap],
+            vec![Read],
+            vec![Write],
+            vec![FetchAdd]
+        ],
+        "lock, read, write, unlock"
+    );
+    d.transport().clear();
+    assert!(matches!(d.read(&key(1)).unwrap(), Read::Hit(_)));
+    assert_eq!(
+        d.transport().kinds(),
+        vec![vec![FetchAdd], vec![Read], vec![FetchAdd]]
+    );
+    // Lock and data are the same bucket; the lock word is its first 8 bytes.
+    let b = d.transport().batches();
+    assert_eq!(b[0][0].at.offset + 8, b[1][0].at.offset);
+}
+
+#[test]
+fn coarse_locks_the_region_once_per_batch() {
+    let d = table(Variant::Coarse);
+    d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap();
+    let k = d.transport().kinds();
+    assert_eq!(
+        k,
+        vec![
+            vec![CompareAndSwap],
+            vec![Read],
+            vec![Write],
+            vec![FetchAdd]
+        ]
+    );
+    assert_eq!(
+        d.transport().batches()[0][0].at.offset,
+        0,
+        "the region's lock word"
+    );
+    d.transport().clear();
+    let keys: Vec<Vec<u8>> = (10..20).map(key).collect();
+    let vals: Vec<Vec<u8>> = keys.iter().map(|k| value(k, 0, 1, 24)).collect();
+    let items: Vec<(&[u8], &[u8])> = keys
+        .iter()
+        .zip(&vals)
+        .map(|(k, v)| (&k[..], &v[..]))
+        .collect();
+    d.write_many(&items).unwrap();
+    let k = d.transport().kinds();
+    // One rank: one lock, ten reads in one batch, ten writes, one unlock.
+    assert_eq!(k.first().unwrap(), &vec![CompareAndSwap]);
+    assert_eq!(k.last().unwrap(), &vec![FetchAdd]);
+    assert_eq!(k[1].len(), 10);
+}
+
+#[test]
+fn chunked_fetches_two_chunks_per_round_and_claims_with_one_cas() {
+    let d = table(Variant::Chunked);
+    d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap();
+    assert_eq!(
+        d.transport().kinds(),
+        vec![
+            vec![Read, Read],
+            vec![CompareAndSwap],
+            vec![Write],
+            vec![Swap]
+        ],
+        "current and next chunk, claim, fill, publish"
+    );
+    let b = d.transport().batches();
+    assert_eq!(
+        b[0][0].len,
+        8 * d.config().layout().bucket_len,
+        "a whole chunk"
+    );
+    d.transport().clear();
+    assert!(matches!(d.read(&key(1)).unwrap(), Read::Hit(_)));
+    assert_eq!(d.transport().kinds(), vec![vec![Read, Read]]);
+}
+
+#[test]
+fn batches_overlap_many_keys_in_one_round() {
+    let d = table(Variant::Lockfree);
+    let keys: Vec<Vec<u8>> = (0..32).map(key).collect();
+    let vals: Vec<Vec<u8>> = keys.iter().map(|k| value(k, 0, 0, 24)).collect();
+    let items: Vec<(&[u8], &[u8])> = keys
+        .iter()
+        .zip(&vals)
+        .map(|(k, v)| (&k[..], &v[..]))
+        .collect();
+    d.write_many(&items).unwrap();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    d.transport().clear();
+    let got = d.read_many(&refs).unwrap();
+    assert!(got.iter().all(|r| matches!(r, Read::Hit(_))));
+    // 32 keys in a 256-bucket table: nearly all resolve in the first round.
+    let batches = d.transport().batches();
+    assert!(batches.len() <= 3, "{} batches for 32 keys", batches.len());
+    assert_eq!(batches[0].len(), 32);
+}
