@@ -194,7 +194,7 @@ mod tests {
         let mut counts = vec![0u64; buckets as usize];
         for i in 0..100_000u64 {
             let h = hash_key(&i.to_le_bytes());
-            if h % ranks == 0 {
+            if h.is_multiple_of(ranks) {
                 counts[(h & 0xff) as usize % buckets as usize] += 1;
             }
         }
