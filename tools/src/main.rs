@@ -4,6 +4,7 @@
 //! `fabkit --help`.
 
 mod check;
+mod dhtbench;
 mod info;
 mod launch;
 #[cfg(feature = "mpi")]
@@ -79,8 +80,14 @@ enum Cmd {
     /// Draw perf/mpi-perf JSON results as an SVG chart (rate, bandwidth or
     /// latency against size; MPI dashed) and/or a markdown table.
     Plot(plot::PlotArgs),
-    /// The embedded default job: `info`, then `check` with 4 in-process ranks
-    /// on every provider here that offers RMA and atomics.
+    /// Run the distributed hash table as an application cache: every rank
+    /// writes its share of POET-sized records in batches, then reads all of
+    /// them back (and as many absent keys); throughput and the DHT's
+    /// counters per variant (coarse, fine, lockfree, chunked).
+    Dht(dhtbench::DhtArgs),
+    /// The embedded default job: `info`, `check` with 4 in-process ranks on
+    /// every provider here that offers RMA and atomics, then the DHT with
+    /// every variant on `shm` and `tcp;ofi_rxm`.
     Demo {
         /// Ranks per check.
         #[arg(short = 'n', long, default_value_t = 4)]
@@ -301,6 +308,19 @@ fn emit(
     Ok(true)
 }
 
+fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
+    let launch = Launch::detect(args.ranks)?;
+    let to = timeout(args.timeout)?;
+    let runs = launch.run(to, |boot| dhtbench::run_rank(args, boot))?;
+    let Some(runs) = runs else { return Ok(true) };
+    // Every rank reports the same sums; rank 0's are printed.
+    let ok = dhtbench::print(&runs[0], &launch.describe(runs.len()));
+    if let Some(p) = &args.json {
+        write_out(p, &(serde_json::to_string_pretty(&runs[0])? + "\n"))?;
+    }
+    Ok(ok)
+}
+
 fn set_default_env() {
     // The sockets provider spins 10 ms per progress wait by default; on a
     // small machine that makes it ~100x slower. Must be set before libfabric
@@ -343,6 +363,7 @@ fn main() -> ExitCode {
         Cmd::Check(args) => run_check(args),
         Cmd::Perf(args) => run_perf(args),
         Cmd::Plot(args) => plot::run(args).map(|()| true),
+        Cmd::Dht(args) => run_dht(args),
         #[cfg(feature = "mpi")]
         Cmd::MpiPerf(args) => run_mpi_perf(args),
         Cmd::Demo { ranks } => info::gather(None).and_then(|r| {
@@ -355,7 +376,7 @@ fn main() -> ExitCode {
                 .map(|p| p.provider.clone())
                 .filter(|p| ["shm", "tcp;ofi_rxm", "sockets"].contains(&p.as_str()))
                 .collect();
-            run_check(&CheckArgs {
+            let checked = run_check(&CheckArgs {
                 providers,
                 domain: None,
                 ranks: *ranks,
@@ -363,7 +384,23 @@ fn main() -> ExitCode {
                 json: None,
                 #[cfg(feature = "mpi")]
                 mpi: None,
-            })
+            })?;
+            let mut ok = checked;
+            for provider in ["shm", "tcp;ofi_rxm"] {
+                println!();
+                ok &= run_dht(&dhtbench::DhtArgs {
+                    provider: provider.into(),
+                    ranks: *ranks,
+                    variant: dhtbench::VariantArg::All,
+                    keys: 1000,
+                    buckets: None,
+                    batch: 64,
+                    record: vec![80, 104],
+                    timeout: 10.0,
+                    json: None,
+                })?;
+            }
+            Ok(ok)
         }),
     };
     let _ = std::io::stdout().flush();

@@ -417,3 +417,59 @@ fn mpi_perf_outside_a_launcher_says_how_to_run_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("mpirun -n 2 fabkit mpi-perf"), "{err}");
 }
+
+#[test]
+fn dht_runs_every_variant_as_a_cache_in_process_and_under_mpirun() {
+    let check = |v: &Value, ranks: u64, keys: u64| {
+        let runs = v.as_array().unwrap();
+        assert_eq!(runs.len(), 4);
+        for r in runs {
+            let variant = r["variant"].as_str().unwrap();
+            let st = &r["stats"];
+            assert_eq!(st["writes"], ranks * keys, "{variant}");
+            assert_eq!(r["false_hits"], 0, "{variant}: an absent key was found");
+            assert!(r["writes_per_sec"].as_f64().unwrap() > 0.0);
+            let lost = r["lost"].as_u64().unwrap();
+            let evicted = st["evictions"].as_u64().unwrap();
+            if variant != "lockfree" {
+                // Only evictions lose keys when writers take locks or claim
+                // buckets; lock-free writers may also race for a bucket.
+                assert_eq!(lost, evicted, "{variant}: {r:#}");
+            }
+            assert_eq!(
+                st["hits"],
+                ranks * (ranks * keys - lost),
+                "{variant}: {r:#}"
+            );
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("dht.json");
+    let out = run(fabkit()
+        .args(["dht", "-p", "shm", "-n", "3", "--keys", "200", "--json"])
+        .arg(&json));
+    assert!(out.status.success(), "{}", stdout(&out));
+    check(
+        &serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap(),
+        3,
+        200,
+    );
+    let out = run(mpirun(2)
+        .args([
+            "dht",
+            "-p",
+            "tcp;ofi_rxm",
+            "--keys",
+            "100",
+            "--batch",
+            "1",
+            "--json",
+        ])
+        .arg(&json));
+    assert!(out.status.success(), "{}", stdout(&out));
+    check(
+        &serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap(),
+        2,
+        100,
+    );
+}

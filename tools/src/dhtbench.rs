@@ -1,0 +1,258 @@
+//! `fabkit dht`: the DHT as an application uses it, as a cache of
+//! fixed-size records (POET's 80 B keys and 104 B values by default): every
+//! rank writes its share of the keys in batches, then reads all keys back
+//! (hits) plus as many absent ones (misses), and the throughput and the
+//! DHT's own counters are reported per variant.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use clap::{Args, ValueEnum};
+use fabkit_dht::{Config, Dht, Read, Stats, Variant};
+use fabkit_fabric::bootstrap::Bootstrap;
+use fabkit_fabric::{Rank, RankConfig};
+use serde::{Deserialize, Serialize};
+
+/// Variant choice on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VariantArg {
+    /// All four, one after the other.
+    All,
+    /// Coarse-grained region lock.
+    Coarse,
+    /// Per-bucket lock words.
+    Fine,
+    /// Checksums, no locks.
+    Lockfree,
+    /// Chunked linear probing.
+    Chunked,
+}
+
+/// `fabkit dht` options.
+#[derive(Args, Debug, Clone)]
+pub struct DhtArgs {
+    /// libfabric provider (see `fabkit info`).
+    #[arg(short, long, default_value = "shm")]
+    pub provider: String,
+    /// In-process ranks (ignored under mpirun, where each process is one).
+    #[arg(short = 'n', long, default_value_t = 4)]
+    pub ranks: usize,
+    /// Which variant(s).
+    #[arg(short, long, value_enum, default_value = "all")]
+    pub variant: VariantArg,
+    /// Keys written per rank.
+    #[arg(short, long, default_value_t = 2000)]
+    pub keys: u64,
+    /// Buckets per rank (default: keys per rank x ranks x 2, a load of 50 %).
+    #[arg(long)]
+    pub buckets: Option<u64>,
+    /// Keys per batch (read_many / write_many); 1 = one blocking op at a
+    /// time, like the MPI-DHT.
+    #[arg(short, long, default_value_t = 64)]
+    pub batch: usize,
+    /// Key and value lengths in bytes.
+    #[arg(long, default_value = "80,104", value_delimiter = ',', num_args = 2)]
+    pub record: Vec<usize>,
+    /// Seconds to wait for any one operation before giving up.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Also write the per-variant results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// One variant's run, summed over ranks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DhtRun {
+    /// Variant.
+    pub variant: Variant,
+    /// Provider.
+    pub provider: String,
+    /// Ranks.
+    pub ranks: usize,
+    /// Keys per batch.
+    pub batch: usize,
+    /// Writes per second (all ranks).
+    pub writes_per_sec: f64,
+    /// Reads per second (all ranks).
+    pub reads_per_sec: f64,
+    /// Counters, summed.
+    pub stats: Stats,
+    /// Written keys that no read found (evicted, or lost to a racing
+    /// lock-free writer).
+    pub lost: u64,
+    /// Reads of absent keys that hit (must be 0).
+    pub false_hits: u64,
+}
+
+fn key(rank: u64, i: u64, len: usize) -> Vec<u8> {
+    let mut k = format!("rank{rank:04}-key{i:012}").into_bytes();
+    k.resize(len, b'#');
+    k
+}
+
+fn value(k: &[u8], len: usize) -> Vec<u8> {
+    let mut x = fabkit_dht::placement::hash_key(k);
+    (0..len)
+        .map(|_| {
+            x = fabkit_dht::placement::mix(x);
+            x as u8
+        })
+        .collect()
+}
+
+fn run_variant(a: &DhtArgs, variant: Variant, boot: &dyn Bootstrap) -> Result<DhtRun> {
+    let n = boot.size() as u64;
+    let (klen, vlen) = (a.record[0], a.record[1]);
+    let mut cfg = Config::new(variant);
+    cfg.key_len = klen;
+    cfg.value_len = vlen;
+    cfg.buckets = a.buckets.unwrap_or((a.keys * 2).max(64));
+    cfg.validate()?;
+    let mut rc = RankConfig::new(a.provider.clone());
+    rc.region_len = cfg.region_len();
+    rc.atomics = variant.needs_atomics();
+    rc.timeout = Duration::from_secs_f64(a.timeout);
+    rc.window = a.batch.clamp(1, 256);
+    let rank = Rank::establish(rc, boot).with_context(|| format!("setting up `{}`", a.provider))?;
+    let d = Dht::create(&rank, cfg, boot)?;
+    let me = boot.rank() as u64;
+
+    let mine: Vec<Vec<u8>> = (0..a.keys).map(|i| key(me, i, klen)).collect();
+    let vals: Vec<Vec<u8>> = mine.iter().map(|k| value(k, vlen)).collect();
+    boot.barrier()?;
+    let t = Instant::now();
+    for (ks, vs) in mine.chunks(a.batch).zip(vals.chunks(a.batch)) {
+        let items: Vec<(&[u8], &[u8])> = ks.iter().zip(vs).map(|(k, v)| (&k[..], &v[..])).collect();
+        d.write_many(&items)?;
+    }
+    let wsecs = t.elapsed().as_secs_f64();
+    boot.barrier()?;
+    // Read everyone's keys (hits expected) and as many absent ones.
+    let (mut lost, mut false_hits) = (0u64, 0u64);
+    let t = Instant::now();
+    for r in 0..n {
+        let present: Vec<Vec<u8>> = (0..a.keys).map(|i| key((me + r) % n, i, klen)).collect();
+        for ks in present.chunks(a.batch) {
+            let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
+            for (k, got) in ks.iter().zip(d.read_many(&refs)?) {
+                match got {
+                    Read::Hit(v) => ensure!(v == value(k, vlen), "a wrong value for a key"),
+                    _ => lost += 1,
+                }
+            }
+        }
+    }
+    let absent: Vec<Vec<u8>> = (0..a.keys).map(|i| key(me + 1_000_000, i, klen)).collect();
+    for ks in absent.chunks(a.batch) {
+        let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
+        false_hits += d
+            .read_many(&refs)?
+            .iter()
+            .filter(|r| matches!(r, Read::Hit(_)))
+            .count() as u64;
+    }
+    let rsecs = t.elapsed().as_secs_f64();
+    boot.barrier()?;
+    let stats = d.stats_all(boot)?;
+    // Slowest rank's times decide the job's rate.
+    let times = boot.allgather(&[wsecs.to_le_bytes(), rsecs.to_le_bytes()].concat())?;
+    let slow = |i: usize| {
+        times
+            .iter()
+            .map(|b| f64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
+            .fold(0.0, f64::max)
+    };
+    let counts = boot.allgather(&[lost.to_le_bytes(), false_hits.to_le_bytes()].concat())?;
+    let sum = |i: usize| -> u64 {
+        counts
+            .iter()
+            .map(|b| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
+            .sum()
+    };
+    d.free(boot)?;
+    rank.finish(boot)?;
+    Ok(DhtRun {
+        variant,
+        provider: a.provider.clone(),
+        ranks: n as usize,
+        batch: a.batch,
+        writes_per_sec: (n * a.keys) as f64 / slow(0),
+        reads_per_sec: (n * a.keys * (n + 1)) as f64 / slow(1),
+        stats,
+        // Every rank reads every key: count each missing key once.
+        lost: sum(0) / n,
+        false_hits: sum(1),
+    })
+}
+
+/// Runs the chosen variants on this rank.
+pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
+    ensure!(
+        a.keys > 0 && a.batch > 0,
+        "--keys and --batch must be at least 1"
+    );
+    let variants = match a.variant {
+        VariantArg::All => vec![
+            Variant::Coarse,
+            Variant::Fine,
+            Variant::Lockfree,
+            Variant::Chunked,
+        ],
+        VariantArg::Coarse => vec![Variant::Coarse],
+        VariantArg::Fine => vec![Variant::Fine],
+        VariantArg::Lockfree => vec![Variant::Lockfree],
+        VariantArg::Chunked => vec![Variant::Chunked],
+    };
+    variants
+        .into_iter()
+        .map(|v| run_variant(a, v, boot))
+        .collect()
+}
+
+/// Prints the results as a table; returns whether the runs were sound (no
+/// wrong value, no false hit).
+pub fn print(runs: &[DhtRun], launch: &str) -> bool {
+    let Some(first) = runs.first() else {
+        return true;
+    };
+    println!(
+        "fabkit dht: provider {}, {launch}, batch {}",
+        first.provider, first.batch
+    );
+    println!(
+        "{:<9} {:>12} {:>12} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>10}",
+        "variant",
+        "writes/s",
+        "reads/s",
+        "hits",
+        "lost",
+        "evicted",
+        "retries",
+        "lockwait",
+        "corrupt",
+        "ops/op"
+    );
+    let mut ok = true;
+    for r in runs {
+        let s = &r.stats;
+        println!(
+            "{:<9} {:>12.0} {:>12.0} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>10.2}",
+            format!("{:?}", r.variant).to_lowercase(),
+            r.writes_per_sec,
+            r.reads_per_sec,
+            s.hits,
+            r.lost,
+            s.evictions,
+            s.checksum_retries,
+            s.lock_retries,
+            s.corrupt,
+            s.ops_per_op()
+        );
+        ok &= r.false_hits == 0;
+    }
+    println!(
+        "lost: written keys not found (evicted, or a lock-free insert lost to a racing writer)"
+    );
+    ok
+}
