@@ -214,6 +214,60 @@ impl Window {
         Ok(())
     }
 
+    /// Starts a passive-target epoch on `rank` alone (`MPI_Win_lock`), shared
+    /// or exclusive. Not while [`Window::lock_all`] is held.
+    pub fn lock(&mut self, rank: usize, exclusive: bool) -> Result<()> {
+        if self.locked_all {
+            return Err(Error::InvalidArgument(
+                "MPI_Win_lock inside a lock_all epoch is erroneous; unlock_all first".into(),
+            ));
+        }
+        // SAFETY: plain constants exported by the shim.
+        let kind = unsafe {
+            if exclusive {
+                fabkit_mpi_lock_exclusive
+            } else {
+                fabkit_mpi_lock_shared
+            }
+        };
+        // SAFETY: the window is live; a bad rank is an error MPI returns.
+        check("MPI_Win_lock", unsafe {
+            ffi::MPI_Win_lock(kind, rank as i32, 0, self.win)
+        })
+    }
+
+    /// Ends the epoch [`Window::lock`] started on `rank`.
+    pub fn unlock(&mut self, rank: usize) -> Result<()> {
+        // SAFETY: the window is live and locked on `rank` by us.
+        check("MPI_Win_unlock", unsafe {
+            ffi::MPI_Win_unlock(rank as i32, self.win)
+        })
+    }
+
+    /// Executes a batch inside the passive-target epoch already open on its
+    /// targets (from [`Window::lock`] or [`Window::lock_all`]): issues the
+    /// operations, then `MPI_Win_flush` per target, so results are delivered
+    /// when it returns.
+    pub fn execute_in_epoch(&mut self, ops: &mut [Op<'_>]) -> Result<()> {
+        for op in ops.iter() {
+            self.validate(op)?;
+        }
+        let targets: BTreeSet<usize> = ops.iter().map(|o| o.target().rank).collect();
+        self.issue(ops)?;
+        for &t in &targets {
+            // SAFETY: the window is live and in an epoch on t.
+            check("MPI_Win_flush", unsafe {
+                ffi::MPI_Win_flush(t as i32, self.win)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Whether a `lock_all` epoch is open.
+    pub fn is_locked_all(&self) -> bool {
+        self.locked_all
+    }
+
     /// `MPI_Win_fence`: collective; ends one active-target epoch and opens the
     /// next. Targets of [`Sync::Fence`] call this once per origin batch.
     pub fn fence(&self) -> Result<()> {
@@ -305,14 +359,7 @@ impl Window {
         match sync {
             Sync::LockAll => {
                 self.lock_all()?;
-                self.issue(ops)?;
-                for &t in &targets {
-                    // SAFETY: the window is live and locked.
-                    check("MPI_Win_flush", unsafe {
-                        ffi::MPI_Win_flush(t as i32, self.win)
-                    })?;
-                }
-                Ok(())
+                self.execute_in_epoch(ops)
             }
             Sync::LockShared | Sync::LockExclusive => {
                 // SAFETY: plain constants exported by the shim.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
-use fabkit_dht::{Config, Dht, Read, Stats, Variant};
+use fabkit_dht::{Config, Dht, Read, Stats, Transport, Variant};
 use fabkit_fabric::bootstrap::Bootstrap;
 use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,11 @@ pub struct DhtArgs {
     /// Also write the per-variant results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
+    /// Run over MPI one-sided RMA on a window of this kind instead of
+    /// libfabric (under mpirun): the MPI-DHT's own setting, same algorithms.
+    #[cfg(feature = "mpi")]
+    #[arg(long, value_name = "KIND", value_enum)]
+    pub mpi: Option<crate::mpiperf::WinArg>,
 }
 
 /// One variant's run, summed over ranks.
@@ -101,21 +106,35 @@ fn value(k: &[u8], len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn run_variant(a: &DhtArgs, variant: Variant, boot: &dyn Bootstrap) -> Result<DhtRun> {
-    let n = boot.size() as u64;
-    let (klen, vlen) = (a.record[0], a.record[1]);
+fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
     let mut cfg = Config::new(variant);
-    cfg.key_len = klen;
-    cfg.value_len = vlen;
+    cfg.key_len = a.record[0];
+    cfg.value_len = a.record[1];
     cfg.buckets = a.buckets.unwrap_or((a.keys * 2).max(64));
     cfg.validate()?;
+    Ok(cfg)
+}
+
+fn fabric_transport(a: &DhtArgs, cfg: &Config, boot: &dyn Bootstrap) -> Result<Rank> {
     let mut rc = RankConfig::new(a.provider.clone());
     rc.region_len = cfg.region_len();
-    rc.atomics = variant.needs_atomics();
+    rc.atomics = cfg.variant.needs_atomics();
     rc.timeout = Duration::from_secs_f64(a.timeout);
     rc.window = a.batch.clamp(1, 256);
-    let rank = Rank::establish(rc, boot).with_context(|| format!("setting up `{}`", a.provider))?;
-    let d = Dht::create(&rank, cfg, boot)?;
+    Rank::establish(rc, boot).with_context(|| format!("setting up `{}`", a.provider))
+}
+
+fn run_variant<T: Transport>(
+    a: &DhtArgs,
+    cfg: Config,
+    t: T,
+    boot: &dyn Bootstrap,
+) -> Result<(DhtRun, T)> {
+    let (klen, vlen) = (cfg.key_len, cfg.value_len);
+    let variant = cfg.variant;
+    let n = boot.size() as u64;
+    let provider = t.name();
+    let d = Dht::create(t, cfg, boot)?;
     let me = boot.rank() as u64;
 
     let mine: Vec<Vec<u8>> = (0..a.keys).map(|i| key(me, i, klen)).collect();
@@ -170,11 +189,10 @@ fn run_variant(a: &DhtArgs, variant: Variant, boot: &dyn Bootstrap) -> Result<Dh
             .map(|b| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
             .sum()
     };
-    d.free(boot)?;
-    rank.finish(boot)?;
-    Ok(DhtRun {
+    let t = d.free(boot)?;
+    let run = DhtRun {
         variant,
-        provider: a.provider.clone(),
+        provider,
         ranks: n as usize,
         batch: a.batch,
         writes_per_sec: (n * a.keys) as f64 / slow(0),
@@ -183,16 +201,12 @@ fn run_variant(a: &DhtArgs, variant: Variant, boot: &dyn Bootstrap) -> Result<Dh
         // Every rank reads every key: count each missing key once.
         lost: sum(0) / n,
         false_hits: sum(1),
-    })
+    };
+    Ok((run, t))
 }
 
-/// Runs the chosen variants on this rank.
-pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
-    ensure!(
-        a.keys > 0 && a.batch > 0,
-        "--keys and --batch must be at least 1"
-    );
-    let variants = match a.variant {
+fn variants(a: &DhtArgs) -> Vec<Variant> {
+    match a.variant {
         VariantArg::All => vec![
             Variant::Coarse,
             Variant::Fine,
@@ -203,10 +217,50 @@ pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
         VariantArg::Fine => vec![Variant::Fine],
         VariantArg::Lockfree => vec![Variant::Lockfree],
         VariantArg::Chunked => vec![Variant::Chunked],
-    };
-    variants
+    }
+}
+
+/// Runs the chosen variants on this rank over libfabric.
+pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
+    ensure!(
+        a.keys > 0 && a.batch > 0,
+        "--keys and --batch must be at least 1"
+    );
+    variants(a)
         .into_iter()
-        .map(|v| run_variant(a, v, boot))
+        .map(|v| {
+            let cfg = config(a, v)?;
+            let rank = fabric_transport(a, &cfg, boot)?;
+            let (run, rank) = run_variant(a, cfg, rank, boot)?;
+            rank.finish(boot)?;
+            Ok(run)
+        })
+        .collect()
+}
+
+/// Runs the chosen variants on this rank over MPI windows.
+#[cfg(feature = "mpi")]
+pub fn run_rank_mpi(
+    a: &DhtArgs,
+    kind: fabkit_fabric::mpi_rma::WindowKind,
+    boot: &fabkit_fabric::bootstrap::MpiBootstrap,
+) -> Result<Vec<DhtRun>> {
+    use fabkit_dht::transport::mpi::MpiTransport;
+    ensure!(
+        a.keys > 0 && a.batch > 0,
+        "--keys and --batch must be at least 1"
+    );
+    variants(a)
+        .into_iter()
+        .map(|v| {
+            let cfg = config(a, v)?;
+            // Coarse locks each target's window per operation (MPI_Win_lock);
+            // the others share one lock_all epoch.
+            let t = MpiTransport::new(boot.world(), cfg.region_len(), kind, v == Variant::Coarse)?;
+            let (run, t) = run_variant(a, cfg, t, boot)?;
+            drop(t); // MPI_Win_free: collective, every rank here
+            Ok(run)
+        })
         .collect()
 }
 

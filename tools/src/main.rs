@@ -311,6 +311,30 @@ fn emit(
 fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
     let launch = Launch::detect(args.ranks)?;
     let to = timeout(args.timeout)?;
+    #[cfg(feature = "mpi")]
+    if let Some(win) = args.mpi {
+        let Launch::Mpi(boot) = &launch else {
+            anyhow::bail!(
+                "--mpi runs under an MPI launcher: mpirun -n 2 fabkit dht --mpi allocate"
+            );
+        };
+        let kind = match win {
+            mpiperf::WinArg::Allocate => fabkit_fabric::mpi_rma::WindowKind::Allocate,
+            mpiperf::WinArg::Create => fabkit_fabric::mpi_rma::WindowKind::Create,
+        };
+        let runs = dhtbench::run_rank_mpi(args, kind, boot)?;
+        if fabkit_fabric::bootstrap::Bootstrap::rank(boot) != 0 {
+            return Ok(true);
+        }
+        let ok = dhtbench::print(
+            &runs,
+            &launch.describe(fabkit_fabric::bootstrap::Bootstrap::size(boot)),
+        );
+        if let Some(p) = &args.json {
+            write_out(p, &(serde_json::to_string_pretty(&runs)? + "\n"))?;
+        }
+        return Ok(ok);
+    }
     let runs = launch.run(to, |boot| dhtbench::run_rank(args, boot))?;
     let Some(runs) = runs else { return Ok(true) };
     // Every rank reports the same sums; rank 0's are printed.
@@ -340,6 +364,7 @@ fn main() -> ExitCode {
         let osc = match &cli.cmd {
             Cmd::MpiPerf(args) => Some(args.osc.as_str()),
             Cmd::Check(args) if args.mpi.is_some() => Some("sm,pt2pt"),
+            Cmd::Dht(args) if args.mpi.is_some() => Some("sm,pt2pt"),
             _ => None,
         };
         if let Some(osc) = osc {
@@ -398,6 +423,8 @@ fn main() -> ExitCode {
                     record: vec![80, 104],
                     timeout: 10.0,
                     json: None,
+                    #[cfg(feature = "mpi")]
+                    mpi: None,
                 })?;
             }
             Ok(ok)

@@ -472,4 +472,18 @@ fn dht_runs_every_variant_as_a_cache_in_process_and_under_mpirun() {
         2,
         100,
     );
+    // The same algorithms over MPI one-sided RMA, both window kinds (coarse
+    // with MPI_Win_lock per operation, the others in one lock_all epoch).
+    for (win, n) in [("allocate", 2u64), ("create", 3)] {
+        let out = run(mpirun(n as usize)
+            .args(["dht", "--mpi", win, "--keys", "150", "--json"])
+            .arg(&json));
+        assert!(out.status.success(), "{}", stdout(&out));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        check(&v, n, 150);
+        assert!(
+            v[0]["provider"].as_str().unwrap().starts_with("mpi"),
+            "{v:#}"
+        );
+    }
 }

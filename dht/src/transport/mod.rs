@@ -9,8 +9,13 @@
 //! - [`recording::RecordingTransport`]: wraps any transport and logs every
 //!   batch, so tests can assert the exact remote operations a variant issues.
 //! - [`fabkit_fabric::Rank`]: native libfabric, any provider.
+//! - `mpi::MpiTransport` (feature `mpi`): MPI one-sided RMA on a window,
+//!   `lock_all` for fine, lockfree and chunked, `MPI_Win_lock` per operation
+//!   for coarse, as in seed 000.
 
 pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod recording;
 
 pub use fabkit_fabric::{Op, OpKind, Remote};
@@ -30,6 +35,20 @@ pub trait Transport {
     fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()>;
     /// A short name for reports ("local", "fabric shm", "mpi").
     fn name(&self) -> String;
+
+    /// Locks `rank`'s whole region with the transport's own mechanism, if it
+    /// has one (MPI: `MPI_Win_lock`), for the coarse variant. `Ok(false)`:
+    /// no such mechanism, and the variant drives a lock word with atomics.
+    fn lock_region(&self, rank: usize, exclusive: bool) -> fabkit_fabric::Result<bool> {
+        let _ = (rank, exclusive);
+        Ok(false)
+    }
+
+    /// Releases what [`Transport::lock_region`] took.
+    fn unlock_region(&self, rank: usize) -> fabkit_fabric::Result<()> {
+        let _ = rank;
+        Ok(())
+    }
 }
 
 impl Transport for fabkit_fabric::Rank {
@@ -71,5 +90,11 @@ impl<T: Transport + ?Sized> Transport for &T {
     }
     fn name(&self) -> String {
         (**self).name()
+    }
+    fn lock_region(&self, rank: usize, exclusive: bool) -> fabkit_fabric::Result<bool> {
+        (**self).lock_region(rank, exclusive)
+    }
+    fn unlock_region(&self, rank: usize) -> fabkit_fabric::Result<()> {
+        (**self).unlock_region(rank)
     }
 }

@@ -10,7 +10,14 @@ use super::{backoff, collect, probe_read, probe_write, Probe, EXCLUSIVE};
 use crate::table::{Dht, Read, Result, Write};
 use crate::transport::{Op, Remote, Transport};
 
-fn lock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool) -> Result<()> {
+/// Takes the region lock; returns whether the transport's own mechanism
+/// (MPI_Win_lock) took it, which `unlock` must then release.
+fn lock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool) -> Result<bool> {
+    // MPI: MPI_Win_lock on the target's window, as the MPI-DHT does.
+    if d.t.lock_region(rank, exclusive)? {
+        d.count(|s| s.remote_ops += 1);
+        return Ok(true);
+    }
     let word = Remote::new(rank, 0);
     let mut attempt = 0;
     loop {
@@ -23,7 +30,7 @@ fn lock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool) -> Result<()> {
                 old: &mut old,
             }])?;
             if old == 0 {
-                return Ok(());
+                return Ok(false);
             }
         } else {
             d.exec(&mut [Op::FetchAdd {
@@ -32,7 +39,7 @@ fn lock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool) -> Result<()> {
                 old: &mut old,
             }])?;
             if old < EXCLUSIVE {
-                return Ok(());
+                return Ok(false);
             }
             // A writer holds it: take our interest back.
             d.exec(&mut [Op::FetchAdd {
@@ -47,7 +54,11 @@ fn lock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool) -> Result<()> {
     }
 }
 
-fn unlock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool) -> Result<()> {
+fn unlock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool, native: bool) -> Result<()> {
+    if native {
+        d.count(|s| s.remote_ops += 1);
+        return d.t.unlock_region(rank).map_err(Into::into);
+    }
     let mut old = 0;
     let delta = if exclusive { EXCLUSIVE } else { 1 };
     d.exec(&mut [Op::FetchAdd {
@@ -74,9 +85,9 @@ fn by_rank<'k, T: Transport>(
 pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<Read>> {
     let mut out = vec![None; keys.len()];
     for (rank, probes) in by_rank(d, keys.iter().copied().enumerate()) {
-        lock(d, rank, false)?;
+        let native = lock(d, rank, false)?;
         let r = probe_read(d, probes, &mut out);
-        unlock(d, rank, false)?;
+        unlock(d, rank, false, native)?;
         r?;
     }
     Ok(collect(out))
@@ -86,9 +97,9 @@ pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> 
     let mut out = vec![None; items.len()];
     let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
     for (rank, probes) in by_rank(d, items.iter().map(|(k, _)| *k).enumerate()) {
-        lock(d, rank, true)?;
+        let native = lock(d, rank, true)?;
         let r = probe_write(d, probes, &values, &mut out);
-        unlock(d, rank, true)?;
+        unlock(d, rank, true, native)?;
         r?;
     }
     Ok(collect(out))
