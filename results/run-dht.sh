@@ -26,4 +26,14 @@ for prov in shm 'tcp;ofi_rxm'; do
     "${cmd[@]}" | tee -a "$out/tables.txt"
   done
 done
+# The same algorithms over MPI one-sided RMA (osc sm on MPI_Win_allocate,
+# osc pt2pt on MPI_Win_create), 2 processes.
+for cfg in "sm allocate" "pt2pt create"; do
+  set -- $cfg
+  for batch in 1 64; do
+    cmd=(mpirun --oversubscribe -n 2 --mca osc "$1" "$fk" dht --mpi "$2" --keys 4000 --batch $batch --json "$out/mpirun2-mpi-$1-$2-batch$batch.json")
+    echo "\$ ${cmd[*]}" | tee -a "$out/tables.txt"
+    "${cmd[@]}" | tee -a "$out/tables.txt"
+  done
+done
 echo "wrote $out"
