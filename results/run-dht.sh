@@ -11,12 +11,13 @@ out=results/dht
 # Build first: deleting the old (tracked) results would make the tree,
 # and so the commit the results record, look dirty.
 cargo build --release --quiet --bin fabkit
+commit=$(git describe --always --dirty --abbrev=12)
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.txt
 fk=target/release/fabkit
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cp results/perf/machine.txt "$out/machine.txt" 2>/dev/null || true
-echo "fabkit: $($fk --version) at $(git describe --always --dirty --abbrev=12)" >> "$out/machine.txt"
+echo "fabkit: $($fk --version) at $commit" >> "$out/machine.txt"
 for prov in shm 'tcp;ofi_rxm'; do
   p=$(echo "$prov" | tr ';' '-')
   for batch in 1 64; do

@@ -15,6 +15,7 @@ secs=${SECS:-0.2}
 # Build first: deleting the old (tracked) results would make the tree,
 # and so the commit the results record, look dirty.
 cargo build --release --quiet --bin fabkit
+commit=$(git describe --always --dirty --abbrev=12)
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.csv "$out"/*.svg
 
@@ -29,7 +30,7 @@ mpi() { mpirun --oversubscribe -n 2 "$@"; }
   echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
   echo "libfabric: $(fi_info --version | sed -n 2p)"
   echo "mpi: $(mpirun --version | head -1)"
-  echo "fabkit: $($fk --version) at $(git describe --always --dirty --abbrev=12)"
+  echo "fabkit: $($fk --version) at $commit"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } > "$out/machine.txt"
 cat "$out/machine.txt"
