@@ -12,7 +12,8 @@
 //!   libfabric ([`fabkit_fabric::Rank`]), and test doubles (local, recording).
 //! - [`variant`]: each algorithm plans batches of remote operations.
 //! - [`Dht`]: create (collective, all ranks must agree), read, write, their
-//!   batched forms, statistics, free.
+//!   batched forms, statistics, dump and restore (also into another size,
+//!   rank count or variant), free.
 //!
 //! ```
 //! use fabkit_dht::{transport::local::LocalTransport, Config, Dht, Read, Variant};
@@ -31,6 +32,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod dump;
 pub mod layout;
 pub mod placement;
 mod table;
