@@ -29,6 +29,14 @@ for prov in shm 'tcp;ofi_rxm'; do
     "${cmd[@]}" | tee -a "$out/tables.txt"
   done
 done
+# Same-node shortcut: shared memory between the 2 processes, libfabric
+# shm registered underneath.
+for batch in 1 64; do
+  cmd=(mpirun --oversubscribe -n 2 "$fk" dht -p shm --shm --keys 4000 --batch $batch --json "$out/mpirun2-shmshortcut-batch$batch.json")
+  echo "\$ ${cmd[*]}" | tee -a "$out/tables.txt"
+  "${cmd[@]}" | tee -a "$out/tables.txt"
+done
+
 # The same algorithms over MPI one-sided RMA (osc sm on MPI_Win_allocate,
 # osc pt2pt on MPI_Win_create), 2 processes.
 for cfg in "sm allocate" "pt2pt create"; do

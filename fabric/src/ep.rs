@@ -100,6 +100,15 @@ impl Endpoint {
         MemoryRegion::register(&self.inner.domain, Some(&self.inner), len)
     }
 
+    /// Registers a shared segment as a region (peers on this node may map
+    /// it too).
+    pub fn register_shared(
+        &self,
+        seg: std::sync::Arc<crate::shm::SharedSegment>,
+    ) -> Result<MemoryRegion> {
+        MemoryRegion::register_shared(&self.inner.domain, Some(&self.inner), seg)
+    }
+
     /// Keeps `mr` alive until the endpoint closes (after a timeout, the
     /// provider may still write into it).
     pub(crate) fn bury(&self, mr: MemoryRegion) {

@@ -46,6 +46,7 @@ pub mod info;
 pub mod mpi_rma;
 pub mod mr;
 pub mod rank;
+pub mod shm;
 
 pub use av::{AddressVector, FiAddr};
 pub use cq::CompletionQueue;

@@ -16,6 +16,17 @@ use crate::error::{check, Error, Result};
 /// hardware) want page-backed memory, and it keeps u64 words aligned.
 const ALIGN: usize = 4096;
 
+/// Where a region's memory comes from.
+enum Backing {
+    /// Allocated (zeroed, page-aligned) by the region; freed after close.
+    Heap(Layout),
+    /// A shared segment other processes may map too; kept alive by the
+    /// region until it is closed.
+    Shared {
+        _segment: std::sync::Arc<crate::shm::SharedSegment>,
+    },
+}
+
 /// What a peer needs to reach a region: the address to add offsets to (a
 /// virtual address under `FI_MR_VIRT_ADDR`, else 0), its length and its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,7 +47,7 @@ pub struct RemoteRegion {
 pub struct MemoryRegion {
     buf: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    backing: Backing,
     fid: NonNull<ffi::fid_mr>,
     key: u64,
     desc: *mut libc::c_void,
@@ -65,10 +76,12 @@ unsafe impl Sync for MemoryRegion {}
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         // SAFETY: we own the MR fid; closing it first guarantees the provider
-        // no longer accesses the buffer, which we free next.
+        // no longer accesses the buffer, which we free (or let go of) next.
         unsafe {
             close_fid(&mut (*self.fid.as_ptr()).fid, "mr");
-            std::alloc::dealloc(self.buf.as_ptr(), self.layout);
+            if let Backing::Heap(layout) = self.backing {
+                std::alloc::dealloc(self.buf.as_ptr(), layout);
+            }
         }
     }
 }
@@ -95,6 +108,27 @@ impl MemoryRegion {
                 what: format!("allocating a region of {len} B"),
                 source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
             })?;
+        Self::register_backed(domain, ep, buf, len, Backing::Heap(layout))
+    }
+
+    /// Registers a shared segment (all of it) as a region.
+    pub(crate) fn register_shared(
+        domain: &Arc<DomainInner>,
+        ep: Option<&Arc<EpInner>>,
+        seg: std::sync::Arc<crate::shm::SharedSegment>,
+    ) -> Result<MemoryRegion> {
+        let buf = NonNull::new(seg.as_ptr()).expect("a mapping is never null");
+        let len = seg.len();
+        Self::register_backed(domain, ep, buf, len, Backing::Shared { _segment: seg })
+    }
+
+    fn register_backed(
+        domain: &Arc<DomainInner>,
+        ep: Option<&Arc<EpInner>>,
+        buf: NonNull<u8>,
+        len: usize,
+        backing: Backing,
+    ) -> Result<MemoryRegion> {
         let mr_mode = domain.info.mr_mode();
         let access = (ffi::FI_SEND
             | ffi::FI_RECV
@@ -119,15 +153,18 @@ impl MemoryRegion {
             )
         };
         if rc != 0 {
-            // SAFETY: allocated above with this layout, never registered.
-            unsafe { std::alloc::dealloc(buf.as_ptr(), layout) };
+            if let Backing::Heap(layout) = backing {
+                // SAFETY: allocated by `register` with this layout, never
+                // registered.
+                unsafe { std::alloc::dealloc(buf.as_ptr(), layout) };
+            }
             check("fi_mr_reg", rc)?;
         }
         let fid = NonNull::new(fid).expect("fi_mr_reg returned success and null");
         let mut mr = MemoryRegion {
             buf,
             len,
-            layout,
+            backing,
             fid,
             key: 0,
             desc: std::ptr::null_mut(),

@@ -61,6 +61,10 @@ pub struct RankConfig {
     pub timeout: Duration,
     /// Background progress.
     pub progress: ProgressMode,
+    /// Expose this shared segment as the region instead of allocating one
+    /// (same-node peers map it directly; see [`crate::shm`]). Its length
+    /// overrides `region_len`.
+    pub shared_region: Option<std::sync::Arc<crate::shm::SharedSegment>>,
     /// Busy-poll completion queues instead of spinning briefly and then
     /// blocking. Only for benchmarks on otherwise idle cores (what fabtests
     /// and perftest do); on a busy node it starves peers.
@@ -80,6 +84,7 @@ impl RankConfig {
             window: 64,
             timeout: Duration::from_secs(10),
             progress: ProgressMode::Auto,
+            shared_region: None,
             busy_poll: false,
         }
     }
@@ -393,7 +398,10 @@ impl Rank {
         cq.set_busy_poll(cfg.busy_poll);
         let av = AddressVector::open(&domain)?;
         let ep = Endpoint::open(&domain, &cq, &av)?;
-        let region = ep.register(cfg.region_len)?;
+        let region = match &cfg.shared_region {
+            Some(seg) => ep.register_shared(seg.clone())?,
+            None => ep.register(cfg.region_len)?,
+        };
         let staging = ep.register(cfg.staging_len)?;
 
         let me = Card {

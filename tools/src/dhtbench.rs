@@ -56,6 +56,11 @@ pub struct DhtArgs {
     /// Seconds to wait for any one operation before giving up.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// Give ranks on the same node direct access to each other's regions
+    /// (shared memory), with libfabric for the rest; atomics are CPU atomics
+    /// only when every rank is on this node.
+    #[arg(long)]
+    pub shm: bool,
     /// Also write the per-variant results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
@@ -115,13 +120,18 @@ fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
     Ok(cfg)
 }
 
-fn fabric_transport(a: &DhtArgs, cfg: &Config, boot: &dyn Bootstrap) -> Result<Rank> {
+fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {
     let mut rc = RankConfig::new(a.provider.clone());
     rc.region_len = cfg.region_len();
     rc.atomics = cfg.variant.needs_atomics();
     rc.timeout = Duration::from_secs_f64(a.timeout);
     rc.window = a.batch.clamp(1, 256);
-    Rank::establish(rc, boot).with_context(|| format!("setting up `{}`", a.provider))
+    rc
+}
+
+fn fabric_transport(a: &DhtArgs, cfg: &Config, boot: &dyn Bootstrap) -> Result<Rank> {
+    Rank::establish(rank_config(a, cfg), boot)
+        .with_context(|| format!("setting up `{}`", a.provider))
 }
 
 fn run_variant<T: Transport>(
@@ -230,6 +240,19 @@ pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
         .into_iter()
         .map(|v| {
             let cfg = config(a, v)?;
+            if a.shm {
+                let t =
+                    fabkit_dht::transport::shm::ShmTransport::establish(rank_config(a, &cfg), boot)
+                        .with_context(|| {
+                            format!(
+                                "setting up `{}` with the shared-memory shortcut",
+                                a.provider
+                            )
+                        })?;
+                let (run, t) = run_variant(a, cfg, t, boot)?;
+                t.finish(boot)?;
+                return Ok(run);
+            }
             let rank = fabric_transport(a, &cfg, boot)?;
             let (run, rank) = run_variant(a, cfg, rank, boot)?;
             rank.finish(boot)?;

@@ -422,6 +422,7 @@ fn main() -> ExitCode {
                     batch: 64,
                     record: vec![80, 104],
                     timeout: 10.0,
+                    shm: false,
                     json: None,
                     #[cfg(feature = "mpi")]
                     mpi: None,

@@ -472,6 +472,21 @@ fn dht_runs_every_variant_as_a_cache_in_process_and_under_mpirun() {
         2,
         100,
     );
+    // With the same-node shortcut (shared memory for reads, writes and,
+    // all ranks being on this node, CPU atomics).
+    let out = run(mpirun(2)
+        .args(["dht", "-p", "shm", "--shm", "--keys", "150", "--json"])
+        .arg(&json));
+    assert!(out.status.success(), "{}", stdout(&out));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    check(&v, 2, 150);
+    assert!(
+        v[0]["provider"]
+            .as_str()
+            .unwrap()
+            .starts_with("shm shortcut"),
+        "{v:#}"
+    );
     // The same algorithms over MPI one-sided RMA, both window kinds (coarse
     // with MPI_Win_lock per operation, the others in one lock_all epoch).
     for (win, n) in [("allocate", 2u64), ("create", 3)] {

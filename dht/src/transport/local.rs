@@ -85,7 +85,9 @@ impl LocalTransport {
     }
 }
 
-fn read_bytes(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
+/// Copies bytes out of words, a word at a time (torn reads possible, as
+/// over RDMA).
+pub(crate) fn read_bytes(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
     let mut done = 0;
     while done < out.len() {
         let pos = offset + done;
@@ -97,7 +99,8 @@ fn read_bytes(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
     }
 }
 
-fn write_bytes(words: &[AtomicU64], offset: usize, data: &[u8]) {
+/// Copies bytes into words, merging partial words atomically.
+pub(crate) fn write_bytes(words: &[AtomicU64], offset: usize, data: &[u8]) {
     let mut done = 0;
     while done < data.len() {
         let pos = offset + done;

@@ -9,6 +9,8 @@
 //! - [`recording::RecordingTransport`]: wraps any transport and logs every
 //!   batch, so tests can assert the exact remote operations a variant issues.
 //! - [`fabkit_fabric::Rank`]: native libfabric, any provider.
+//! - [`shm::ShmTransport`]: libfabric plus direct access to the regions of
+//!   ranks on the same node.
 //! - `mpi::MpiTransport` (feature `mpi`): MPI one-sided RMA on a window,
 //!   `lock_all` for fine, lockfree and chunked, `MPI_Win_lock` per operation
 //!   for coarse, as in seed 000.
@@ -17,6 +19,7 @@ pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod recording;
+pub mod shm;
 
 pub use fabkit_fabric::{Op, OpKind, Remote};
 

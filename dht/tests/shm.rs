@@ -1,0 +1,86 @@
+//! The same-node shortcut: every variant over ShmTransport, with all ranks
+//! on one node (CPU atomics on mapped regions) and with one rank treated as
+//! remote (this machine has no second node, so establish_sharing stands in
+//! for it): then reads and writes mix the shortcut and the fabric, and all
+//! atomics go through the provider.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{key, small, value, value_ok, VARIANTS};
+use fabkit_dht::transport::shm::ShmTransport;
+use fabkit_dht::{Dht, Read};
+use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
+use fabkit_fabric::RankConfig;
+
+fn run(provider: &str, sharing: Option<&[&[bool]]>) {
+    for variant in VARIANTS {
+        let cfg = small(variant, 256);
+        let boots = ThreadGroup::members(3, Duration::from_secs(30));
+        std::thread::scope(|s| {
+            for b in &boots {
+                s.spawn(move || {
+                    let mut rc = RankConfig::new(provider);
+                    rc.region_len = cfg.region_len();
+                    rc.atomics = variant.needs_atomics();
+                    let t = match sharing {
+                        None => ShmTransport::establish(rc, b).unwrap(),
+                        Some(m) => ShmTransport::establish_sharing(rc, b, m[b.rank()]).unwrap(),
+                    };
+                    assert_eq!(t.cpu_atomics(), sharing.is_none());
+                    let d = Dht::create(&t, cfg, b).unwrap();
+                    let me = b.rank() as u64;
+                    let keys: Vec<Vec<u8>> = (0..40).map(|i| key(me * 100 + i)).collect();
+                    let vals: Vec<Vec<u8>> = keys.iter().map(|k| value(k, me, 1, 24)).collect();
+                    let items: Vec<(&[u8], &[u8])> = keys
+                        .iter()
+                        .zip(&vals)
+                        .map(|(k, v)| (&k[..], &v[..]))
+                        .collect();
+                    for turn in 0..3 {
+                        if turn == me {
+                            d.write_many(&items).unwrap();
+                        }
+                        b.barrier().unwrap();
+                    }
+                    for r in 0..3u64 {
+                        for i in 0..40 {
+                            let k = key(r * 100 + i);
+                            assert_eq!(
+                                d.read(&k).unwrap(),
+                                Read::Hit(value(&k, r, 1, 24)),
+                                "{provider} {variant:?}"
+                            );
+                        }
+                    }
+                    for i in 0..40u64 {
+                        let k = key(9000 + i % 2);
+                        d.write(&k, &value(&k, me, i, 24)).unwrap();
+                        if let Read::Hit(v) = d.read(&k).unwrap() {
+                            assert!(value_ok(&k, &v), "{provider} {variant:?}: torn value");
+                        }
+                    }
+                    d.free(b).unwrap();
+                    t.finish(b).unwrap();
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn every_variant_with_all_ranks_on_one_node() {
+    run("shm", None);
+}
+
+#[test]
+fn every_variant_with_a_remote_rank_mixing_shortcut_and_fabric() {
+    // Ranks 0 and 1 share a node; rank 2 is "elsewhere".
+    let m: [&[bool]; 3] = [
+        &[true, true, false],
+        &[true, true, false],
+        &[false, false, true],
+    ];
+    run("tcp;ofi_rxm", Some(&m));
+}
