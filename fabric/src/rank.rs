@@ -194,7 +194,8 @@ impl Op<'_> {
         }
     }
 
-    pub(crate) fn target(&self) -> Remote {
+    /// Where the operation goes (for messages: the peer, offset 0).
+    pub fn target(&self) -> Remote {
         match self {
             Op::Read { from, .. } => *from,
             Op::Write { to, .. } => *to,
@@ -207,7 +208,9 @@ impl Op<'_> {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// Bytes moved (8 for the atomics).
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
         match self {
             Op::Read { into, .. } | Op::Recv { into, .. } => into.len(),
             Op::Write { from, .. } | Op::Send { data: from, .. } => from.len(),

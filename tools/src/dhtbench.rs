@@ -111,6 +111,18 @@ fn value(k: &[u8], len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Every rank's pair of u64s.
+fn gather(boot: &dyn Bootstrap, mine: [u64; 2]) -> Result<Vec<[u64; 2]>> {
+    let all = boot.allgather(&[mine[0].to_le_bytes(), mine[1].to_le_bytes()].concat())?;
+    Ok(all
+        .iter()
+        .map(|b| {
+            let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+            [w(0), w(1)]
+        })
+        .collect())
+}
+
 fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
     let mut cfg = Config::new(variant);
     cfg.key_len = a.record[0];
@@ -184,21 +196,16 @@ fn run_variant<T: Transport>(
     let rsecs = t.elapsed().as_secs_f64();
     boot.barrier()?;
     let stats = d.stats_all(boot)?;
-    // Slowest rank's times decide the job's rate.
-    let times = boot.allgather(&[wsecs.to_le_bytes(), rsecs.to_le_bytes()].concat())?;
+    // Slowest rank's times decide the job's rate; counts add up.
+    let times = gather(boot, [wsecs.to_bits(), rsecs.to_bits()])?;
     let slow = |i: usize| {
         times
             .iter()
-            .map(|b| f64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
+            .map(|t| f64::from_bits(t[i]))
             .fold(0.0, f64::max)
     };
-    let counts = boot.allgather(&[lost.to_le_bytes(), false_hits.to_le_bytes()].concat())?;
-    let sum = |i: usize| -> u64 {
-        counts
-            .iter()
-            .map(|b| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
-            .sum()
-    };
+    let counts = gather(boot, [lost, false_hits])?;
+    let sum = |i: usize| -> u64 { counts.iter().map(|c| c[i]).sum() };
     let t = d.free(boot)?;
     let run = DhtRun {
         variant,

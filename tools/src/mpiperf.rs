@@ -98,23 +98,6 @@ struct Ctx<'a> {
     origins: Vec<usize>,
 }
 
-fn op_for<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op<'b> {
-    match op {
-        PerfOp::Write => Op::Write { to: at, from: buf },
-        PerfOp::Read => Op::Read {
-            from: at,
-            into: buf,
-        },
-        PerfOp::Cas => Op::CompareAndSwap {
-            at,
-            expected: 0,
-            new: 0,
-            old,
-        },
-        PerfOp::Fadd | PerfOp::Send => Op::FetchAdd { at, delta: 1, old },
-    }
-}
-
 /// One window of `count` operations, with this rank's part of the
 /// synchronisation.
 fn epoch(
@@ -136,7 +119,7 @@ fn epoch(
                 .iter_mut()
                 .zip(olds.iter_mut())
                 .take(count)
-                .map(|(b, o)| op_for(c.a.op, at, b, o))
+                .map(|(b, o)| crate::perf::rma_op(c.a.op, at, b, o))
                 .collect();
             win.execute(c.sync, &mut ops)
                 .with_context(|| format!("{:?} to rank {} ({:?})", c.a.op, c.peer, c.sync))?;

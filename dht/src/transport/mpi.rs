@@ -60,19 +60,6 @@ impl MpiTransport {
     }
 }
 
-fn target(op: &Op<'_>) -> usize {
-    match op {
-        Op::Read { from, .. } => from.rank,
-        Op::Write { to, .. } => to.rank,
-        Op::CompareAndSwap { at, .. }
-        | Op::FetchAdd { at, .. }
-        | Op::Fetch { at, .. }
-        | Op::Swap { at, .. } => at.rank,
-        Op::Send { to, .. } => *to,
-        Op::Recv { from, .. } => *from,
-    }
-}
-
 impl Transport for MpiTransport {
     fn rank(&self) -> usize {
         self.rank
@@ -99,7 +86,7 @@ impl Transport for MpiTransport {
         }
         // Per-operation locking, outside a region lock: a shared epoch on
         // each target around this batch.
-        let targets: BTreeSet<usize> = ops.iter().map(target).collect();
+        let targets: BTreeSet<usize> = ops.iter().map(|o| o.target().rank).collect();
         for &t in &targets {
             w.lock(t, false)?;
         }

@@ -53,19 +53,6 @@ impl<T: Transport> RecordingTransport<T> {
     }
 }
 
-fn target(op: &Op<'_>) -> (Remote, usize) {
-    match op {
-        Op::Read { from, into } => (*from, into.len()),
-        Op::Write { to, from } => (*to, from.len()),
-        Op::CompareAndSwap { at, .. }
-        | Op::FetchAdd { at, .. }
-        | Op::Fetch { at, .. }
-        | Op::Swap { at, .. } => (*at, 8),
-        Op::Send { to, data } => (Remote::new(*to, 0), data.len()),
-        Op::Recv { from, into, .. } => (Remote::new(*from, 0), into.len()),
-    }
-}
-
 impl<T: Transport> Transport for RecordingTransport<T> {
     fn rank(&self) -> usize {
         self.inner.rank()
@@ -85,13 +72,10 @@ impl<T: Transport> Transport for RecordingTransport<T> {
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
         let batch = ops
             .iter()
-            .map(|o| {
-                let (at, len) = target(o);
-                Logged {
-                    kind: o.kind(),
-                    at,
-                    len,
-                }
+            .map(|o| Logged {
+                kind: o.kind(),
+                at: o.target(),
+                len: o.len(),
             })
             .collect();
         self.log.lock().unwrap().push(batch);

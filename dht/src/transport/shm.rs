@@ -109,7 +109,7 @@ impl ShmTransport {
     }
 
     fn shortcut(&self, op: &Op<'_>) -> Option<&SharedSegment> {
-        let at = op.target_remote();
+        let at = op.target();
         let seg = self.mapped.get(at.rank)?.as_deref()?;
         let direct = match op.kind() {
             OpKind::Read | OpKind::Write => true,
@@ -117,26 +117,6 @@ impl ShmTransport {
             _ => false,
         };
         direct.then_some(seg)
-    }
-}
-
-/// Where an op points (Op's own accessor is crate-private to fabric).
-trait Target {
-    fn target_remote(&self) -> Remote;
-}
-
-impl Target for Op<'_> {
-    fn target_remote(&self) -> Remote {
-        match self {
-            Op::Read { from, .. } => *from,
-            Op::Write { to, .. } => *to,
-            Op::CompareAndSwap { at, .. }
-            | Op::FetchAdd { at, .. }
-            | Op::Fetch { at, .. }
-            | Op::Swap { at, .. } => *at,
-            Op::Send { to, .. } => Remote::new(*to, 0),
-            Op::Recv { from, .. } => Remote::new(*from, 0),
-        }
     }
 }
 
@@ -156,7 +136,7 @@ fn bounds(seg: &SharedSegment, op: OpKind, at: Remote, len: usize) -> Result<usi
 
 fn direct(seg: &SharedSegment, op: &mut Op<'_>) -> Result<()> {
     let kind = op.kind();
-    let at = op.target_remote();
+    let at = op.target();
     let words = seg.words();
     if kind.is_atomic() {
         let off = bounds(seg, kind, at, 8)?;

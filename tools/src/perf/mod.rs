@@ -254,7 +254,8 @@ struct Job<'a> {
     tick: &'a [usize],
 }
 
-fn rma_op<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op<'b> {
+/// The one-sided operation `op` on `at` with the given buffers.
+pub(crate) fn rma_op<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op<'b> {
     match op {
         PerfOp::Write => Op::Write { to: at, from: buf },
         PerfOp::Read => Op::Read {
