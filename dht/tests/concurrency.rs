@@ -98,9 +98,10 @@ fn locking_variants_lose_no_update_from_concurrent_writers() {
     const RANKS: usize = 4;
     const KEYS: u64 = 150;
     for variant in [Variant::Fine, Variant::Coarse, Variant::Chunked] {
-        // Disjoint keys per rank, but the same buckets: 600 keys in 4 x 512
-        // buckets, every rank racing for empty ones.
-        let tables = local_tables(RANKS, small(variant, 512));
+        // Disjoint keys per rank, but the same buckets, every rank racing for
+        // empty ones: 600 keys in 4 x 2048 buckets (7 % full, so that a key
+        // finding all 7 candidates taken, an eviction, is a ~1e-5 event).
+        let tables = local_tables(RANKS, small(variant, 2048));
         std::thread::scope(|s| {
             for (r, d) in tables.iter().enumerate() {
                 s.spawn(move || {
