@@ -6,7 +6,7 @@
 //! compare-and-swap on its state word (empty -> claimed), filled, then
 //! published (state full) in a later batch; reads verify the CRC.
 
-use super::{backoff, collect, Probe};
+use super::{backoff, collect, data_at, encoded, probes, store, word_at, Probe};
 use crate::layout::{STATE_CLAIMED, STATE_EMPTY, STATE_FULL};
 use crate::table::{Dht, FindOrPut, Read, Result, Write};
 use crate::transport::{Op, Remote, Transport};
@@ -122,11 +122,7 @@ fn scan<T: Transport>(d: &Dht<T>, chunks: &[(u64, Vec<u8>)], key: &[u8]) -> (See
 pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<Read>> {
     let g = geometry(d);
     let mut out = vec![None; keys.len()];
-    let mut pending: Vec<Probe> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| Probe::new(d, i, k))
-        .collect();
+    let mut pending: Vec<Probe> = probes(d, keys.iter().copied());
     let mut round = 0;
     while !pending.is_empty() {
         let fetched = fetch_chunks(d, &g, &pending)?;
@@ -187,19 +183,8 @@ fn put_many<T: Transport>(
 ) -> Result<Vec<FindOrPutOrWrite>> {
     let g = geometry(d);
     let mut out: Vec<Option<FindOrPutOrWrite>> = vec![None; items.len()];
-    let mut pending: Vec<Probe> = items
-        .iter()
-        .enumerate()
-        .map(|(i, (k, _))| Probe::new(d, i, k))
-        .collect();
+    let mut pending: Vec<Probe> = probes(d, items.iter().map(|(k, _)| *k));
     let mut round = 0;
-    let encode = |i: usize| {
-        let mut enc = vec![0u8; d.layout.data_len()];
-        d.layout.encode(items[i].0, items[i].1, &mut enc);
-        enc
-    };
-    let data_at = |rank: usize, bucket: u64| Remote::new(rank, d.layout.offset(bucket) + 8);
-    let state_at = |rank: usize, bucket: u64| Remote::new(rank, d.layout.offset(bucket));
     while !pending.is_empty() {
         let fetched = fetch_chunks(d, &g, &pending)?;
         let mut next = Vec::new();
@@ -247,7 +232,7 @@ fn put_many<T: Transport>(
             .iter()
             .zip(olds.iter_mut())
             .map(|((p, b), old)| Op::CompareAndSwap {
-                at: state_at(p.home.rank, *b),
+                at: word_at(d, p.home.rank, *b),
                 expected: STATE_EMPTY,
                 new: STATE_CLAIMED,
                 old,
@@ -273,20 +258,15 @@ fn put_many<T: Transport>(
         let encs: Vec<(Remote, Vec<u8>)> = won
             .iter()
             .chain(updates.iter())
-            .map(|&(r, b, i)| (data_at(r, b), encode(i)))
+            .map(|&(r, b, i)| (data_at(d, r, b), encoded(d, items[i].0, items[i].1)))
             .collect();
-        let mut ops: Vec<Op> = encs
-            .iter()
-            .map(|(at, e)| Op::Write { to: *at, from: e })
-            .collect();
-        d.exec(&mut ops)?;
-        drop(ops);
+        store(d, &encs)?;
         let mut olds = vec![0u64; won.len()];
         let mut ops: Vec<Op> = won
             .iter()
             .zip(olds.iter_mut())
             .map(|(&(r, b, _), old)| Op::Swap {
-                at: state_at(r, b),
+                at: word_at(d, r, b),
                 new: STATE_FULL,
                 old,
             })

@@ -5,22 +5,20 @@
 //! every key's current bucket (one batch), read the locked ones (and give
 //! back failed read locks), write where a writer takes the bucket, unlock.
 
-use super::{backoff, collect, data_at, take, Probe, EXCLUSIVE};
+use super::{
+    add_to_all, backoff, collect, data_at, encoded, probes, store, take, word_at, Probe, EXCLUSIVE,
+};
 use crate::table::{Dht, Read, Result, Write};
 use crate::transport::{Op, Remote, Transport};
 
 fn word<T: Transport>(d: &Dht<T>, p: &Probe<'_>) -> Remote {
     let (r, b) = p.bucket();
-    Remote::new(r, d.layout.offset(b))
+    word_at(d, r, b)
 }
 
 pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<Read>> {
     let mut out = vec![None; keys.len()];
-    let mut pending: Vec<Probe> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| Probe::new(d, i, k))
-        .collect();
+    let mut pending: Vec<Probe> = probes(d, keys.iter().copied());
     let mut round = 0;
     while !pending.is_empty() {
         let mut olds = vec![0u64; pending.len()];
@@ -61,20 +59,13 @@ pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<
         }
         d.exec(&mut ops)?;
         drop(ops);
-        let mut junk = vec![0u64; pending.len()];
-        let mut ops: Vec<Op> = pending
+        let held: Vec<Remote> = pending
             .iter()
             .zip(&got)
-            .zip(junk.iter_mut())
-            .filter(|((_, g), _)| **g)
-            .map(|((p, _), old)| Op::FetchAdd {
-                at: word(d, p),
-                delta: 1u64.wrapping_neg(),
-                old,
-            })
+            .filter(|(_, g)| **g)
+            .map(|(p, _)| word(d, p))
             .collect();
-        d.exec(&mut ops)?;
-        drop(ops);
+        add_to_all(d, &held, 1u64.wrapping_neg())?;
         let mut next = Vec::new();
         let mut progress = false;
         for ((mut p, buf), g) in pending.into_iter().zip(bufs).zip(got) {
@@ -107,11 +98,7 @@ pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<
 
 pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> Result<Vec<Write>> {
     let mut out = vec![None; items.len()];
-    let mut pending: Vec<Probe> = items
-        .iter()
-        .enumerate()
-        .map(|(i, (k, _))| Probe::new(d, i, k))
-        .collect();
+    let mut pending: Vec<Probe> = probes(d, items.iter().map(|(k, _)| *k));
     let mut round = 0;
     while !pending.is_empty() {
         let mut olds = vec![0u64; pending.len()];
@@ -145,7 +132,7 @@ pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> 
         d.exec(&mut ops)?;
         drop(ops);
         // Decide, write, unlock.
-        let mut writes: Vec<(usize, u64, Vec<u8>)> = Vec::new();
+        let mut writes: Vec<(Remote, Vec<u8>)> = Vec::new();
         let mut next = Vec::new();
         let mut locked = Vec::new();
         for ((mut p, buf), g) in pending.into_iter().zip(bufs).zip(got) {
@@ -158,10 +145,8 @@ pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> 
             let b = d.layout.decode(&buf, 0);
             match take(b.occupied(), false, b.key == p.key, p.last()) {
                 Some(w) => {
-                    let mut enc = vec![0u8; d.layout.data_len()];
-                    d.layout.encode(p.key, items[p.idx].1, &mut enc);
                     let (r, bk) = p.bucket();
-                    writes.push((r, bk, enc));
+                    writes.push((data_at(d, r, bk), encoded(d, p.key, items[p.idx].1)));
                     out[p.idx] = Some(w);
                 }
                 None => {
@@ -170,27 +155,9 @@ pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> 
                 }
             }
         }
-        let mut ops: Vec<Op> = writes
-            .iter()
-            .map(|(r, b, enc)| Op::Write {
-                to: data_at(d, *r, *b),
-                from: enc,
-            })
-            .collect();
-        d.exec(&mut ops)?;
-        drop(ops);
+        store(d, &writes)?;
         // Unlock only after the writes completed (a separate batch).
-        let mut junk = vec![0u64; locked.len()];
-        let mut ops: Vec<Op> = locked
-            .iter()
-            .zip(junk.iter_mut())
-            .map(|(&at, old)| Op::FetchAdd {
-                at,
-                delta: EXCLUSIVE.wrapping_neg(),
-                old,
-            })
-            .collect();
-        d.exec(&mut ops)?;
+        add_to_all(d, &locked, EXCLUSIVE.wrapping_neg())?;
         if locked.is_empty() {
             backoff(round);
             round += 1;

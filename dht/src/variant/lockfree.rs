@@ -4,17 +4,13 @@
 //! write can reuse it. No atomics: a lock-free read hit on the first
 //! candidate is one remote read.
 
-use super::{collect, probe_read, probe_write, Probe};
+use super::{collect, probe_read, probe_write, probes};
 use crate::table::{Dht, Read, Result, Write};
 use crate::transport::Transport;
 
 pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<Read>> {
     let mut out = vec![None; keys.len()];
-    let probes = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| Probe::new(d, i, k))
-        .collect();
+    let probes = probes(d, keys.iter().copied());
     probe_read(d, probes, &mut out)?;
     Ok(collect(out))
 }
@@ -22,11 +18,7 @@ pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<
 pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> Result<Vec<Write>> {
     let mut out = vec![None; items.len()];
     let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
-    let probes = items
-        .iter()
-        .enumerate()
-        .map(|(i, (k, _))| Probe::new(d, i, k))
-        .collect();
+    let probes = probes(d, items.iter().map(|(k, _)| *k));
     probe_write(d, probes, &values, &mut out)?;
     Ok(collect(out))
 }

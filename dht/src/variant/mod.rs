@@ -45,6 +45,49 @@ impl<'k> Probe<'k> {
     }
 }
 
+/// A probe for every key, in order.
+pub(crate) fn probes<'k, T: Transport>(
+    d: &Dht<T>,
+    keys: impl IntoIterator<Item = &'k [u8]>,
+) -> Vec<Probe<'k>> {
+    keys.into_iter()
+        .enumerate()
+        .map(|(i, k)| Probe::new(d, i, k))
+        .collect()
+}
+
+/// Where a bucket's 8-byte word is: the lock (fine) or the state (chunked).
+pub(crate) fn word_at<T: Transport>(d: &Dht<T>, rank: usize, bucket: u64) -> Remote {
+    Remote::new(rank, d.layout.offset(bucket))
+}
+
+/// A bucket's data part holding `key` and `value`.
+pub(crate) fn encoded<T: Transport>(d: &Dht<T>, key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut enc = vec![0u8; d.layout.data_len()];
+    d.layout.encode(key, value, &mut enc);
+    enc
+}
+
+/// Writes each `(where, bytes)` in one batch.
+pub(crate) fn store<T: Transport>(d: &Dht<T>, writes: &[(Remote, Vec<u8>)]) -> Result<()> {
+    let mut ops: Vec<Op> = writes
+        .iter()
+        .map(|(to, from)| Op::Write { to: *to, from })
+        .collect();
+    d.exec(&mut ops)
+}
+
+/// Adds `delta` (wrapping) to every word in one batch: lock releases.
+pub(crate) fn add_to_all<T: Transport>(d: &Dht<T>, words: &[Remote], delta: u64) -> Result<()> {
+    let mut junk = vec![0u64; words.len()];
+    let mut ops: Vec<Op> = words
+        .iter()
+        .zip(junk.iter_mut())
+        .map(|(&at, old)| Op::FetchAdd { at, delta, old })
+        .collect();
+    d.exec(&mut ops)
+}
+
 /// Where a bucket's data part starts.
 pub(crate) fn data_at<T: Transport>(d: &Dht<T>, rank: usize, bucket: u64) -> Remote {
     Remote::new(rank, d.layout.offset(bucket) + d.layout.data_start() as u64)
@@ -163,16 +206,14 @@ pub(crate) fn probe_write<T: Transport>(
         let bufs = fetch(d, &pending)?;
         let mut next = Vec::new();
         let mut chosen: Vec<(usize, u64)> = Vec::new();
-        let mut writes: Vec<(usize, u64, Vec<u8>)> = Vec::new();
+        let mut writes: Vec<(Remote, Vec<u8>)> = Vec::new();
         for (mut p, buf) in pending.into_iter().zip(bufs) {
             let b = d.layout.decode(&buf, 0);
             match take(b.occupied(), b.invalid(), b.key == p.key, p.last()) {
                 Some(w) if !chosen.contains(&p.bucket()) => {
                     chosen.push(p.bucket());
-                    let mut enc = vec![0u8; d.layout.data_len()];
-                    d.layout.encode(p.key, values[p.idx], &mut enc);
                     let (r, bk) = p.bucket();
-                    writes.push((r, bk, enc));
+                    writes.push((data_at(d, r, bk), encoded(d, p.key, values[p.idx])));
                     out[p.idx] = Some(w);
                 }
                 Some(_) => next.push(p), // taken by another key this round
@@ -182,14 +223,7 @@ pub(crate) fn probe_write<T: Transport>(
                 }
             }
         }
-        let mut ops: Vec<Op> = writes
-            .iter()
-            .map(|(r, b, enc)| Op::Write {
-                to: data_at(d, *r, *b),
-                from: enc,
-            })
-            .collect();
-        d.exec(&mut ops)?;
+        store(d, &writes)?;
         pending = next;
     }
     Ok(())
