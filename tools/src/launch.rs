@@ -58,7 +58,7 @@ impl Launch {
         match self {
             Launch::Threads(n) => run_threads(*n, timeout, f),
             #[cfg(feature = "mpi")]
-            Launch::Mpi(boot) => run_mpi(boot, f),
+            Launch::Mpi(boot) => run_mpi(boot, |b| f(b)),
         }
     }
 }
@@ -99,11 +99,14 @@ where
         .map(Some)
 }
 
+/// Runs `f` on this MPI rank and gathers every rank's result on rank 0
+/// (`None` elsewhere). An error on any rank is printed and ends the job with
+/// MPI_Abort, since the other ranks would otherwise wait in the gather.
 #[cfg(feature = "mpi")]
-fn run_mpi<T, F>(boot: &fabkit_fabric::bootstrap::MpiBootstrap, f: F) -> Result<Option<Vec<T>>>
+pub fn run_mpi<T, F>(boot: &fabkit_fabric::bootstrap::MpiBootstrap, f: F) -> Result<Option<Vec<T>>>
 where
     T: Serialize + DeserializeOwned,
-    F: Fn(&dyn Bootstrap) -> Result<T>,
+    F: Fn(&fabkit_fabric::bootstrap::MpiBootstrap) -> Result<T>,
 {
     use mpi::topology::Communicator;
 

@@ -152,15 +152,7 @@ fn run_check(args: &CheckArgs) -> Result<bool> {
         let reports = match (&launch, mpi_kind) {
             #[cfg(feature = "mpi")]
             (Launch::Mpi(boot), Some(kind)) => {
-                let mine = serde_json::to_vec(&check::run_rank_mpi(kind, boot)?)?;
-                let all = fabkit_fabric::bootstrap::Bootstrap::allgather(boot, &mine)?;
-                (fabkit_fabric::bootstrap::Bootstrap::rank(boot) == 0)
-                    .then(|| {
-                        all.iter()
-                            .map(|b| serde_json::from_slice(b))
-                            .collect::<Result<Vec<check::RankReport>, _>>()
-                    })
-                    .transpose()?
+                launch::run_mpi(boot, |b| check::run_rank_mpi(kind, b))?
             }
             (_, Some(_)) => anyhow::bail!(
                 "--mpi checks MPI one-sided RMA and runs under an MPI launcher: \
@@ -248,15 +240,9 @@ fn run_mpi_perf(args: &mpiperf::MpiPerfArgs) -> Result<bool> {
              (as root add --allow-run-as-root; on few cores --oversubscribe)"
         );
     };
-    let raws = mpiperf::run_rank(args, boot)?;
-    let all = fabkit_fabric::bootstrap::Bootstrap::allgather(boot, &serde_json::to_vec(&raws)?)?;
-    if fabkit_fabric::bootstrap::Bootstrap::rank(boot) != 0 {
+    let Some(per_rank) = launch::run_mpi(boot, |b| mpiperf::run_rank(args, b))? else {
         return Ok(true);
-    }
-    let per_rank: Vec<Vec<perf::Raw>> = all
-        .iter()
-        .map(|b| serde_json::from_slice(b))
-        .collect::<Result<_, _>>()?;
+    };
     let points = perf::combine(args, 1, &per_rank);
     let osc = mpiperf::osc_in_force();
     let method = format!(
