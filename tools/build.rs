@@ -1,5 +1,5 @@
-//! Records the git commit fabkit is built from, so every result file can say
-//! which code produced it.
+// Records the git commit fabkit is built from, so every result file can say
+// which code produced it.
 
 fn main() {
     let commit = std::process::Command::new("git")

@@ -1,0 +1,386 @@
+//! `ipoib-eval`: flags only; the work is in the library (quinn's perf
+//! layout). Exit 0 on success, 1 for a failed run, 2 for bad usage; every
+//! error is one line.
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use ipoib_eval::report::Report;
+use ipoib_eval::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
+use ipoib_eval::spec::{self, Amount, Direction, Proto, RecvPath, SendPath, SpecError, TestSpec};
+
+/// Measure what bounds IP over a fabric: Gbit/s, messages/s, wire packets/s
+/// and CPU cycles per message, for every send path (send, scatter-gather,
+/// sendmmsg, UDP GSO/GRO, MSG_ZEROCOPY) and TCP request/response.
+#[derive(Parser, Debug)]
+#[command(name = "ipoib-eval", version, about, long_about = None)]
+#[command(after_help = "\
+Examples:
+  ipoib-eval server                                  on the receiving host
+  ipoib-eval client 10.0.0.2 -P 4 -t 10              TCP, 4 streams
+  ipoib-eval client 10.0.0.2 -u -b 0 -l 1472 --send gso:16:8 --recv gro
+  ipoib-eval client 10.0.0.2 -u -b 0 -l 64 --send mmsg:64 --recv mmsg:64
+  ipoib-eval client 10.0.0.2 --rr -l 64 -t 5         TCP_RR-style latency
+  ipoib-eval client fe80::1%ib0 --dev ib0 -J > run.json
+
+Units: a message is one -l payload (a UDP datagram as the receiving
+application sees it, each GSO or GRO segment once; for TCP, bytes / -l).
+Wire packets come from the interface counters of both ends.")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Serve tests (several clients at once) until killed.
+    Server(ServerArgs),
+    /// Run one test against a server and report.
+    Client(Box<ClientArgs>),
+}
+
+#[derive(Args, Debug)]
+struct ServerArgs {
+    /// Control port.
+    #[arg(short, long, default_value_t = ipoib_eval::DEFAULT_PORT)]
+    port: u16,
+    /// Listen on this address only.
+    #[arg(short = 'B', long)]
+    bind: Option<IpAddr>,
+    /// Bind to this interface (SO_BINDTODEVICE), e.g. ib0.
+    #[arg(long)]
+    dev: Option<String>,
+    /// Serve one test, then exit with its result.
+    #[arg(short = '1', long)]
+    one_off: bool,
+    /// Tests served at once at most.
+    #[arg(long, default_value_t = 16)]
+    max_sessions: usize,
+    /// Seconds a new connection may take to say what it wants.
+    #[arg(long, default_value_t = 10.0)]
+    idle_timeout: f64,
+    /// No line per test.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct ClientArgs {
+    /// Server host name or address.
+    host: String,
+    /// Server control port.
+    #[arg(short, long, default_value_t = ipoib_eval::DEFAULT_PORT)]
+    port: u16,
+    /// UDP instead of TCP.
+    #[arg(short, long)]
+    udp: bool,
+    /// Seconds to send for (default 10).
+    #[arg(short = 't', long, conflicts_with = "count")]
+    time: Option<f64>,
+    /// Messages to send per stream, instead of a time.
+    #[arg(short = 'k', long = "count")]
+    count: Option<u64>,
+    /// Parallel streams (per direction).
+    #[arg(short = 'P', long, default_value_t = 1)]
+    parallel: u16,
+    /// Message length in bytes, with K/M suffixes (default TCP 128K, UDP 1472).
+    #[arg(short, long)]
+    len: Option<String>,
+    /// Target rate per stream, bits/s with k/M/G/T (0: unlimited; UDP default 1M, as iperf3).
+    #[arg(short, long)]
+    bitrate: Option<String>,
+    /// The server sends.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    reverse: bool,
+    /// Both send, on streams of their own.
+    #[arg(long)]
+    bidir: bool,
+    /// Send path: send, sg:IOVECS, mmsg:BATCH, gso:SEGMENTS[:BATCH], zerocopy.
+    #[arg(long, default_value = "send")]
+    send: String,
+    /// Receive path: recv, mmsg:BATCH, gro, gro:BATCH.
+    #[arg(long, default_value = "recv")]
+    recv: String,
+    /// Socket buffer size on both ends, bytes with K/M suffixes.
+    #[arg(short = 'w', long)]
+    window: Option<String>,
+    /// TCP_NODELAY.
+    #[arg(short = 'N', long)]
+    nodelay: bool,
+    /// TCP request/response: -l bytes each way, one in flight per stream.
+    #[arg(long)]
+    rr: bool,
+    /// Seconds between interval reports (0: none).
+    #[arg(short, long, default_value_t = 1.0)]
+    interval: f64,
+    /// Print the JSON report to stdout instead of text.
+    #[arg(short = 'J', long)]
+    json: bool,
+    /// Also write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    json_file: Option<PathBuf>,
+    /// Append one CSV row per direction to FILE (header if new).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Local address to bind.
+    #[arg(short = 'B', long)]
+    bind: Option<IpAddr>,
+    /// Bind to this interface (SO_BINDTODEVICE), e.g. ib0.
+    #[arg(long)]
+    dev: Option<String>,
+    /// IPv4 only.
+    #[arg(short = '4', long = "ipv4", conflicts_with = "v6")]
+    v4: bool,
+    /// IPv6 only.
+    #[arg(short = '6', long = "ipv6")]
+    v6: bool,
+    /// Pin the client's stream threads to these CPUs, round-robin (0,2-3).
+    #[arg(long)]
+    cpus: Option<String>,
+    /// Pin the server's stream threads likewise.
+    #[arg(long)]
+    server_cpus: Option<String>,
+    /// Seconds any one wait on the peer may take.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+}
+
+/// Parses a byte size with an optional K, M or G suffix (powers of 1024).
+fn parse_bytes(flag: &str, s: &str) -> Result<usize, SpecError> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_lowercase()) {
+        Some('k') => (&t[..t.len() - 1], 1usize << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| {
+            SpecError(format!(
+                "{flag} takes a byte count such as 1472, 128K or 4M; got `{s}`"
+            ))
+        })
+}
+
+impl ClientArgs {
+    fn spec(&self) -> Result<TestSpec, SpecError> {
+        let proto = if self.udp { Proto::Udp } else { Proto::Tcp };
+        let len = match &self.len {
+            Some(l) => parse_bytes("-l", l)?,
+            None if self.udp => 1472,
+            None if self.rr => 1,
+            None => 128 * 1024,
+        };
+        let rate_bps = match &self.bitrate {
+            Some(b) => spec::parse_rate(b)?,
+            None if self.udp => 1e6,
+            None => 0.0,
+        };
+        let amount = match (self.time, self.count) {
+            (_, Some(k)) => Amount::Messages(k),
+            (Some(t), None) => Amount::Seconds(t),
+            (None, None) => Amount::Seconds(10.0),
+        };
+        let cpus = |s: &Option<String>| {
+            s.as_deref()
+                .map(spec::parse_cpus)
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        let s = TestSpec {
+            proto,
+            len,
+            streams: self.parallel,
+            direction: if self.reverse {
+                Direction::Reverse
+            } else if self.bidir {
+                Direction::Bidir
+            } else {
+                Direction::Forward
+            },
+            amount,
+            rate_bps,
+            send: self.send.parse::<SendPath>()?,
+            recv: self.recv.parse::<RecvPath>()?,
+            window: self
+                .window
+                .as_deref()
+                .map(|w| parse_bytes("-w", w))
+                .transpose()?,
+            nodelay: self.nodelay,
+            rr: self.rr,
+            interval: self.interval,
+            server_cpus: cpus(&self.server_cpus)?,
+            timeout: self.timeout,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+fn write_file(path: &PathBuf, text: &str, append: bool) -> Result<(), RunError> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(append)
+        .write(true)
+        .truncate(!append)
+        .open(path)
+        .map_err(|e| RunError::Failed(format!("cannot write {}: {e}", path.display())))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| RunError::Failed(format!("cannot write {}: {e}", path.display())))
+}
+
+fn client(a: &ClientArgs) -> Result<(), RunError> {
+    let spec = a.spec()?;
+    let cpus = a
+        .cpus
+        .as_deref()
+        .map(spec::parse_cpus)
+        .transpose()?
+        .unwrap_or_default();
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(c) = cpus.iter().find(|c| **c >= ncpu) {
+        return Err(SpecError(format!(
+            "--cpus names CPU {c}, but this machine has {ncpu} (0-{})",
+            ncpu - 1
+        ))
+        .into());
+    }
+    // Check output paths before spending the test's time.
+    if let Some(p) = &a.json_file {
+        write_file(p, "", false)?;
+    }
+    if let Some(p) = &a.csv {
+        write_file(p, "", true)?;
+    }
+    let opts = ClientOpts {
+        host: a.host.clone(),
+        port: a.port,
+        bind: a.bind,
+        dev: a.dev.clone(),
+        v4: if a.v4 {
+            Some(true)
+        } else if a.v6 {
+            Some(false)
+        } else {
+            None
+        },
+        cpus,
+        print_intervals: !a.json,
+    };
+    if !a.json {
+        println!(
+            "ipoib-eval {}: {} to {}:{}",
+            env!("CARGO_PKG_VERSION"),
+            spec.describe(),
+            a.host,
+            a.port
+        );
+        if spec.proto == Proto::Udp && a.bitrate.is_none() {
+            println!("(UDP at 1 Mbit/s per stream, iperf3's default: -b 0 for unlimited)");
+        }
+    }
+    let report = run_client(&spec, &opts)?;
+    let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
+    if a.json {
+        print!("{json}");
+    } else {
+        print!("{}", report.text());
+    }
+    if let Some(p) = &a.json_file {
+        write_file(p, &json, false)?;
+    }
+    if let Some(p) = &a.csv {
+        let new = std::fs::metadata(p).map(|m| m.len() == 0).unwrap_or(true);
+        let mut text = String::new();
+        if new {
+            text.push_str(Report::CSV_HEADER);
+            text.push('\n');
+        }
+        for row in report.csv_rows() {
+            text.push_str(&row);
+            text.push('\n');
+        }
+        write_file(p, &text, true)?;
+    }
+    Ok(())
+}
+
+fn server(a: &ServerArgs) -> Result<(), RunError> {
+    if !(a.idle_timeout.is_finite() && a.idle_timeout >= 0.1 && a.idle_timeout <= 3600.0) {
+        return Err(SpecError(format!(
+            "--idle-timeout must be 0.1 to 3600 seconds, got {}",
+            a.idle_timeout
+        ))
+        .into());
+    }
+    if a.max_sessions == 0 || a.max_sessions > 1024 {
+        return Err(SpecError(format!(
+            "--max-sessions must be 1 to 1024, got {}",
+            a.max_sessions
+        ))
+        .into());
+    }
+    let s = Server::bind(ServerOpts {
+        port: a.port,
+        bind: a.bind,
+        dev: a.dev.clone(),
+        max_sessions: a.max_sessions,
+        handshake_timeout: Duration::from_secs_f64(a.idle_timeout),
+        verbose: !a.quiet,
+    })?;
+    if !a.quiet {
+        println!(
+            "ipoib-eval {} server listening on port {}",
+            env!("CARGO_PKG_VERSION"),
+            s.port()
+        );
+        let _ = std::io::stdout().flush();
+    }
+    s.serve(a.one_off)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            // One line: clap's first, without the usage block.
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("bad arguments");
+            eprintln!(
+                "ipoib-eval: {} (see ipoib-eval --help)",
+                first.trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    let r = match &cli.cmd {
+        Cmd::Server(a) => server(a),
+        Cmd::Client(a) => client(a),
+    };
+    let _ = std::io::stdout().flush();
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(RunError::Usage(e)) => {
+            eprintln!("ipoib-eval: {e}");
+            ExitCode::from(2)
+        }
+        Err(RunError::Failed(e)) => {
+            eprintln!("ipoib-eval: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,841 @@
+//! What a test measured, as each end saw it ([`SideReport`]) and as the
+//! client puts both together ([`Report`], the JSON schema `ipoib-eval/1`
+//! documented field by field in the README), plus its text and CSV forms.
+//! Pure: assembling and formatting do no I/O.
+
+use serde::{Deserialize, Serialize};
+
+use crate::proto::HostInfo;
+use crate::send::ZcStats;
+use crate::spec::{Proto, TestSpec};
+use crate::stats::iface::{Counters, IfaceInfo};
+use crate::stats::{self, CpuTime, Cycles};
+
+/// Name and version of the JSON schema.
+pub const SCHEMA: &str = "ipoib-eval/1";
+
+/// One interval sample of one stream on one end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Seconds since the start.
+    pub start_s: f64,
+    /// Seconds since the start.
+    pub end_s: f64,
+    /// Bytes in the interval.
+    pub bytes: u64,
+    /// Messages in the interval.
+    pub msgs: u64,
+    /// UDP receiver: sequence numbers skipped in the interval (loss as seen
+    /// so far; late arrivals make it smaller later).
+    pub gaps: u64,
+    /// TCP sender: segments retransmitted in the interval.
+    pub retransmits: u64,
+}
+
+/// Request/response latency of one stream, microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Transactions measured.
+    pub count: u64,
+    /// Smallest.
+    pub min_us: f64,
+    /// Mean.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Largest.
+    pub max_us: f64,
+}
+
+/// A socket buffer size: asked, granted, and how.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BufSize {
+    /// Bytes asked for with `-w`.
+    pub asked: usize,
+    /// Bytes the kernel reports (it doubles the request for bookkeeping).
+    pub got: usize,
+    /// `SO_*BUFFORCE` was needed past `net.core.[rw]mem_max` (root only).
+    pub forced: bool,
+}
+
+/// Whether an end sent or received on a stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// This end sent.
+    #[default]
+    Sender,
+    /// This end received.
+    Receiver,
+}
+
+/// One stream as one end measured it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamSide {
+    /// Stream id (shared by both ends).
+    pub id: u16,
+    /// Sender or receiver.
+    pub role: Role,
+    /// Messages sent or received (TCP: bytes / `-l`).
+    pub msgs: u64,
+    /// Bytes sent or received.
+    pub bytes: u64,
+    /// From the start until the last message was sent or received.
+    pub seconds: f64,
+    /// UDP receiver: messages that came after a later one.
+    pub reordered: u64,
+    /// UDP receiver: datagrams that were not this stream's.
+    pub foreign: u64,
+    /// TCP sender: retransmitted segments (`TCP_INFO`).
+    pub retransmits: Option<u64>,
+    /// User CPU seconds of this stream's thread.
+    pub user_s: f64,
+    /// System CPU seconds of this stream's thread.
+    pub sys_s: f64,
+    /// CPU the thread was pinned to.
+    pub cpu: Option<usize>,
+    /// Socket buffer, if `-w` asked for one.
+    pub buffer: Option<BufSize>,
+    /// Zerocopy sender: sends, completions, copies.
+    pub zerocopy: Option<ZcStats>,
+    /// Request/response client: latency.
+    pub latency: Option<Latency>,
+    /// Interval samples.
+    pub intervals: Vec<Interval>,
+}
+
+/// Everything one end measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideReport {
+    /// The host.
+    pub host: HostInfo,
+    /// Local address of the data sockets.
+    pub addr: String,
+    /// The interface holding that address, and its settings at the start.
+    pub iface: IfaceInfo,
+    /// That interface's counters over the run.
+    pub wire: Counters,
+    /// Wall seconds the counters cover.
+    pub wall_s: f64,
+    /// CPU over the run: the stream threads' rusage, the machine's /proc/stat.
+    pub cpu: CpuTime,
+    /// Clock rate used for cycles, Hz.
+    pub clock_hz: f64,
+    /// Where the clock rate came from.
+    pub clock_source: String,
+    /// Each stream this end took part in.
+    pub streams: Vec<StreamSide>,
+    /// Anything the figures should be read with.
+    pub warnings: Vec<String>,
+}
+
+/// One stream with both ends' figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamSummary {
+    /// Stream id.
+    pub id: u16,
+    /// `client->server` or `server->client`.
+    pub direction: String,
+    /// Messages the sender sent.
+    pub sent_msgs: u64,
+    /// Messages the receiver received (UDP: each datagram or GRO segment once).
+    pub received_msgs: u64,
+    /// Bytes received.
+    pub received_bytes: u64,
+    /// Receiver's seconds.
+    pub seconds: f64,
+    /// Received Gbit/s (payload).
+    pub gbit_s: f64,
+    /// Received messages per second.
+    pub msgs_per_s: f64,
+    /// 1 - received/sent.
+    pub loss: f64,
+    /// Received after a later message.
+    pub reordered: u64,
+    /// TCP retransmits at the sender.
+    pub retransmits: Option<u64>,
+}
+
+/// One direction's totals.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// `client->server` or `server->client`.
+    pub direction: String,
+    /// Streams.
+    pub streams: usize,
+    /// Messages sent.
+    pub sent_msgs: u64,
+    /// Messages received.
+    pub received_msgs: u64,
+    /// Bytes received.
+    pub received_bytes: u64,
+    /// Longest receiver's seconds.
+    pub seconds: f64,
+    /// Received Gbit/s.
+    pub gbit_s: f64,
+    /// Received messages per second.
+    pub msgs_per_s: f64,
+    /// 1 - received/sent.
+    pub loss: f64,
+    /// At least 99.9 % received.
+    pub lossless: bool,
+    /// Reordered messages.
+    pub reordered: u64,
+    /// TCP retransmits.
+    pub retransmits: Option<u64>,
+}
+
+/// One end's interface counters as rates.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Wire {
+    /// `client` or `server`.
+    pub side: String,
+    /// Interface.
+    pub iface: String,
+    /// Packets sent per second.
+    pub tx_pps: f64,
+    /// Packets received per second.
+    pub rx_pps: f64,
+    /// The raw counters over the run.
+    pub counters: Counters,
+}
+
+/// A whole test: settings, both ends, and what follows from them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA`].
+    pub schema: String,
+    /// The command line.
+    pub command: String,
+    /// The ipoib-eval commit.
+    pub commit: String,
+    /// Unix time of the start.
+    pub started_unix: u64,
+    /// The test as run.
+    pub spec: TestSpec,
+    /// Server address as the client reached it.
+    pub server_addr: String,
+    /// Both ends ran on one machine (same boot id): CPU is counted once.
+    pub same_host: bool,
+    /// The client's measurements.
+    pub client: SideReport,
+    /// The server's measurements.
+    pub server: SideReport,
+    /// Per stream, both ends.
+    pub streams: Vec<StreamSummary>,
+    /// Per direction.
+    pub totals: Vec<Totals>,
+    /// Interface packets per second, per end (every packet on the
+    /// interface, the control connection and other traffic included).
+    pub wire: Vec<Wire>,
+    /// Messages received per packet on the wire (above 1: GSO or GRO at work).
+    pub msgs_per_wire_packet: f64,
+    /// CPU cost per message received, all directions.
+    pub cycles: Cycles,
+    /// How `cycles` was computed.
+    pub cycles_basis: String,
+    /// Request/response latency over all streams (`--rr`).
+    pub latency: Option<Latency>,
+    /// Things to read the figures with.
+    pub warnings: Vec<String>,
+}
+
+fn side_stream(side: &SideReport, id: u16, role: Role) -> Option<&StreamSide> {
+    side.streams.iter().find(|s| s.id == id && s.role == role)
+}
+
+impl Report {
+    /// Puts both ends' measurements together.
+    pub fn assemble(
+        spec: &TestSpec,
+        server_addr: String,
+        client: SideReport,
+        server: SideReport,
+    ) -> Report {
+        let same_host =
+            !client.host.boot_id.is_empty() && client.host.boot_id == server.host.boot_id;
+        let mut streams = Vec::new();
+        for plan in spec.plan() {
+            let (tx, rx, dir) = if plan.client_sends {
+                (&client, &server, "client->server")
+            } else {
+                (&server, &client, "server->client")
+            };
+            let s = side_stream(tx, plan.id, Role::Sender)
+                .cloned()
+                .unwrap_or_default();
+            let r = side_stream(rx, plan.id, Role::Receiver)
+                .cloned()
+                .unwrap_or_default();
+            // TCP request/response: the client's stream counts transactions.
+            let (sent, got, bytes, secs) = if spec.rr {
+                (s.msgs, s.msgs, r.bytes, s.seconds)
+            } else {
+                (s.msgs, r.msgs, r.bytes, r.seconds)
+            };
+            streams.push(StreamSummary {
+                id: plan.id,
+                direction: dir.into(),
+                sent_msgs: sent,
+                received_msgs: got,
+                received_bytes: bytes,
+                seconds: secs,
+                gbit_s: stats::per_second(bytes as f64 * 8.0, secs) / 1e9,
+                msgs_per_s: stats::per_second(got as f64, secs),
+                loss: if spec.proto == Proto::Udp {
+                    stats::loss(sent, got)
+                } else {
+                    0.0
+                },
+                reordered: r.reordered,
+                retransmits: s.retransmits,
+            });
+        }
+        let mut totals = Vec::new();
+        for dir in ["client->server", "server->client"] {
+            let v: Vec<&StreamSummary> = streams.iter().filter(|s| s.direction == dir).collect();
+            if v.is_empty() {
+                continue;
+            }
+            let seconds = v.iter().map(|s| s.seconds).fold(0.0, f64::max);
+            let sent: u64 = v.iter().map(|s| s.sent_msgs).sum();
+            let got: u64 = v.iter().map(|s| s.received_msgs).sum();
+            let bytes: u64 = v.iter().map(|s| s.received_bytes).sum();
+            let loss = if spec.proto == Proto::Udp {
+                stats::loss(sent, got)
+            } else {
+                0.0
+            };
+            let retr: Vec<u64> = v.iter().filter_map(|s| s.retransmits).collect();
+            totals.push(Totals {
+                direction: dir.into(),
+                streams: v.len(),
+                sent_msgs: sent,
+                received_msgs: got,
+                received_bytes: bytes,
+                seconds,
+                gbit_s: stats::per_second(bytes as f64 * 8.0, seconds) / 1e9,
+                msgs_per_s: stats::per_second(got as f64, seconds),
+                loss,
+                lossless: loss <= stats::LOSSLESS,
+                reordered: v.iter().map(|s| s.reordered).sum(),
+                retransmits: (!retr.is_empty()).then(|| retr.iter().sum()),
+            });
+        }
+        let wire: Vec<Wire> = [("client", &client), ("server", &server)]
+            .into_iter()
+            .map(|(name, s)| Wire {
+                side: name.into(),
+                iface: s.iface.name.clone(),
+                tx_pps: stats::per_second(s.wire.tx_packets as f64, s.wall_s),
+                rx_pps: stats::per_second(s.wire.rx_packets as f64, s.wall_s),
+                counters: s.wire,
+            })
+            .collect();
+        let received: u64 = totals.iter().map(|t| t.received_msgs).sum();
+        let received_bytes: u64 = totals.iter().map(|t| t.received_bytes).sum();
+        // Packets that carried the received messages: what the receiving
+        // ends' interfaces took in (once, when both ends share one interface).
+        let shared_iface = same_host
+            && client.host.netns == server.host.netns
+            && client.iface.name == server.iface.name;
+        let rx_packets = if shared_iface {
+            client.wire.rx_packets
+        } else {
+            let mut p = 0;
+            if totals.iter().any(|t| t.direction == "client->server") {
+                p += server.wire.rx_packets;
+            }
+            if totals.iter().any(|t| t.direction == "server->client") {
+                p += client.wire.rx_packets;
+            }
+            p
+        };
+        let busy = if same_host {
+            client.cpu.busy_s.max(server.cpu.busy_s)
+        } else {
+            client.cpu.busy_s + server.cpu.busy_s
+        };
+        let hz = if client.clock_hz > 0.0 {
+            client.clock_hz
+        } else {
+            server.clock_hz
+        };
+        let cycles_basis = format!(
+            "machine busy CPU time from /proc/stat (user+nice+system+irq+softirq, all CPUs) {} \
+             x clock {:.3} GHz ({}), divided by messages received; no hardware cycle counter is read",
+            if same_host { "of the one machine both ends share, counted once," } else { "of both machines" },
+            hz / 1e9,
+            client.clock_source
+        );
+        let mut warnings: Vec<String> = client
+            .warnings
+            .iter()
+            .chain(&server.warnings)
+            .cloned()
+            .collect();
+        if same_host {
+            warnings.push(
+                "both ends share one machine: receive softirq runs on the sender's CPU, so CPU \
+                 is reported in total, not per side"
+                    .into(),
+            );
+        }
+        let latency = merge_latency(client.streams.iter().filter_map(|s| s.latency.as_ref()));
+        Report {
+            schema: SCHEMA.into(),
+            command: String::new(),
+            commit: String::new(),
+            started_unix: 0,
+            spec: spec.clone(),
+            server_addr,
+            same_host,
+            streams,
+            totals,
+            wire,
+            msgs_per_wire_packet: if rx_packets > 0 {
+                received as f64 / rx_packets as f64
+            } else {
+                0.0
+            },
+            cycles: stats::cycles(busy, hz, received, received_bytes),
+            cycles_basis,
+            latency,
+            warnings,
+            client,
+            server,
+        }
+    }
+
+    /// The human-readable summary (intervals are printed live).
+    pub fn text(&self) -> String {
+        let mut o = String::new();
+        let w = |o: &mut String, s: String| {
+            o.push_str(&s);
+            o.push('\n');
+        };
+        w(
+            &mut o,
+            "- - - - - - - - - - - - - - - - - - - - - - - - -".into(),
+        );
+        w(
+            &mut o,
+            format!(
+                "{:>5} {:<15} {:>8} {:>11} {:>11} {:>12} {:>8} {:>7} {:>6}",
+                "[ ID]",
+                "direction",
+                "seconds",
+                "MBytes",
+                "Gbit/s",
+                "msgs/s",
+                "loss%",
+                "reord",
+                "retr"
+            ),
+        );
+        let row = |id: String,
+                   dir: &str,
+                   secs: f64,
+                   bytes: u64,
+                   gbit: f64,
+                   mps: f64,
+                   loss: f64,
+                   reord: u64,
+                   retr: Option<u64>| {
+            format!(
+                "{:>5} {:<15} {:>8.2} {:>11.1} {:>11.3} {:>12.0} {:>8.3} {:>7} {:>6}",
+                id,
+                dir,
+                secs,
+                bytes as f64 / 1e6,
+                gbit,
+                mps,
+                loss * 100.0,
+                reord,
+                retr.map_or("-".into(), |r| r.to_string())
+            )
+        };
+        for s in &self.streams {
+            w(
+                &mut o,
+                row(
+                    format!("[{:>3}]", s.id),
+                    &s.direction,
+                    s.seconds,
+                    s.received_bytes,
+                    s.gbit_s,
+                    s.msgs_per_s,
+                    s.loss,
+                    s.reordered,
+                    s.retransmits,
+                ),
+            );
+        }
+        for t in &self.totals {
+            w(
+                &mut o,
+                row(
+                    "[SUM]".into(),
+                    &t.direction,
+                    t.seconds,
+                    t.received_bytes,
+                    t.gbit_s,
+                    t.msgs_per_s,
+                    t.loss,
+                    t.reordered,
+                    t.retransmits,
+                ),
+            );
+            w(
+                &mut o,
+                format!(
+                    "      {}: sent {} messages, received {} ({}){}",
+                    t.direction,
+                    t.sent_msgs,
+                    t.received_msgs,
+                    if t.lossless {
+                        "without loss"
+                    } else {
+                        "LOSSY: under 99.9 % received"
+                    },
+                    if self.spec.proto == Proto::Tcp {
+                        " [TCP messages = bytes / -l]"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
+        if let Some(l) = &self.latency {
+            w(
+                &mut o,
+                format!(
+                    "latency (us, {} transactions): min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}",
+                    l.count, l.min_us, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us
+                ),
+            );
+        }
+        for x in &self.wire {
+            w(
+                &mut o,
+                format!(
+                    "wire  {:<6} {:<10} tx {:>12} rx {:>12}",
+                    x.side,
+                    x.iface,
+                    stats::fmt_rate(x.tx_pps),
+                    stats::fmt_rate(x.rx_pps)
+                ),
+            );
+        }
+        w(
+            &mut o,
+            format!(
+                "      messages per received wire packet: {:.2}",
+                self.msgs_per_wire_packet
+            ),
+        );
+        let c = &self.client.cpu;
+        let s = &self.server.cpu;
+        w(
+            &mut o,
+            format!(
+                "cpu   client threads user {:.2} s sys {:.2} s | server threads user {:.2} s sys {:.2} s | softirq {:.2} s | busy {:.2} s",
+                c.user_s,
+                c.sys_s,
+                s.user_s,
+                s.sys_s,
+                if self.same_host { c.softirq_s } else { c.softirq_s + s.softirq_s },
+                self.cycles.busy_s
+            ),
+        );
+        w(
+            &mut o,
+            format!(
+                "cost  {:.0} cycles/message, {:.3} cycles/byte ({})",
+                self.cycles.per_msg,
+                self.cycles.per_byte,
+                if self.same_host {
+                    "one machine, busy time counted once"
+                } else {
+                    "both machines"
+                }
+            ),
+        );
+        for x in &self.warnings {
+            w(&mut o, format!("note: {x}"));
+        }
+        o
+    }
+
+    /// The CSV header; one row per direction follows from [`Report::csv_rows`].
+    pub const CSV_HEADER: &'static str =
+        "commit,proto,len,streams,direction,send,recv,rate_bps,window,nodelay,rr,\
+seconds,sent_msgs,received_msgs,received_bytes,gbit_s,msgs_per_s,loss,reordered,retransmits,\
+client_iface,client_mtu,client_txq,client_rxq,client_qdisc,server_iface,server_mtu,\
+client_tx_pps,client_rx_pps,server_tx_pps,server_rx_pps,msgs_per_wire_packet,\
+busy_s,clock_hz,cycles_per_msg,cycles_per_byte,same_host,p50_us,p99_us,kernel";
+
+    /// CSV rows, one per direction, in the columns of [`Report::CSV_HEADER`].
+    pub fn csv_rows(&self) -> Vec<String> {
+        let sp = &self.spec;
+        let opt = |v: Option<u32>| v.map_or(String::new(), |x| x.to_string());
+        let wire = |side: &str, tx: bool| {
+            self.wire.iter().find(|x| x.side == side).map_or(0.0, |x| {
+                if tx {
+                    x.tx_pps
+                } else {
+                    x.rx_pps
+                }
+            })
+        };
+        self.totals
+            .iter()
+            .map(|t| {
+                [
+                    self.commit.clone(),
+                    format!("{:?}", sp.proto).to_lowercase(),
+                    sp.len.to_string(),
+                    sp.streams.to_string(),
+                    t.direction.clone(),
+                    sp.send.to_string(),
+                    sp.recv.to_string(),
+                    format!("{}", sp.rate_bps),
+                    sp.window.map_or(String::new(), |w| w.to_string()),
+                    sp.nodelay.to_string(),
+                    sp.rr.to_string(),
+                    format!("{:.4}", t.seconds),
+                    t.sent_msgs.to_string(),
+                    t.received_msgs.to_string(),
+                    t.received_bytes.to_string(),
+                    format!("{:.4}", t.gbit_s),
+                    format!("{:.1}", t.msgs_per_s),
+                    format!("{:.6}", t.loss),
+                    t.reordered.to_string(),
+                    t.retransmits.map_or(String::new(), |r| r.to_string()),
+                    self.client.iface.name.clone(),
+                    opt(self.client.iface.mtu),
+                    opt(self.client.iface.tx_queues),
+                    opt(self.client.iface.rx_queues),
+                    self.client.iface.qdisc.clone().unwrap_or_default(),
+                    self.server.iface.name.clone(),
+                    opt(self.server.iface.mtu),
+                    format!("{:.1}", wire("client", true)),
+                    format!("{:.1}", wire("client", false)),
+                    format!("{:.1}", wire("server", true)),
+                    format!("{:.1}", wire("server", false)),
+                    format!("{:.3}", self.msgs_per_wire_packet),
+                    format!("{:.3}", self.cycles.busy_s),
+                    format!("{:.0}", self.cycles.hz),
+                    format!("{:.1}", self.cycles.per_msg),
+                    format!("{:.4}", self.cycles.per_byte),
+                    self.same_host.to_string(),
+                    self.latency
+                        .map_or(String::new(), |l| format!("{:.2}", l.p50_us)),
+                    self.latency
+                        .map_or(String::new(), |l| format!("{:.2}", l.p99_us)),
+                    self.client.host.kernel.clone(),
+                ]
+                .iter()
+                .map(|f| csv_field(f))
+                .collect::<Vec<_>>()
+                .join(",")
+            })
+            .collect()
+    }
+}
+
+fn csv_field(f: &str) -> String {
+    if f.contains([',', '"', '\n']) {
+        format!("\"{}\"", f.replace('"', "\"\""))
+    } else {
+        f.to_string()
+    }
+}
+
+/// Combines per-stream latencies: counts add; percentiles are taken as the
+/// count-weighted mean of the streams' (exact for one stream).
+fn merge_latency<'a>(it: impl Iterator<Item = &'a Latency>) -> Option<Latency> {
+    let v: Vec<&Latency> = it.collect();
+    let n: u64 = v.iter().map(|l| l.count).sum();
+    if n == 0 {
+        return None;
+    }
+    let wavg =
+        |f: fn(&Latency) -> f64| v.iter().map(|l| f(l) * l.count as f64).sum::<f64>() / n as f64;
+    Some(Latency {
+        count: n,
+        min_us: v.iter().map(|l| l.min_us).fold(f64::INFINITY, f64::min),
+        mean_us: wavg(|l| l.mean_us),
+        p50_us: wavg(|l| l.p50_us),
+        p90_us: wavg(|l| l.p90_us),
+        p99_us: wavg(|l| l.p99_us),
+        p999_us: wavg(|l| l.p999_us),
+        max_us: v.iter().map(|l| l.max_us).fold(0.0, f64::max),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Direction, Proto};
+
+    fn side(boot: &str, streams: Vec<StreamSide>, busy: f64, rx: u64) -> SideReport {
+        SideReport {
+            host: HostInfo {
+                boot_id: boot.into(),
+                netns: "net:[1]".into(),
+                ..HostInfo::default()
+            },
+            iface: IfaceInfo {
+                name: format!("if-{boot}"),
+                ..IfaceInfo::default()
+            },
+            wire: Counters {
+                rx_packets: rx,
+                tx_packets: rx,
+                ..Counters::default()
+            },
+            wall_s: 2.0,
+            cpu: CpuTime {
+                busy_s: busy,
+                ..CpuTime::default()
+            },
+            clock_hz: 2e9,
+            streams,
+            ..SideReport::default()
+        }
+    }
+
+    fn st(id: u16, role: Role, msgs: u64, bytes: u64, secs: f64) -> StreamSide {
+        StreamSide {
+            id,
+            role,
+            msgs,
+            bytes,
+            seconds: secs,
+            ..StreamSide::default()
+        }
+    }
+
+    #[test]
+    fn udp_forward_on_two_machines_adds_both_busy_times() {
+        let spec = TestSpec {
+            proto: Proto::Udp,
+            len: 1000,
+            streams: 2,
+            ..TestSpec::default()
+        };
+        let c = side(
+            "a",
+            vec![
+                st(0, Role::Sender, 1000, 1_000_000, 1.0),
+                st(1, Role::Sender, 1000, 1_000_000, 1.0),
+            ],
+            1.0,
+            10,
+        );
+        let s = side(
+            "b",
+            vec![
+                st(0, Role::Receiver, 990, 990_000, 2.0),
+                st(1, Role::Receiver, 1000, 1_000_000, 1.0),
+            ],
+            3.0,
+            500,
+        );
+        let r = Report::assemble(&spec, "x".into(), c, s);
+        assert!(!r.same_host);
+        assert_eq!(r.totals.len(), 1);
+        let t = &r.totals[0];
+        assert_eq!((t.sent_msgs, t.received_msgs), (2000, 1990));
+        assert!((t.loss - 0.005).abs() < 1e-12);
+        assert!(!t.lossless);
+        assert_eq!(t.seconds, 2.0);
+        assert_eq!(t.msgs_per_s, 995.0);
+        assert!((t.gbit_s - 1_990_000.0 * 8.0 / 2.0 / 1e9).abs() < 1e-12);
+        // 4 busy seconds at 2 GHz over 1990 messages.
+        assert!((r.cycles.per_msg - 8e9 / 1990.0).abs() < 1e-6);
+        // The server's interface took 500 packets for 1990 messages.
+        assert!((r.msgs_per_wire_packet - 3.98).abs() < 1e-12);
+        assert_eq!(r.streams[0].loss, 0.01);
+        assert_eq!(r.csv_rows().len(), 1);
+        assert_eq!(
+            r.csv_rows()[0].split(',').count(),
+            Report::CSV_HEADER.split(',').count()
+        );
+    }
+
+    #[test]
+    fn one_machine_counts_busy_time_once_and_bidir_has_two_totals() {
+        let spec = TestSpec {
+            direction: Direction::Bidir,
+            ..TestSpec::default()
+        };
+        let c = side(
+            "a",
+            vec![
+                st(0, Role::Sender, 10, 10 << 17, 1.0),
+                st(1, Role::Receiver, 5, 5 << 17, 1.0),
+            ],
+            2.0,
+            7,
+        );
+        let s = side(
+            "a",
+            vec![
+                st(0, Role::Receiver, 10, 10 << 17, 1.0),
+                st(1, Role::Sender, 5, 5 << 17, 1.0),
+            ],
+            2.5,
+            7,
+        );
+        let r = Report::assemble(&spec, "x".into(), c, s);
+        assert!(r.same_host);
+        assert_eq!(r.totals.len(), 2);
+        assert_eq!(r.totals[1].direction, "server->client");
+        assert_eq!(r.cycles.busy_s, 2.5);
+        assert_eq!(r.totals[0].loss, 0.0);
+        assert!(r.warnings.iter().any(|w| w.contains("one machine")));
+        assert!(r.text().contains("[SUM]"));
+    }
+
+    #[test]
+    fn csv_fields_with_commas_are_quoted() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(
+            csv_field("x\"y"),
+            "x\"y"
+                .replace('"', "\"\"")
+                .to_string()
+                .replace("x\"\"y", "\"x\"\"y\"")
+        );
+        assert_eq!(csv_field("plain"), "plain");
+    }
+
+    #[test]
+    fn latencies_merge_by_count() {
+        let a = Latency {
+            count: 1,
+            min_us: 1.0,
+            p50_us: 10.0,
+            max_us: 5.0,
+            ..Latency::default()
+        };
+        let b = Latency {
+            count: 3,
+            min_us: 2.0,
+            p50_us: 20.0,
+            max_us: 9.0,
+            ..Latency::default()
+        };
+        let m = merge_latency([a, b].iter()).unwrap();
+        assert_eq!((m.count, m.min_us, m.max_us, m.p50_us), (4, 1.0, 9.0, 17.5));
+        assert!(merge_latency([].iter()).is_none());
+    }
+}
