@@ -56,7 +56,7 @@ impl<'s> Receiver<'s> {
         let slot = if path.gro {
             65_536
         } else {
-            len.max(2048).min(65_536)
+            len.clamp(2048, 65_536)
         };
         let mmsg = (proto == Proto::Udp && (path.batch > 1 || path.gro))
             .then(|| MmsgRx::new(path.batch.into(), slot));

@@ -1,5 +1,5 @@
 //! The I/O edge: client and server sessions. Both ends run the same data
-//! phase ([`data_phase`]): one thread per stream, started together at a
+//! phase (`data_phase`): one thread per stream, started together at a
 //! gate, a control reader that learns the peer's send counts and report,
 //! and an interval sampler. Every wait has a deadline and an error names
 //! the peer, the stream and the operation.
@@ -327,7 +327,7 @@ fn run_sender(cx: &Ctx) -> Result<StreamSide, String> {
         }
     }
     if spec.proto == Proto::Tcp {
-        side.retransmits = sys::tcp_retransmits(sock.as_fd()).map(u64::from);
+        side.retransmits = sys::tcp_retransmits(sock.as_fd());
         // End of stream for the receiver; it reads until EOF.
         let _ = sock.shutdown(std::net::Shutdown::Write);
     }
@@ -521,6 +521,9 @@ fn run_stream(cx: Ctx) -> Result<StreamSide, String> {
 // ---------------------------------------------------------------------------
 // The data phase, the same on both ends.
 
+/// A stream thread: its side of the stream, or why it failed.
+type Worker = JoinHandle<Result<StreamSide, String>>;
+
 struct Phase<'a> {
     spec: Arc<TestSpec>,
     ctl: &'a TcpStream,
@@ -544,7 +547,7 @@ fn data_phase(
     let gate = Arc::new(Gate::default());
     let warnings = Arc::new(Mutex::new(Vec::new()));
     let mut lives = Vec::new();
-    let mut handles: Vec<(u16, Role, JoinHandle<Result<StreamSide, String>>)> = Vec::new();
+    let mut handles: Vec<(u16, Role, Worker)> = Vec::new();
     let n = streams.len();
     for (i, stream) in streams.into_iter().enumerate() {
         let live = Arc::new(Live::default());
@@ -1450,7 +1453,9 @@ impl Server {
         let report = Report::assemble(&spec, local_ip.to_string(), theirs, mine);
         if self.opts.verbose {
             for t in &report.totals {
-                println!(
+                // A closed stdout (a pipe whose reader left) must not end the server.
+                let _ = writeln!(
+                    std::io::stdout().lock(),
                     "{peer}: {} {}: {} received, {:.3} Gbit/s, {:.0} msgs/s, loss {:.3} %",
                     spec.describe(),
                     t.direction,

@@ -63,7 +63,7 @@ struct ServerArgs {
     /// Seconds a new connection may take to say what it wants.
     #[arg(long, default_value_t = 10.0)]
     idle_timeout: f64,
-    /// No line per test.
+    /// No line per test (the "listening" line is still printed).
     #[arg(short, long)]
     quiet: bool,
 }
@@ -335,14 +335,13 @@ fn server(a: &ServerArgs) -> Result<(), RunError> {
         handshake_timeout: Duration::from_secs_f64(a.idle_timeout),
         verbose: !a.quiet,
     })?;
-    if !a.quiet {
-        println!(
-            "ipoib-eval {} server listening on port {}",
-            env!("CARGO_PKG_VERSION"),
-            s.port()
-        );
-        let _ = std::io::stdout().flush();
-    }
+    // Always said, even with -q: scripts wait for this line, not a sleep.
+    println!(
+        "ipoib-eval {} server listening on port {}",
+        env!("CARGO_PKG_VERSION"),
+        s.port()
+    );
+    let _ = std::io::stdout().flush();
     s.serve(a.one_off)
 }
 

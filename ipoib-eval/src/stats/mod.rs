@@ -57,8 +57,11 @@ pub fn loss(sent: u64, received: u64) -> f64 {
     }
 }
 
-/// The bar for "without loss": at least 99.9 % received.
-pub const LOSSLESS: f64 = 0.001;
+/// "Without loss": at least 99.9 % of sent messages received, decided on
+/// the integers (`1 - 999/1000` is not `0.001` in floating point).
+pub fn lossless(sent: u64, received: u64) -> bool {
+    u128::from(received) * 1000 >= u128::from(sent) * 999
+}
 
 /// CPU seconds of a side, from `getrusage` of its stream threads and from
 /// the machine's `/proc/stat` over the run.
@@ -167,7 +170,10 @@ mod tests {
         assert_eq!(loss(1000, 1001), 0.0);
         assert!((loss(1000, 999) - 0.001).abs() < 1e-12);
         assert_eq!(loss(10, 0), 1.0);
-        assert!(loss(1000, 999) <= LOSSLESS);
+        assert!(lossless(1000, 999));
+        assert!(!lossless(1000, 998));
+        assert!(lossless(0, 0));
+        assert!(lossless(u64::MAX, u64::MAX));
     }
 
     #[test]
