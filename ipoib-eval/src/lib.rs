@@ -17,6 +17,8 @@
 //! - [`send`] and [`recv`]: one file per send path behind one trait, and the
 //!   receive paths;
 //! - [`run`]: client and server sessions (threads, gate, control reader);
+//! - [`testbed`]: several hosts on one machine (namespaces, veth pairs, a
+//!   gateway between two MTU domains), removed when dropped;
 //! - `sys`: the system calls `socket2` lacks; the only `unsafe` in the crate.
 //!
 //! ```no_run
@@ -50,6 +52,7 @@ pub mod send;
 pub mod spec;
 pub mod stats;
 mod sys;
+pub mod testbed;
 pub mod wire;
 
 /// The control port a server listens on unless told otherwise (iperf3's

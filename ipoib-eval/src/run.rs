@@ -61,7 +61,7 @@ pub fn host_info() -> HostInfo {
         hostname: read("/proc/sys/kernel/hostname"),
         kernel: read("/proc/sys/kernel/osrelease"),
         boot_id: read("/proc/sys/kernel/random/boot_id"),
-        netns: std::fs::read_link("/proc/self/ns/net")
+        netns: std::fs::read_link("/proc/thread-self/ns/net")
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -568,6 +568,12 @@ fn data_phase(
             .map_err(|e| failed(format!("cannot start a stream thread: {e}")))?;
         handles.push((id, role, h));
     }
+    // Counters are read before the handshake: once Go is sent or received
+    // the peer may be sending, and `ip`/`ethtool` take milliseconds.
+    let iface_name = iface::iface_of(ph.local_addr).unwrap_or_default();
+    let iface_info = IfaceInfo::read(&iface_name);
+    let wire0 = Counters::read(&iface_name).unwrap_or_default();
+    let proc0 = ProcStat::now();
     let result = (|| {
         gate.wait_armed(n, spec.timeout())?;
         handshake()?;
@@ -580,10 +586,6 @@ fn data_phase(
         }
         return Err(e);
     }
-    let iface_name = iface::iface_of(ph.local_addr).unwrap_or_default();
-    let iface_info = IfaceInfo::read(&iface_name);
-    let wire0 = Counters::read(&iface_name).unwrap_or_default();
-    let proc0 = ProcStat::now();
     let start = gate.open();
 
     // Control reader: the peer's send counts, its report, or its failure.

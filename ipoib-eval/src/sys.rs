@@ -410,6 +410,15 @@ pub fn wait_errqueue(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> 
     Ok(rc > 0 && p.revents & libc::POLLERR != 0)
 }
 
+/// Moves the calling thread into the network namespace `/run/netns/NAME`
+/// (threads it starts afterwards inherit it).
+pub fn enter_netns(name: &str) -> io::Result<()> {
+    let f = std::fs::File::open(format!("/run/netns/{name}"))?;
+    // SAFETY: f is an open namespace file for the duration of the call.
+    check(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) })?;
+    Ok(())
+}
+
 /// The interface holding local address `addr` in this network namespace.
 pub fn iface_with_addr(addr: IpAddr) -> Option<String> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use ipoib_eval::report::Report;
 use ipoib_eval::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
 use ipoib_eval::spec::{self, Amount, Direction, Proto, RecvPath, SendPath, SpecError, TestSpec};
+use ipoib_eval::testbed;
 
 /// Measure what bounds IP over a fabric: Gbit/s, messages/s, wire packets/s
 /// and CPU cycles per message, for every send path (send, scatter-gather,
@@ -41,6 +42,61 @@ enum Cmd {
     Server(ServerArgs),
     /// Run one test against a server and report.
     Client(Box<ClientArgs>),
+    /// Several hosts on one machine: network namespaces joined by veth pairs
+    /// (optionally through a gateway between two MTU domains).
+    Testbed {
+        #[command(subcommand)]
+        cmd: TestbedCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TestbedCmd {
+    /// Build a testbed (replacing a stale one of the same name) and leave it up.
+    Up(TestbedArgs),
+    /// Remove a testbed; nothing to remove is not an error.
+    Down {
+        /// Testbed name.
+        #[arg(long, default_value = "ipoib")]
+        name: String,
+    },
+    /// List the namespaces of a testbed that exist (exit 1 if none).
+    Status {
+        /// Testbed name.
+        #[arg(long, default_value = "ipoib")]
+        name: String,
+    },
+}
+
+#[derive(Args, Debug)]
+struct TestbedArgs {
+    /// Name: namespaces are NAME-a and NAME-b (and NAME-g with --gateway).
+    #[arg(long, default_value = "ipoib")]
+    name: String,
+    /// TX and RX queues per veth.
+    #[arg(long, default_value_t = 4)]
+    queues: u16,
+    /// MTU (of the a-side link with --gateway).
+    #[arg(long, default_value_t = 1500)]
+    mtu: u32,
+    /// Route through a third namespace between two MTU domains.
+    #[arg(long)]
+    gateway: bool,
+    /// MTU of the b-side link behind the gateway.
+    #[arg(long, default_value_t = 1500)]
+    mtu_b: u32,
+    /// Offload setting for every veth, FEATURE=on|off (ethtool -K); repeat.
+    #[arg(long, value_name = "FEATURE=on|off")]
+    offload: Vec<String>,
+    /// Root qdisc of every veth (noqueue, pfifo_fast, fq, ...).
+    #[arg(long)]
+    qdisc: Option<String>,
+    /// txqueuelen of every veth.
+    #[arg(long)]
+    txqueuelen: Option<u32>,
+    /// Keep IPv6 on (off by default: ND/MLD chatter spoils packet counts).
+    #[arg(long)]
+    ipv6: bool,
 }
 
 #[derive(Args, Debug)]
@@ -63,6 +119,9 @@ struct ServerArgs {
     /// Seconds a new connection may take to say what it wants.
     #[arg(long, default_value_t = 10.0)]
     idle_timeout: f64,
+    /// Run inside this network namespace (e.g. a testbed's NAME-b).
+    #[arg(long)]
+    netns: Option<String>,
     /// No line per test (the "listening" line is still printed).
     #[arg(short, long)]
     quiet: bool,
@@ -147,6 +206,9 @@ struct ClientArgs {
     /// Seconds any one wait on the peer may take.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    /// Run inside this network namespace (e.g. a testbed's NAME-a).
+    #[arg(long)]
+    netns: Option<String>,
 }
 
 /// Parses a byte size with an optional K, M or G suffix (powers of 1024).
@@ -259,6 +321,7 @@ fn client(a: &ClientArgs) -> Result<(), RunError> {
     if let Some(p) = &a.csv {
         write_file(p, "", true)?;
     }
+    enter(a.netns.as_deref())?;
     let opts = ClientOpts {
         host: a.host.clone(),
         port: a.port,
@@ -327,6 +390,7 @@ fn server(a: &ServerArgs) -> Result<(), RunError> {
         ))
         .into());
     }
+    enter(a.netns.as_deref())?;
     let s = Server::bind(ServerOpts {
         port: a.port,
         bind: a.bind,
@@ -343,6 +407,74 @@ fn server(a: &ServerArgs) -> Result<(), RunError> {
     );
     let _ = std::io::stdout().flush();
     s.serve(a.one_off)
+}
+
+/// Enters a namespace before any thread or socket exists.
+fn enter(netns: Option<&str>) -> Result<(), RunError> {
+    match netns {
+        Some(n) => testbed::enter(n).map_err(|e| RunError::Failed(e.to_string())),
+        None => Ok(()),
+    }
+}
+
+fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
+    let fail = |e: testbed::TestbedError| RunError::Failed(e.to_string());
+    match cmd {
+        TestbedCmd::Up(a) => {
+            let mut offloads = Vec::new();
+            for o in &a.offload {
+                let parsed = o.split_once('=').and_then(|(f, v)| match v {
+                    "on" => Some((f.to_string(), true)),
+                    "off" => Some((f.to_string(), false)),
+                    _ => None,
+                });
+                offloads.push(parsed.ok_or_else(|| {
+                    SpecError(format!(
+                        "--offload takes FEATURE=on|off such as gro=off; got `{o}`"
+                    ))
+                })?);
+            }
+            let tb = testbed::Testbed::up(testbed::TestbedSpec {
+                name: a.name.clone(),
+                gateway: a.gateway,
+                queues: a.queues,
+                mtu: a.mtu,
+                mtu_b: a.mtu_b,
+                offloads,
+                qdisc: a.qdisc.clone(),
+                txqueuelen: a.txqueuelen,
+                ipv6: a.ipv6,
+            })
+            .map_err(fail)?;
+            println!("testbed {} up:", a.name);
+            for (h, role) in [(&tb.a, "client side"), (&tb.b, "server side")] {
+                println!("  {:<12} {} {} ({role})", h.netns, h.iface, h.addr);
+            }
+            if let Some(g) = &tb.gateway {
+                println!(
+                    "  {g:<12} routes between the two (MTU {} | {})",
+                    a.mtu, a.mtu_b
+                );
+            }
+            println!(
+                "  e.g. ipoib-eval server --netns {} &  ipoib-eval client {} --netns {}",
+                tb.b.netns, tb.b.addr, tb.a.netns
+            );
+            tb.keep();
+            Ok(())
+        }
+        TestbedCmd::Down { name } => testbed::down(name).map_err(fail),
+        TestbedCmd::Status { name } => {
+            let up = testbed::status(name);
+            if up.is_empty() {
+                return Err(RunError::Failed(format!("testbed {name} is not up")));
+            }
+            for n in up {
+                println!("{n}");
+            }
+            Ok(())
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -369,6 +501,7 @@ fn main() -> ExitCode {
     let r = match &cli.cmd {
         Cmd::Server(a) => server(a),
         Cmd::Client(a) => client(a),
+        Cmd::Testbed { cmd } => testbed_cmd(cmd),
     };
     let _ = std::io::stdout().flush();
     match r {

@@ -1,6 +1,8 @@
-//! Interface facts and counters. Counters come from `/proc/self/net/dev`,
-//! which follows the process's network namespace (sysfs shows the namespace
-//! it was mounted in); settings from `ip -d -j link` and `ethtool -k`.
+//! Interface facts and counters. Counters come from
+//! `/proc/thread-self/net/dev`, which follows the calling thread's network
+//! namespace (sysfs shows the namespace it was mounted in, and
+//! `/proc/self` the main thread's); settings from `ip -d -j link` and
+//! `ethtool -k`, run as children that inherit the thread's namespace.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -51,9 +53,9 @@ impl Counters {
         })
     }
 
-    /// Reads interface `name`'s counters in this process's namespace.
+    /// Reads interface `name`'s counters in this thread's namespace.
     pub fn read(name: &str) -> Option<Counters> {
-        let text = std::fs::read_to_string("/proc/self/net/dev").ok()?;
+        let text = std::fs::read_to_string("/proc/thread-self/net/dev").ok()?;
         Counters::parse(&text, name)
     }
 

@@ -1,0 +1,452 @@
+//! Several hosts on one machine: network namespaces joined by veth pairs,
+//! each end with an address of its own, a chosen number of queues, MTU,
+//! offloads and qdisc; or three namespaces where the middle one routes
+//! between two MTU domains (seed 004 section 3.9's IP gateway).
+//!
+//! A [`Testbed`] owns what it made: dropping it (also in a panic) removes
+//! every namespace, and with them their links, addresses and qdiscs.
+//! [`down`] is idempotent, and [`Testbed::up`] first removes a stale
+//! testbed of the same name (a killed run's). Automatic names carry the
+//! owner's pid, so tests in parallel never collide, and `up` also sweeps
+//! auto-named testbeds whose owner process is gone.
+//!
+//! The work is done with `ip`, `ethtool` and `tc` (iproute2 covers netns,
+//! veth with queue counts, MTU and addresses; `ethtool -K/-L` offloads and
+//! channels; `tc` qdiscs), each failure reported with the command and its
+//! own message.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// Prefix of automatic names: `ipe<pid>x<n>`.
+const AUTO: &str = "ipe";
+
+/// What to build.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TestbedSpec {
+    /// Name; namespaces are `<name>-a`, `<name>-b` (and `<name>-g`).
+    pub name: String,
+    /// Put a routing namespace between the two hosts.
+    pub gateway: bool,
+    /// TX and RX queues of every veth.
+    pub queues: u16,
+    /// MTU of the a-side link (the only link without a gateway).
+    pub mtu: u32,
+    /// MTU of the b-side link behind the gateway.
+    pub mtu_b: u32,
+    /// `ethtool -K` settings applied to every veth (`gro`, `tso`, ...).
+    pub offloads: Vec<(String, bool)>,
+    /// Root qdisc of every veth (`noqueue`, `pfifo_fast`, `fq`, ...); none: the kernel's.
+    pub qdisc: Option<String>,
+    /// `txqueuelen` of every veth.
+    pub txqueuelen: Option<u32>,
+    /// Keep IPv6 (off by default: fresh links chatter ND/MLD, which spoils
+    /// exact packet counts).
+    pub ipv6: bool,
+}
+
+impl Default for TestbedSpec {
+    fn default() -> Self {
+        TestbedSpec {
+            name: auto_name(),
+            gateway: false,
+            queues: 4,
+            mtu: 1500,
+            mtu_b: 1500,
+            offloads: Vec::new(),
+            qdisc: None,
+            txqueuelen: None,
+            ipv6: false,
+        }
+    }
+}
+
+/// A name no other testbed of this or another live process uses.
+pub fn auto_name() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{AUTO}{}x{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A command that failed, with its own words.
+#[derive(Debug, thiserror::Error)]
+#[error("{cmd}: {msg}")]
+pub struct TestbedError {
+    /// The command line.
+    pub cmd: String,
+    /// What it said (or why it could not run).
+    pub msg: String,
+}
+
+fn run(args: &[&str]) -> Result<String, TestbedError> {
+    let cmd = args.join(" ");
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| TestbedError {
+            cmd: cmd.clone(),
+            msg: format!("{e} (install iproute2, ethtool; run as root)"),
+        })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(TestbedError {
+            cmd,
+            msg: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// One end of a veth pair: namespace, interface, address with prefix.
+type End<'a> = (String, &'a str, String);
+
+/// One host of a testbed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// Namespace name.
+    pub netns: String,
+    /// Interface facing the other host (or the gateway).
+    pub iface: String,
+    /// Its address.
+    pub addr: IpAddr,
+}
+
+/// A testbed that is up; removed on drop.
+#[derive(Debug)]
+pub struct Testbed {
+    spec: TestbedSpec,
+    /// The sending-side host (`-a`).
+    pub a: Host,
+    /// The receiving-side host (`-b`).
+    pub b: Host,
+    /// The gateway's namespace, when there is one.
+    pub gateway: Option<String>,
+    up: bool,
+}
+
+fn ns(name: &str, side: &str) -> String {
+    format!("{name}-{side}")
+}
+
+fn valid_name(name: &str) -> Result<(), TestbedError> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(TestbedError {
+            cmd: "testbed".into(),
+            msg: format!("name `{name}` must be 1-48 letters, digits, - or _"),
+        })
+    }
+}
+
+/// Namespaces that exist now.
+pub fn namespaces() -> Vec<String> {
+    run(&["ip", "netns", "list"])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Moves the calling thread into namespace `name` (threads it starts later
+/// inherit it); the error names the namespace and the fix.
+pub fn enter(name: &str) -> Result<(), TestbedError> {
+    crate::sys::enter_netns(name).map_err(|e| TestbedError {
+        cmd: format!("entering network namespace {name}"),
+        msg: format!(
+            "{e} (list them with `ip netns list`; bring a testbed up with `ipoib-eval testbed up`)"
+        ),
+    })
+}
+
+/// The namespaces of testbed `name` that exist now.
+pub fn status(name: &str) -> Vec<String> {
+    let prefix = format!("{name}-");
+    namespaces()
+        .into_iter()
+        .filter(|n| {
+            n.strip_prefix(&prefix)
+                .is_some_and(|s| ["a", "b", "g"].contains(&s))
+        })
+        .collect()
+}
+
+/// Removes testbed `name`: every namespace of it that exists. Idempotent.
+pub fn down(name: &str) -> Result<(), TestbedError> {
+    valid_name(name)?;
+    for n in status(name) {
+        // Deleting a namespace deletes its veths (and so their peers),
+        // addresses, routes and qdiscs.
+        run(&["ip", "netns", "del", &n])?;
+    }
+    Ok(())
+}
+
+/// Removes auto-named testbeds whose owning process is gone.
+pub fn sweep_stale() {
+    for n in namespaces() {
+        let Some(rest) = n.strip_prefix(AUTO) else {
+            continue;
+        };
+        let Some((pid, _)) = rest.split_once('x') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = run(&["ip", "netns", "del", &n]);
+        }
+    }
+}
+
+impl Testbed {
+    /// Builds the testbed; on any failure, removes what it made and says
+    /// which command failed.
+    pub fn up(spec: TestbedSpec) -> Result<Testbed, TestbedError> {
+        valid_name(&spec.name)?;
+        let bad = |msg: String| TestbedError {
+            cmd: "testbed".into(),
+            msg,
+        };
+        if spec.queues == 0 || spec.queues > 256 {
+            return Err(bad(format!("queues must be 1 to 256, got {}", spec.queues)));
+        }
+        for m in [spec.mtu, spec.mtu_b] {
+            if !(68..=65535).contains(&m) {
+                return Err(bad(format!("MTU must be 68 to 65535, got {m}")));
+            }
+        }
+        sweep_stale();
+        down(&spec.name)?;
+        let name = spec.name.clone();
+        let (a, b, g) = (ns(&name, "a"), ns(&name, "b"), ns(&name, "g"));
+        let mut tb = Testbed {
+            a: Host {
+                netns: a.clone(),
+                iface: "va".into(),
+                addr: IpAddr::V4(Ipv4Addr::new(10, 77, 1, 1)),
+            },
+            b: Host {
+                netns: b.clone(),
+                iface: "vb".into(),
+                addr: IpAddr::V4(if spec.gateway {
+                    Ipv4Addr::new(10, 77, 2, 2)
+                } else {
+                    Ipv4Addr::new(10, 77, 1, 2)
+                }),
+            },
+            gateway: spec.gateway.then(|| g.clone()),
+            spec,
+            up: true,
+        };
+        // From here on, a failure drops `tb`, which removes what exists.
+        tb.build()?;
+        Ok(tb)
+    }
+
+    fn build(&mut self) -> Result<(), TestbedError> {
+        let s = self.spec.clone();
+        let mut all = vec![self.a.netns.clone(), self.b.netns.clone()];
+        all.extend(self.gateway.clone());
+        for n in &all {
+            run(&["ip", "netns", "add", n])?;
+            if !s.ipv6 {
+                // Before any link exists, so no link-local address appears.
+                for k in ["all", "default"] {
+                    run(&[
+                        "ip",
+                        "netns",
+                        "exec",
+                        n,
+                        "sysctl",
+                        "-qw",
+                        &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
+                    ])?;
+                }
+            }
+            run(&["ip", "-n", n, "link", "set", "lo", "up"])?;
+        }
+        let q = s.queues.to_string();
+        // (namespace, iface, address) for both ends of each link, and the MTU.
+        let links: Vec<(End, End, u32)> = match &self.gateway {
+            None => vec![(
+                (self.a.netns.clone(), "va", "10.77.1.1/24".into()),
+                (self.b.netns.clone(), "vb", "10.77.1.2/24".into()),
+                s.mtu,
+            )],
+            Some(g) => vec![
+                (
+                    (self.a.netns.clone(), "va", "10.77.1.1/24".into()),
+                    (g.clone(), "ga", "10.77.1.2/24".into()),
+                    s.mtu,
+                ),
+                (
+                    (g.clone(), "gb", "10.77.2.1/24".into()),
+                    (self.b.netns.clone(), "vb", "10.77.2.2/24".into()),
+                    s.mtu_b,
+                ),
+            ],
+        };
+        for ((n1, i1, a1), (n2, i2, a2), mtu) in &links {
+            run(&[
+                "ip",
+                "-n",
+                n1,
+                "link",
+                "add",
+                i1,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                i2,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "netns",
+                n2,
+            ])?;
+            for (n, i, a) in [(n1, i1, a1), (n2, i2, a2)] {
+                run(&["ip", "-n", n, "addr", "add", a, "dev", i])?;
+                run(&["ip", "-n", n, "link", "set", i, "mtu", &mtu.to_string()])?;
+                if let Some(l) = s.txqueuelen {
+                    run(&[
+                        "ip",
+                        "-n",
+                        n,
+                        "link",
+                        "set",
+                        i,
+                        "txqueuelen",
+                        &l.to_string(),
+                    ])?;
+                }
+                for (f, on) in &s.offloads {
+                    run(&[
+                        "ip",
+                        "netns",
+                        "exec",
+                        n,
+                        "ethtool",
+                        "-K",
+                        i,
+                        f,
+                        if *on { "on" } else { "off" },
+                    ])?;
+                }
+                if let Some(qd) = &s.qdisc {
+                    run(&[
+                        "ip", "netns", "exec", n, "tc", "qdisc", "replace", "dev", i, "root", qd,
+                    ])?;
+                }
+                run(&["ip", "-n", n, "link", "set", i, "up"])?;
+            }
+        }
+        if let Some(g) = &self.gateway {
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                g,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+            ])?;
+            run(&[
+                "ip",
+                "-n",
+                &self.a.netns,
+                "route",
+                "add",
+                "10.77.2.0/24",
+                "via",
+                "10.77.1.2",
+            ])?;
+            run(&[
+                "ip",
+                "-n",
+                &self.b.netns,
+                "route",
+                "add",
+                "10.77.1.0/24",
+                "via",
+                "10.77.2.1",
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// The settings it was built with.
+    pub fn spec(&self) -> &TestbedSpec {
+        &self.spec
+    }
+
+    /// Removes everything now (also done on drop).
+    pub fn down(&mut self) -> Result<(), TestbedError> {
+        if !self.up {
+            return Ok(());
+        }
+        self.up = false;
+        down(&self.spec.name)
+    }
+
+    /// Leaves the testbed up after this value is gone (for `testbed up`).
+    pub fn keep(mut self) {
+        self.up = false;
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if let Err(e) = self.down() {
+            eprintln!("ipoib-eval: removing testbed {}: {e}", self.spec.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_and_unique() {
+        assert!(valid_name("fk").is_ok());
+        for bad in ["", "a b", "x/y", &"n".repeat(49)] {
+            assert!(valid_name(bad).is_err(), "{bad}");
+        }
+        let (x, y) = (auto_name(), auto_name());
+        assert_ne!(x, y);
+        assert!(x.starts_with(&format!("{AUTO}{}x", std::process::id())));
+    }
+
+    #[test]
+    fn bounds_are_refused_before_anything_is_made() {
+        let s = TestbedSpec {
+            queues: 0,
+            ..TestbedSpec::default()
+        };
+        assert!(Testbed::up(s).unwrap_err().to_string().contains("queues"));
+        let s = TestbedSpec {
+            mtu: 70000,
+            ..TestbedSpec::default()
+        };
+        assert!(Testbed::up(s).unwrap_err().to_string().contains("MTU"));
+    }
+}
