@@ -34,8 +34,10 @@ rmem=$(sysctl -n net.core.rmem_max); wmem=$(sysctl -n net.core.wmem_max)
 pids=()
 tmp=$(mktemp -d)
 cleanup() {
-  # Subshells inherit this trap; only the script itself cleans up.
+  # Subshells inherit this trap; only the script itself cleans up, and
+  # every step runs even if one fails.
   [ "$BASHPID" = "$$" ] || return 0
+  set +e
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   sysctl -qw net.core.rmem_max="$rmem" net.core.wmem_max="$wmem"
@@ -54,9 +56,12 @@ ip netns exec $B iperf3 -s -p 5201 > "$tmp/iperf3.log" 2>&1 & pids+=($!)
 mkfifo "$tmp/srv"
 $ie server --netns $B -q -p 5301 > "$tmp/srv" & pids+=($!)
 read -r line < "$tmp/srv" && echo "$line"
-for _ in $(seq 100); do
-  ip netns exec $A iperf3 -c $server -p 5201 -n 1K -J > /dev/null && break
+ready=no
+for _ in $(seq 50); do
+  if ip netns exec $A iperf3 -c $server -p 5201 -n 1K -J > /dev/null 2>&1; then ready=yes; break; fi
+  sleep 0.1   # polling iperf3's readiness: it says nothing when it listens
 done
+[ $ready = yes ] || { echo "run-ipoib.sh: iperf3 server did not answer: $(cat "$tmp/iperf3.log")" >&2; exit 1; }
 
 {
   echo "host: $(hostname)"
@@ -99,9 +104,9 @@ for r in $(seq "$reps"); do
 done
 
 # The table: medians over repetitions; ratios against iperf3 in the same run.
-med='sort | if length == 0 then null else .[(length - 1) / 2 | floor] end'
+med='sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end'
 {
-  echo "# ipoib-eval against iperf3 3.12, same testbed, same run"
+  echo "# ipoib-eval against $(iperf3 --version | head -1 | cut -d' ' -f1-2), same testbed, same run"
   echo
   echo "Commit $commit; $(uname -r); $(nproc) CPUs. Command: \`bash results/run-ipoib.sh\` (REPS=$reps, SECS=$secs)."
   echo "Medians of $reps runs of ${secs} s each, tools alternating. Received messages/s as defined in the README"

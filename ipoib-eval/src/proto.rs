@@ -32,6 +32,9 @@ pub const VERSION: u16 = 1;
 pub const HEADER_LEN: usize = 12;
 /// Largest body accepted (a report with many interval samples fits).
 pub const MAX_BODY: u32 = 16 << 20;
+/// Largest body of any message but a report: a stranger's `Hello` is
+/// refused before the server reads much of it.
+pub const MAX_SMALL_BODY: u32 = 64 << 10;
 
 /// Facts about one end, so a report can say where each figure came from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -97,6 +100,9 @@ pub enum Msg {
     },
 }
 
+/// Kind byte of [`Msg::Report`], the one large message.
+const REPORT_KIND: u8 = 7;
+
 impl Msg {
     fn kind(&self) -> u8 {
         match self {
@@ -106,7 +112,7 @@ impl Msg {
             Msg::Start { .. } => 4,
             Msg::Go => 5,
             Msg::Sent { .. } => 6,
-            Msg::Report(_) => 7,
+            Msg::Report(_) => REPORT_KIND,
             Msg::Error { .. } => 8,
         }
     }
@@ -136,7 +142,7 @@ pub enum ProtoError {
     #[error("protocol version {0}, this end speaks {VERSION}: run the same ipoib-eval version on both ends")]
     Version(u16),
     /// Too long.
-    #[error("control message of {0} B declared, over the {MAX_BODY} B limit")]
+    #[error("control message of {0} B declared, over the limit for its kind")]
     TooLong(u32),
     /// Body is not the message its kind says.
     #[error("malformed control message (kind {kind}): {why}")]
@@ -171,10 +177,16 @@ pub fn decode_header(h: &[u8; HEADER_LEN]) -> Result<Header, ProtoError> {
         return Err(ProtoError::Version(version));
     }
     let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
-    if len > MAX_BODY {
+    let kind = h[6];
+    let max = if kind == REPORT_KIND {
+        MAX_BODY
+    } else {
+        MAX_SMALL_BODY
+    };
+    if len > max {
         return Err(ProtoError::TooLong(len));
     }
-    Ok(Header { kind: h[6], len })
+    Ok(Header { kind, len })
 }
 
 /// Decodes a body of the kind its header named. Pure.
@@ -219,6 +231,64 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&body);
     out
+}
+
+/// Reads from a TCP stream with one deadline for a whole message, however
+/// the peer trickles its bytes (a read timeout alone restarts per read).
+#[derive(Debug)]
+pub struct Deadline<'a> {
+    stream: &'a std::net::TcpStream,
+    until: std::time::Instant,
+    after: std::time::Duration,
+}
+
+impl<'a> Deadline<'a> {
+    /// Reads on `stream` must all be done within `after` from now.
+    pub fn new(stream: &'a std::net::TcpStream, after: std::time::Duration) -> Self {
+        Deadline {
+            stream,
+            until: std::time::Instant::now() + after,
+            after,
+        }
+    }
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let timed_out = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("timed out after {:?}", self.after),
+            )
+        };
+        let left = self
+            .until
+            .saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut s = self.stream;
+        match s.read(buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(timed_out())
+            }
+            r => r,
+        }
+    }
+}
+
+/// Reads one message from `stream` within `after`.
+pub fn read_msg_within(
+    stream: &std::net::TcpStream,
+    after: std::time::Duration,
+) -> Result<Msg, ProtoError> {
+    read_msg(&mut Deadline::new(stream, after))
 }
 
 /// Writes one message.
@@ -304,6 +374,11 @@ mod tests {
         let mut b = encode(&Msg::Go);
         b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(decode(&b), Err(ProtoError::TooLong(u32::MAX))));
+        // Only a report may be large.
+        let mut b = encode(&Msg::Go);
+        b[6] = 1;
+        b[8..12].copy_from_slice(&(MAX_SMALL_BODY + 1).to_le_bytes());
+        assert!(matches!(decode(&b), Err(ProtoError::TooLong(_))));
         let mut b = encode(&Msg::Go);
         b[6] = 1; // says Hello, carries Go
         assert!(matches!(decode(&b), Err(ProtoError::Body { kind: 1, .. })));
@@ -311,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_declared_length_with_no_bytes_behind_it_is_an_error_not_an_allocation() {
-        let mut b = encode(&Msg::Go);
+        let mut b = encode(&Msg::Report(Box::default()));
         b.truncate(HEADER_LEN);
         b[8..12].copy_from_slice(&MAX_BODY.to_le_bytes());
         let e = read_msg(&mut &b[..]).unwrap_err();

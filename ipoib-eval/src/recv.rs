@@ -53,11 +53,7 @@ impl<'s> Receiver<'s> {
             })?;
         }
         // A GRO read can return a whole 64 KB train.
-        let slot = if path.gro {
-            65_536
-        } else {
-            len.clamp(2048, 65_536)
-        };
+        let slot = path.slot(len);
         let mmsg = (proto == Proto::Udp && (path.batch > 1 || path.gro))
             .then(|| MmsgRx::new(path.batch.into(), slot));
         Ok(Receiver {

@@ -129,6 +129,9 @@ pub struct SideReport {
     pub clock_hz: f64,
     /// Where the clock rate came from.
     pub clock_source: String,
+    /// Request/response (client): latency over all streams, from their
+    /// merged histograms.
+    pub latency: Option<Latency>,
     /// Each stream this end took part in.
     pub streams: Vec<StreamSide>,
     /// Anything the figures should be read with.
@@ -357,15 +360,20 @@ impl Report {
             }
             p
         };
-        let busy = if same_host {
-            client.cpu.busy_s.max(server.cpu.busy_s)
+        // Each machine's busy seconds at its own clock; one shared machine once.
+        let (busy, busy_cycles) = if same_host {
+            let b = client.cpu.busy_s.max(server.cpu.busy_s);
+            (b, b * client.clock_hz)
         } else {
-            client.cpu.busy_s + server.cpu.busy_s
+            (
+                client.cpu.busy_s + server.cpu.busy_s,
+                client.cpu.busy_s * client.clock_hz + server.cpu.busy_s * server.clock_hz,
+            )
         };
-        let hz = if client.clock_hz > 0.0 {
-            client.clock_hz
+        let hz = if busy > 0.0 {
+            busy_cycles / busy
         } else {
-            server.clock_hz
+            client.clock_hz
         };
         let cycles_basis = format!(
             "machine busy CPU time from /proc/stat (user+nice+system+irq+softirq, all CPUs) {} \
@@ -395,7 +403,7 @@ impl Report {
                  message are not meaningful for so short a run; use -t 1 or more"
             ));
         }
-        let latency = merge_latency(client.streams.iter().filter_map(|s| s.latency.as_ref()));
+        let latency = client.latency;
         Report {
             schema: SCHEMA.into(),
             command: String::new(),
@@ -666,28 +674,6 @@ fn csv_field(f: &str) -> String {
     }
 }
 
-/// Combines per-stream latencies: counts add; percentiles are taken as the
-/// count-weighted mean of the streams' (exact for one stream).
-fn merge_latency<'a>(it: impl Iterator<Item = &'a Latency>) -> Option<Latency> {
-    let v: Vec<&Latency> = it.collect();
-    let n: u64 = v.iter().map(|l| l.count).sum();
-    if n == 0 {
-        return None;
-    }
-    let wavg =
-        |f: fn(&Latency) -> f64| v.iter().map(|l| f(l) * l.count as f64).sum::<f64>() / n as f64;
-    Some(Latency {
-        count: n,
-        min_us: v.iter().map(|l| l.min_us).fold(f64::INFINITY, f64::min),
-        mean_us: wavg(|l| l.mean_us),
-        p50_us: wavg(|l| l.p50_us),
-        p90_us: wavg(|l| l.p90_us),
-        p99_us: wavg(|l| l.p99_us),
-        p999_us: wavg(|l| l.p999_us),
-        max_us: v.iter().map(|l| l.max_us).fold(0.0, f64::max),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +755,11 @@ mod tests {
         assert!((t.gbit_s - 1_990_000.0 * 8.0 / 2.0 / 1e9).abs() < 1e-12);
         // 4 busy seconds at 2 GHz over 1990 messages.
         assert!((r.cycles.per_msg - 8e9 / 1990.0).abs() < 1e-6);
+        // Each machine at its own clock: 1 s at 2 GHz + 3 s at 3 GHz.
+        let mut fast = r.server.clone();
+        fast.clock_hz = 3e9;
+        let r2 = Report::assemble(&spec, "x".into(), r.client.clone(), fast);
+        assert!((r2.cycles.per_msg - 11e9 / 1990.0).abs() < 1e-6);
         // The server's interface took 500 packets for 1990 messages.
         assert!((r.msgs_per_wire_packet - 3.98).abs() < 1e-12);
         assert!((r.streams[0].loss - 0.01).abs() < 1e-12);
@@ -824,26 +815,5 @@ mod tests {
                 .replace("x\"\"y", "\"x\"\"y\"")
         );
         assert_eq!(csv_field("plain"), "plain");
-    }
-
-    #[test]
-    fn latencies_merge_by_count() {
-        let a = Latency {
-            count: 1,
-            min_us: 1.0,
-            p50_us: 10.0,
-            max_us: 5.0,
-            ..Latency::default()
-        };
-        let b = Latency {
-            count: 3,
-            min_us: 2.0,
-            p50_us: 20.0,
-            max_us: 9.0,
-            ..Latency::default()
-        };
-        let m = merge_latency([a, b].iter()).unwrap();
-        assert_eq!((m.count, m.min_us, m.max_us, m.p50_us), (4, 1.0, 9.0, 17.5));
-        assert!(merge_latency([].iter()).is_none());
     }
 }

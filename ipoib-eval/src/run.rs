@@ -19,7 +19,7 @@ use crate::proto::{self, HostInfo, Msg};
 use crate::recv::Receiver;
 use crate::report::{BufSize, Interval, Latency, Report, Role, SideReport, StreamSide};
 use crate::send;
-use crate::spec::{Amount, Proto, SpecError, StreamPlan, TestSpec};
+use crate::spec::{Proto, SpecError, StreamPlan, TestSpec};
 use crate::stats::cpu::{thread_times, Clock, ProcStat};
 use crate::stats::iface::{self, Counters, IfaceInfo};
 use crate::stats::{CpuTime, SeqTracker};
@@ -45,6 +45,9 @@ fn failed(msg: impl Into<String>) -> RunError {
 const UDP_DRAIN: Duration = Duration::from_millis(300);
 /// How often a blocked UDP receiver wakes to check its stop conditions.
 const UDP_POLL: Duration = Duration::from_millis(100);
+/// How long a blocked send waits before the stream loop checks its
+/// deadline, abort flag and stall time (a stall ends at the spec's timeout).
+const SEND_POLL: Duration = Duration::from_millis(200);
 /// Data connection header: magic, cookie, stream id.
 const TCP_HELLO: usize = 16;
 /// Most interval samples kept per test (spread over its streams).
@@ -191,6 +194,32 @@ struct Ctx {
     cpu: Option<usize>,
     peer: String,
     warnings: Arc<Mutex<Vec<String>>>,
+    /// Request/response: every client stream's latencies, merged.
+    rr_hist: Arc<Mutex<Histogram>>,
+}
+
+/// Latency histogram: 1 ns to 1 hour, 3 significant digits; fixed memory,
+/// no allocation per sample.
+type Histogram = hdrhistogram::Histogram<u64>;
+
+fn new_histogram() -> Histogram {
+    // Valid bounds (low >= 1, high >= 2 * low, 3 digits): cannot fail.
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Latency figures of a histogram of nanoseconds.
+fn latency_of(h: &Histogram) -> Option<Latency> {
+    let us = |ns: u64| ns as f64 / 1e3;
+    (!h.is_empty()).then(|| Latency {
+        count: h.len(),
+        min_us: us(h.min()),
+        mean_us: h.mean() / 1e3,
+        p50_us: us(h.value_at_quantile(0.5)),
+        p90_us: us(h.value_at_quantile(0.9)),
+        p99_us: us(h.value_at_quantile(0.99)),
+        p999_us: us(h.value_at_quantile(0.999)),
+        max_us: us(h.max()),
+    })
 }
 
 impl Ctx {
@@ -200,6 +229,18 @@ impl Ctx {
 
     fn what(&self, op: &str) -> String {
         format!("stream {}: {op} {}", self.id(), self.peer)
+    }
+
+    /// Arms this stream and waits for the start.
+    fn start(&self) -> Result<Instant, String> {
+        self.gate.arm();
+        self.gate.wait(self.spec.timeout() * 3).map_err(|e| {
+            if self.gate.aborted() {
+                e
+            } else {
+                self.what(&format!("{e}; waiting for the start with"))
+            }
+        })
     }
 }
 
@@ -246,15 +287,22 @@ fn finish_side(
 fn run_sender(cx: &Ctx) -> Result<StreamSide, String> {
     let spec = &*cx.spec;
     let sock = &cx.stream.sock;
-    let mut s = send::sender(spec.send, spec.proto, sock, spec.len, cx.id())
+    let mut s = send::sender(
+        spec.send,
+        spec.proto,
+        sock,
+        spec.len,
+        cx.id(),
+        spec.timeout(),
+    )
+    .map_err(|e| cx.what(&format!("{e}; sending to")))?;
+    // Blocked sends come back regularly, so a peer that stops reading is
+    // noticed (stall timeout) and an abort is seen.
+    sock.set_write_timeout(Some(SEND_POLL))
         .map_err(|e| cx.what(&format!("{e}; sending to")))?;
-    cx.gate.arm();
-    let start = cx.gate.wait(spec.timeout() * 3)?;
+    let start = cx.start()?;
     let t0 = thread_times();
-    let (deadline, limit) = match spec.amount {
-        Amount::Seconds(t) => (Some(start + Duration::from_secs_f64(t)), u64::MAX),
-        Amount::Messages(n) => (None, n),
-    };
+    let (deadline, limit) = spec.bounds(start);
     let byte_rate = spec.rate_bps / 8.0;
     let (mut seq, mut bytes) = (0u64, 0u64);
     let mut last_info = start;
@@ -347,8 +395,7 @@ fn run_receiver(cx: &Ctx) -> Result<StreamSide, String> {
         .map_err(|e| cx.what(&format!("{e}")))?;
     let mut r = Receiver::new(sock, spec.proto, spec.recv, spec.len, cx.id())
         .map_err(|e| cx.what(&format!("{e}; receiving from")))?;
-    cx.gate.arm();
-    let start = cx.gate.wait(spec.timeout() * 3)?;
+    let start = cx.start()?;
     let t0 = thread_times();
     let mut seq = SeqTracker::default();
     let mut bytes = 0u64;
@@ -362,12 +409,9 @@ fn run_receiver(cx: &Ctx) -> Result<StreamSide, String> {
                 bytes += g.bytes;
                 last = now;
                 cx.live.bytes.store(bytes, Ordering::Relaxed);
-                let msgs = if spec.proto == Proto::Udp {
-                    seq.received
-                } else {
-                    bytes / spec.len as u64
-                };
-                cx.live.msgs.store(msgs, Ordering::Relaxed);
+                cx.live
+                    .msgs
+                    .store(spec.msgs_of(seq.received, bytes), Ordering::Relaxed);
                 cx.live.gaps.store(seq.gaps(), Ordering::Relaxed);
                 if seq.received >= cx.live.expected.load(Ordering::Relaxed) {
                     break;
@@ -395,11 +439,7 @@ fn run_receiver(cx: &Ctx) -> Result<StreamSide, String> {
             }
         }
     }
-    let msgs = if spec.proto == Proto::Udp {
-        seq.received
-    } else {
-        bytes / spec.len as u64
-    };
+    let msgs = spec.msgs_of(seq.received, bytes);
     let mut side = finish_side(cx, Role::Receiver, start, last, msgs, bytes, t0);
     side.reordered = seq.reordered;
     side.foreign = r.foreign;
@@ -412,18 +452,14 @@ fn run_rr_client(cx: &Ctx) -> Result<StreamSide, String> {
     let mut sock: &Socket = &cx.stream.sock;
     sock.set_read_timeout(Some(spec.timeout()))
         .map_err(|e| cx.what(&format!("{e}")))?;
+    sock.set_write_timeout(Some(spec.timeout()))
+        .map_err(|e| cx.what(&format!("{e}")))?;
     let req = vec![0x5au8; spec.len];
     let mut resp = vec![0u8; spec.len];
-    // 1 ns to 1 hour, 3 significant digits: fixed memory, no allocation per sample.
-    let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
-        .map_err(|e| e.to_string())?;
-    cx.gate.arm();
-    let start = cx.gate.wait(spec.timeout() * 3)?;
+    let mut h = new_histogram();
+    let start = cx.start()?;
     let t0 = thread_times();
-    let (deadline, limit) = match spec.amount {
-        Amount::Seconds(t) => (Some(start + Duration::from_secs_f64(t)), u64::MAX),
-        Amount::Messages(n) => (None, n),
-    };
+    let (deadline, limit) = spec.bounds(start);
     let mut n = 0u64;
     let mut end = start;
     while !cx.gate.aborted() && n < limit && deadline.is_none_or(|d| end < d) {
@@ -445,17 +481,9 @@ fn run_rr_client(cx: &Ctx) -> Result<StreamSide, String> {
     }
     let _ = sock.shutdown(std::net::Shutdown::Write);
     let mut side = finish_side(cx, Role::Sender, start, end, n, n * spec.len as u64, t0);
-    let us = |ns: u64| ns as f64 / 1e3;
-    side.latency = (n > 0).then(|| Latency {
-        count: n,
-        min_us: us(h.min()),
-        mean_us: h.mean() / 1e3,
-        p50_us: us(h.value_at_quantile(0.5)),
-        p90_us: us(h.value_at_quantile(0.9)),
-        p99_us: us(h.value_at_quantile(0.99)),
-        p999_us: us(h.value_at_quantile(0.999)),
-        max_us: us(h.max()),
-    });
+    side.latency = latency_of(&h);
+    // Same bounds on both: adding cannot fail.
+    let _ = cx.rr_hist.lock().unwrap().add(&h);
     Ok(side)
 }
 
@@ -465,9 +493,10 @@ fn run_rr_server(cx: &Ctx) -> Result<StreamSide, String> {
     let mut sock: &Socket = &cx.stream.sock;
     sock.set_read_timeout(Some(spec.timeout()))
         .map_err(|e| cx.what(&format!("{e}")))?;
+    sock.set_write_timeout(Some(spec.timeout()))
+        .map_err(|e| cx.what(&format!("{e}")))?;
     let mut buf = vec![0u8; spec.len];
-    cx.gate.arm();
-    let start = cx.gate.wait(spec.timeout() * 3)?;
+    let start = cx.start()?;
     let t0 = thread_times();
     let mut n = 0u64;
     let mut last = start;
@@ -532,6 +561,78 @@ struct Phase<'a> {
     /// Print interval lines as they happen (the client in text mode).
     print: bool,
     local_addr: IpAddr,
+    /// Server: tests running now, including this one (machine-wide
+    /// counters then include the others' traffic).
+    running: Option<&'a AtomicUsize>,
+}
+
+/// Joins the control reader on every way out of the data phase: shutting
+/// the connection down wakes it if it is still blocked.
+struct ReaderGuard {
+    ctl: TcpStream,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Drop for ReaderGuard {
+    fn drop(&mut self) {
+        let _ = self.ctl.shutdown(std::net::Shutdown::Both);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn spawn<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<JoinHandle<T>, RunError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| failed(format!("cannot start a thread ({name}): {e}")))
+}
+
+/// The control reader: the peer's send counts, its report, or its failure.
+fn read_control(
+    mut ctl: TcpStream,
+    gate: &Gate,
+    lives: &[(u16, Role, Arc<Live>)],
+    start: Instant,
+    peer: &str,
+    report: mpsc::Sender<SideReport>,
+) {
+    loop {
+        match proto::read_msg(&mut ctl) {
+            Ok(Msg::Sent { streams }) => {
+                let stop = (start.elapsed() + UDP_DRAIN).as_nanos() as u64;
+                for (id, msgs) in streams {
+                    if let Some((_, _, l)) = lives
+                        .iter()
+                        .find(|(i, r, _)| *i == id && *r == Role::Receiver)
+                    {
+                        l.expected.store(msgs, Ordering::Relaxed);
+                        l.stop_at_ns.store(stop, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(Msg::Report(r)) => {
+                let _ = report.send(*r);
+                return;
+            }
+            Ok(Msg::Error { message }) => return gate.abort(format!("{peer} failed: {message}")),
+            Ok(other) => {
+                return gate.abort(format!(
+                    "{peer} sent an unexpected {} message during the test",
+                    other.name()
+                ))
+            }
+            Err(e) => {
+                return gate.abort(format!(
+                    "control connection to {peer} lost during the test: {e}"
+                ))
+            }
+        }
+    }
 }
 
 /// Runs the streams, exchanges counts and reports with the peer; returns
@@ -546,9 +647,11 @@ fn data_phase(
     let spec = ph.spec.clone();
     let gate = Arc::new(Gate::default());
     let warnings = Arc::new(Mutex::new(Vec::new()));
+    let rr_hist = Arc::new(Mutex::new(new_histogram()));
     let mut lives = Vec::new();
     let mut handles: Vec<(u16, Role, Worker)> = Vec::new();
     let n = streams.len();
+    let mut spawned = Ok(());
     for (i, stream) in streams.into_iter().enumerate() {
         let live = Arc::new(Live::default());
         lives.push((stream.plan.id, stream.role, live.clone()));
@@ -561,25 +664,29 @@ fn data_phase(
             cpu: (!ph.cpus.is_empty()).then(|| ph.cpus[i % ph.cpus.len()]),
             peer: ph.peer.clone(),
             warnings: warnings.clone(),
+            rr_hist: rr_hist.clone(),
         };
-        let h = std::thread::Builder::new()
-            .name(format!("stream-{id}"))
-            .spawn(move || run_stream(cx))
-            .map_err(|e| failed(format!("cannot start a stream thread: {e}")))?;
-        handles.push((id, role, h));
+        match spawn(&format!("stream-{id}"), move || run_stream(cx)) {
+            Ok(h) => handles.push((id, role, h)),
+            Err(e) => {
+                spawned = Err(e);
+                break;
+            }
+        }
     }
-    // Counters are read before the handshake: once Go is sent or received
+    // Everything is read before the handshake: once Go is sent or received
     // the peer may be sending, and `ip`/`ethtool` take milliseconds.
     let iface_name = iface::iface_of(ph.local_addr).unwrap_or_default();
     let iface_info = IfaceInfo::read(&iface_name);
+    let clock = Clock::detect();
+    let running0 = ph.running.map_or(1, |r| r.load(Ordering::Relaxed));
     let wire0 = Counters::read(&iface_name).unwrap_or_default();
     let proc0 = ProcStat::now();
-    let result = (|| {
+    let ready = spawned.and_then(|()| {
         gate.wait_armed(n, spec.timeout())?;
-        handshake()?;
-        Ok::<(), RunError>(())
-    })();
-    if let Err(e) = result {
+        handshake()
+    });
+    if let Err(e) = ready {
         gate.abort(e.to_string());
         for (_, _, h) in handles {
             let _ = h.join();
@@ -588,66 +695,36 @@ fn data_phase(
     }
     let start = gate.open();
 
-    // Control reader: the peer's send counts, its report, or its failure.
     let (report_tx, report_rx) = mpsc::channel::<SideReport>();
-    let reader = {
-        let mut ctl = ph
-            .ctl
+    let clone = || {
+        ph.ctl
             .try_clone()
-            .map_err(|e| failed(format!("control connection: {e}")))?;
+            .map_err(|e| failed(format!("control connection to {}: {e}", ph.peer)))
+    };
+    let mut reader = ReaderGuard {
+        ctl: clone()?,
+        handle: None,
+    };
+    {
+        let ctl = clone()?;
         ctl.set_read_timeout(Some(spec.control_deadline()))
             .map_err(|e| failed(format!("control connection: {e}")))?;
-        let gate = gate.clone();
-        let lives = lives.clone();
-        let peer = ph.peer.clone();
-        std::thread::spawn(move || loop {
-            match proto::read_msg(&mut ctl) {
-                Ok(Msg::Sent { streams }) => {
-                    let stop = (start.elapsed() + UDP_DRAIN).as_nanos() as u64;
-                    for (id, msgs) in streams {
-                        if let Some((_, _, l)) = lives
-                            .iter()
-                            .find(|(i, r, _)| *i == id && *r == Role::Receiver)
-                        {
-                            l.expected.store(msgs, Ordering::Relaxed);
-                            l.stop_at_ns.store(stop, Ordering::Relaxed);
-                        }
-                    }
-                }
-                Ok(Msg::Report(r)) => {
-                    let _ = report_tx.send(*r);
-                    return;
-                }
-                Ok(Msg::Error { message }) => {
-                    gate.abort(format!("{peer} failed: {message}"));
-                    return;
-                }
-                Ok(other) => {
-                    gate.abort(format!(
-                        "{peer} sent an unexpected {} message during the test",
-                        other.name()
-                    ));
-                    return;
-                }
-                Err(e) => {
-                    gate.abort(format!(
-                        "control connection to {peer} lost during the test: {e}"
-                    ));
-                    return;
-                }
-            }
-        })
-    };
-
-    // Interval sampler.
+        let (g, lives, peer) = (gate.clone(), lives.clone(), ph.peer.clone());
+        let r = spawn("control", move || {
+            read_control(ctl, &g, &lives, start, &peer, report_tx)
+        });
+        match r {
+            Ok(h) => reader.handle = Some(h),
+            Err(e) => gate.abort(e.to_string()),
+        }
+    }
     let sampler_stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let stop = sampler_stop.clone();
         let lives = lives.clone();
-        let every = spec.interval;
-        let print = ph.print;
+        let (every, print) = (spec.interval, ph.print);
         let per_stream_cap = MAX_INTERVALS / lives.len().max(1);
-        std::thread::spawn(move || {
+        spawn("intervals", move || {
             sample_intervals(start, every, &lives, &stop, print, per_stream_cap)
         })
     };
@@ -659,50 +736,44 @@ fn data_phase(
     let (senders, receivers): (Vec<_>, Vec<_>) = handles
         .into_iter()
         .partition(|(_, r, _)| *r == Role::Sender);
+    let mut collect = |id: u16, h: Worker, sides: &mut Vec<StreamSide>| match h.join() {
+        Ok(Ok(s)) => sides.push(s),
+        Ok(Err(e)) => {
+            first_err.get_or_insert(e);
+        }
+        Err(_) => {
+            first_err.get_or_insert(format!("stream {id} panicked"));
+        }
+    };
     for (id, _, h) in senders {
-        match h.join() {
-            Ok(Ok(s)) => {
-                sent.push((id, s.msgs));
-                sides.push(s);
-            }
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(_) => {
-                first_err.get_or_insert(format!("stream {id} panicked"));
-            }
-        }
+        collect(id, h, &mut sides);
     }
+    sent.extend(sides.iter().map(|s| (s.id, s.msgs)));
     let mut ctl = ph.ctl;
-    if first_err.is_none() && !sent.is_empty() {
-        if let Err(e) = proto::write_msg(&mut ctl, &Msg::Sent { streams: sent }) {
-            first_err = Some(format!("telling {} the send counts: {e}", ph.peer));
-            gate.abort(first_err.clone().unwrap_or_default());
-        }
+    let told = if sent.is_empty() {
+        Ok(())
+    } else {
+        proto::write_msg(&mut ctl, &Msg::Sent { streams: sent })
+    };
+    if let Err(e) = told {
+        gate.abort(format!("telling {} the send counts: {e}", ph.peer));
     }
     for (id, _, h) in receivers {
-        match h.join() {
-            Ok(Ok(s)) => sides.push(s),
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(_) => {
-                first_err.get_or_insert(format!("stream {id} panicked"));
-            }
-        }
+        collect(id, h, &mut sides);
     }
     let wall = start.elapsed();
     let proc1 = ProcStat::now().since(&proc0);
     let wire = Counters::read(&iface_name)
         .unwrap_or_default()
         .since(&wire0);
+    let running1 = ph.running.map_or(1, |r| r.load(Ordering::Relaxed));
     sampler_stop.store(true, Ordering::Relaxed);
-    let intervals = sampler.join().unwrap_or_default();
-
+    let intervals = match sampler {
+        Ok(h) => h.join().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
     if let Some(e) = first_err.or_else(|| gate.abort_reason()) {
         let _ = proto::write_msg(&mut ctl, &Msg::Error { message: e.clone() });
-        let _ = ctl.shutdown(std::net::Shutdown::Both);
-        let _ = reader.join();
         return Err(failed(e));
     }
     for s in &mut sides {
@@ -714,11 +785,18 @@ fn data_phase(
         }
     }
     sides.sort_by_key(|s| (s.id, s.role == Role::Receiver));
-    let clock = Clock::detect();
     let mut w = warnings.lock().unwrap().clone();
     if clock.hz == 0.0 {
         w.push(clock.source.clone());
     }
+    let others = running0.max(running1).saturating_sub(1);
+    if others > 0 {
+        w.push(format!(
+            "{others} other test(s) ran on the server at the same time: its machine CPU and \
+             interface counters include their traffic"
+        ));
+    }
+    let latency = latency_of(&rr_hist.lock().unwrap());
     let local = SideReport {
         host: host_info(),
         addr: ph.local_addr.to_string(),
@@ -734,6 +812,7 @@ fn data_phase(
         },
         clock_hz: clock.hz,
         clock_source: clock.source,
+        latency,
         streams: sides,
         warnings: w,
     };
@@ -750,7 +829,7 @@ fn data_phase(
                 )
             }))
         })?;
-    let _ = reader.join();
+    drop(reader);
     Ok((local, peer))
 }
 
@@ -771,8 +850,10 @@ fn sample_intervals(
     let mut prev: Vec<(u64, u64, u64, u64)> = vec![(0, 0, 0, 0); lives.len()];
     let mut t0 = 0.0;
     let mut k = 1u64;
+    let mut stdout = std::io::stdout();
     if print {
-        println!(
+        let _ = writeln!(
+            stdout,
             "{:>5} {:>15} {:>11} {:>11} {:>12} {:>7} {:>6}",
             "[ ID]", "interval s", "MBytes", "Gbit/s", "msgs/s", "gaps", "retr"
         );
@@ -814,7 +895,8 @@ fn sample_intervals(
             prev[j] = now;
             if print {
                 let secs = (t1 - t0).max(1e-9);
-                println!(
+                let _ = writeln!(
+                    stdout,
                     "[{:>3}] {:>6.2}-{:<8.2} {:>11.1} {:>11.3} {:>12.0} {:>7} {:>6}",
                     id,
                     t0,
@@ -943,7 +1025,7 @@ fn resolve(host: &str, port: u16, want_v4: Option<bool>) -> Result<SocketAddr, R
 /// Where and how the client connects.
 #[derive(Clone, Debug, Default)]
 pub struct ClientOpts {
-    /// Server host name or address.
+    /// Server host name or address (IPv6 link-local with `%iface`).
     pub host: String,
     /// Control port.
     pub port: u16,
@@ -959,9 +1041,50 @@ pub struct ClientOpts {
     pub print_intervals: bool,
 }
 
+/// `a` with another port; an IPv6 scope (link-local interface) is kept.
+fn with_port(a: SocketAddr, port: u16) -> SocketAddr {
+    let mut a = a;
+    a.set_port(port);
+    a
+}
+
+/// The role this end has on a stream.
+fn role_of(p: &StreamPlan, client: bool) -> Role {
+    if p.sends_here(client) {
+        Role::Sender
+    } else {
+        Role::Receiver
+    }
+}
+
+/// A UDP socket bound to `local` (port 0) and connected to `peer`; anything
+/// that reached it between bind and connect is thrown away, so a stranger's
+/// early datagram is never counted.
+fn udp_connected(sock: Socket, peer: SocketAddr) -> io::Result<Socket> {
+    sock.connect(&SockAddr::from(peer))?;
+    sock.set_nonblocking(true)?;
+    let mut junk = [0u8; 64];
+    while crate::recv::recv_into(&sock, &mut junk).is_ok() {}
+    sock.set_nonblocking(false)?;
+    Ok(sock)
+}
+
+fn udp_bound(local: SocketAddr) -> io::Result<Socket> {
+    let s = Socket::new(family_of(local.ip()), Type::DGRAM, Some(Protocol::UDP))?;
+    s.bind(&SockAddr::from(with_port(local, 0)))?;
+    Ok(s)
+}
+
+fn port_of(s: &Socket) -> u16 {
+    s.local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map_or(0, |a| a.port())
+}
+
 fn connect(
     addr: SocketAddr,
-    bind: Option<IpAddr>,
+    bind: Option<SocketAddr>,
     dev: Option<&str>,
     timeout: Duration,
 ) -> io::Result<Socket> {
@@ -970,7 +1093,7 @@ fn connect(
         s.bind_device(Some(d.as_bytes()))?;
     }
     if let Some(b) = bind {
-        s.bind(&SockAddr::from(SocketAddr::new(b, 0)))?;
+        s.bind(&SockAddr::from(with_port(b, 0)))?;
     }
     s.connect_timeout(&SockAddr::from(addr), timeout)?;
     Ok(s)
@@ -981,17 +1104,18 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
     spec.validate()?;
     let addr = resolve(&opts.host, opts.port, opts.v4)?;
     let to = spec.timeout();
-    let ctl_sock = connect(addr, opts.bind, opts.dev.as_deref(), to).map_err(|e| {
+    let bind = opts.bind.map(|ip| SocketAddr::new(ip, 0));
+    let ctl_sock = connect(addr, bind, opts.dev.as_deref(), to).map_err(|e| {
         failed(format!(
             "cannot reach the server at {addr}: {e} (is `ipoib-eval server -p {}` running there?)",
             opts.port
         ))
     })?;
     let ctl: TcpStream = ctl_sock.into();
-    ctl.set_read_timeout(Some(to))
+    ctl.set_write_timeout(Some(to))
         .map_err(|e| failed(e.to_string()))?;
     ctl.set_nodelay(true).map_err(|e| failed(e.to_string()))?;
-    let local_ip = ctl.local_addr().map_err(|e| failed(e.to_string()))?.ip();
+    let local = ctl.local_addr().map_err(|e| failed(e.to_string()))?;
     let peer = format!("server {addr}");
     let mut w = &ctl;
     proto::write_msg(
@@ -1003,8 +1127,8 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
     )
     .map_err(|e| failed(format!("sending the test to {peer}: {e}")))?;
     let read = |what: &str| {
-        let mut r = &ctl;
-        proto::read_msg(&mut r).map_err(|e| failed(format!("waiting for {what} from {peer}: {e}")))
+        proto::read_msg_within(&ctl, to)
+            .map_err(|e| failed(format!("waiting for {what} from {peer}: {e}")))
     };
     let (ports, cookie) = match read("Ready")? {
         Msg::Ready { ports, cookie, .. } => (ports, cookie),
@@ -1024,32 +1148,25 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
     let mut streams = Vec::new();
     let mut udp_ports = Vec::new();
     for p in &plan {
-        let role = if p.client_sends {
-            Role::Sender
-        } else {
-            Role::Receiver
-        };
+        let role = role_of(p, true);
         let sock = match spec.proto {
             Proto::Tcp => {
                 let port = *ports
                     .first()
                     .ok_or_else(|| failed(format!("{peer} gave no data port")))?;
-                let s = connect(
-                    SocketAddr::new(addr.ip(), port),
-                    Some(local_ip),
-                    opts.dev.as_deref(),
-                    to,
-                )
-                .map_err(|e| {
-                    failed(format!(
-                        "stream {}: connecting to {peer} data port {port}: {e}",
-                        p.id
-                    ))
-                })?;
+                let s = connect(with_port(addr, port), Some(local), opts.dev.as_deref(), to)
+                    .map_err(|e| {
+                        failed(format!(
+                            "stream {}: connecting to {peer} data port {port}: {e}",
+                            p.id
+                        ))
+                    })?;
                 let mut hello = [0u8; TCP_HELLO];
                 hello[..4].copy_from_slice(&proto::MAGIC);
                 hello[4..12].copy_from_slice(&cookie.to_le_bytes());
                 hello[12..14].copy_from_slice(&p.id.to_le_bytes());
+                s.set_write_timeout(Some(to))
+                    .map_err(|e| failed(e.to_string()))?;
                 (&s).write_all(&hello)
                     .map_err(|e| failed(format!("stream {}: greeting {peer}: {e}", p.id)))?;
                 s
@@ -1062,20 +1179,10 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
                         plan.len()
                     ))
                 })?;
-                let s = Socket::new(family_of(local_ip), Type::DGRAM, Some(Protocol::UDP))
-                    .map_err(|e| failed(e.to_string()))?;
-                s.bind(&SockAddr::from(SocketAddr::new(local_ip, 0)))
-                    .map_err(|e| failed(format!("binding a UDP socket: {e}")))?;
-                s.connect(&SockAddr::from(SocketAddr::new(addr.ip(), port)))
-                    .map_err(|e| {
-                        failed(format!("stream {}: connecting UDP to {peer}: {e}", p.id))
-                    })?;
-                let lp = s
-                    .local_addr()
-                    .ok()
-                    .and_then(|a| a.as_socket())
-                    .map_or(0, |a| a.port());
-                udp_ports.push(lp);
+                let s = udp_bound(local)
+                    .and_then(|s| udp_connected(s, with_port(addr, port)))
+                    .map_err(|e| failed(format!("stream {}: a UDP socket to {peer}: {e}", p.id)))?;
+                udp_ports.push(port_of(&s));
                 s
             }
         };
@@ -1093,7 +1200,8 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
         peer: peer.clone(),
         cpus: &opts.cpus,
         print: opts.print_intervals,
-        local_addr: local_ip,
+        local_addr: local.ip(),
+        running: None,
     };
     let handshake = || {
         let mut w = &ctl;
@@ -1138,7 +1246,8 @@ pub struct ServerOpts {
     pub dev: Option<String>,
     /// Tests run at once at most; more are refused.
     pub max_sessions: usize,
-    /// How long a new connection may take to say what it wants.
+    /// How long a new connection may take to say what it wants (a deadline
+    /// for the whole message, however slowly its bytes come).
     pub handshake_timeout: Duration,
     /// Print a summary line per test.
     pub verbose: bool,
@@ -1161,8 +1270,18 @@ impl Default for ServerOpts {
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
-    opts: ServerOpts,
+    opts: Arc<ServerOpts>,
     active: Arc<AtomicUsize>,
+}
+
+/// One running test's place in the server's count, given back on drop (also
+/// when the session fails or panics).
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn unmap(ip: IpAddr) -> IpAddr {
@@ -1172,11 +1291,38 @@ fn unmap(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// A dual-stack listener sees IPv4 peers as mapped IPv6 addresses: use the
+/// plain IPv4 address, so data sockets and interfaces match. IPv6 addresses
+/// keep their scope (link-local).
+fn unmap_addr(a: SocketAddr) -> SocketAddr {
+    match unmap(a.ip()) {
+        IpAddr::V4(v4) => SocketAddr::new(IpAddr::V4(v4), a.port()),
+        IpAddr::V6(_) => a,
+    }
+}
+
 fn cookie() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(Instant::now().elapsed().as_nanos());
     h.finish()
+}
+
+/// Accept errors that say nothing about the listener itself (a client that
+/// went away, or a momentary lack of file descriptors or memory).
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ECONNABORTED
+                | libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOBUFS
+                | libc::ENOMEM
+                | libc::EPROTO
+                | libc::EINTR
+        )
+    )
 }
 
 impl Server {
@@ -1218,7 +1364,7 @@ impl Server {
         })?;
         Ok(Server {
             listener: sock.into(),
-            opts,
+            opts: Arc::new(opts),
             active: Arc::new(AtomicUsize::new(0)),
         })
     }
@@ -1234,240 +1380,249 @@ impl Server {
         loop {
             let (conn, from) = match self.listener.accept() {
                 Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if transient(&e) => {
+                    if self.opts.verbose {
+                        eprintln!("ipoib-eval server: accept: {e}; going on");
+                    }
+                    // Out of descriptors: let running tests finish some.
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
                 Err(e) => return Err(failed(format!("accepting connections: {e}"))),
             };
+            let from = unmap_addr(from);
             if one_off {
-                return self.session(conn, from).map(|_| ());
+                self.active.fetch_add(1, Ordering::Relaxed);
+                let _slot = Slot(self.active.clone());
+                return session(&self.opts, &self.active, conn, from).map(|_| ());
             }
             if self.active.load(Ordering::Relaxed) >= self.opts.max_sessions {
                 let mut c = conn;
-                let _ = proto::write_msg(
-                    &mut c,
-                    &Msg::Refused {
-                        reason: format!(
-                            "server busy: {} tests running; try again later",
-                            self.opts.max_sessions
-                        ),
-                    },
+                let _ = c.set_write_timeout(Some(self.opts.handshake_timeout));
+                let reason = format!(
+                    "server busy: {} tests running; try again later",
+                    self.opts.max_sessions
                 );
+                let _ = proto::write_msg(&mut c, &Msg::Refused { reason });
                 continue;
             }
             self.active.fetch_add(1, Ordering::Relaxed);
-            let active = self.active.clone();
-            let me = Server {
-                listener: self
-                    .listener
-                    .try_clone()
-                    .map_err(|e| failed(e.to_string()))?,
-                opts: self.opts.clone(),
-                active: self.active.clone(),
-            };
-            std::thread::spawn(move || {
-                if let Err(e) = me.session(conn, from) {
-                    if me.opts.verbose {
-                        eprintln!("ipoib-eval server: {from}: {e}");
+            let slot = Slot(self.active.clone());
+            let (opts, active) = (self.opts.clone(), self.active.clone());
+            let started = std::thread::Builder::new()
+                .name(format!("session-{from}"))
+                .spawn(move || {
+                    let _slot = slot;
+                    if let Err(e) = session(&opts, &active, conn, from) {
+                        if opts.verbose {
+                            eprintln!("ipoib-eval server: {from}: {e}");
+                        }
                     }
+                });
+            if let Err(e) = started {
+                // The closure (and its slot and connection) were dropped.
+                if self.opts.verbose {
+                    eprintln!("ipoib-eval server: no thread for {from}: {e}");
                 }
-                active.fetch_sub(1, Ordering::Relaxed);
-            });
+            }
         }
     }
+}
 
-    /// One test with one client.
-    fn session(&self, ctl: TcpStream, from: SocketAddr) -> Result<Option<Report>, RunError> {
-        let peer = format!("client {}", SocketAddr::new(unmap(from.ip()), from.port()));
-        ctl.set_read_timeout(Some(self.opts.handshake_timeout))
-            .map_err(|e| failed(e.to_string()))?;
-        ctl.set_nodelay(true).map_err(|e| failed(e.to_string()))?;
-        let mut r = &ctl;
-        let mut w = &ctl;
-        let spec = match proto::read_msg(&mut r) {
-            Ok(Msg::Hello { spec, .. }) => spec,
-            Ok(other) => {
-                return Err(failed(format!(
-                    "{peer} opened with {} instead of Hello",
-                    other.name()
-                )))
-            }
-            Err(e) => return Err(failed(format!("{peer}: {e}"))),
-        };
-        if let Err(e) = spec.validate() {
-            let _ = proto::write_msg(
-                &mut w,
-                &Msg::Refused {
-                    reason: e.0.clone(),
-                },
-            );
-            return Err(failed(format!("{peer} asked for an invalid test: {e}")));
+/// Refuses a test with a reason the client prints, and returns the error.
+fn refuse(ctl: &TcpStream, peer: &str, reason: String) -> RunError {
+    let mut w = ctl;
+    let _ = proto::write_msg(
+        &mut w,
+        &Msg::Refused {
+            reason: reason.clone(),
+        },
+    );
+    failed(format!("{peer}: {reason}"))
+}
+
+/// One test with one client.
+fn session(
+    opts: &ServerOpts,
+    running: &AtomicUsize,
+    ctl: TcpStream,
+    from: SocketAddr,
+) -> Result<Option<Report>, RunError> {
+    let peer = format!("client {from}");
+    ctl.set_write_timeout(Some(opts.handshake_timeout))
+        .map_err(|e| failed(e.to_string()))?;
+    ctl.set_nodelay(true).map_err(|e| failed(e.to_string()))?;
+    let spec = match proto::read_msg_within(&ctl, opts.handshake_timeout) {
+        Ok(Msg::Hello { spec, .. }) => spec,
+        Ok(other) => {
+            return Err(failed(format!(
+                "{peer} opened with {} instead of Hello",
+                other.name()
+            )))
         }
-        // A dual-stack listener sees IPv4 peers as mapped IPv6 addresses: use
-        // the plain IPv4 address, so data sockets and interfaces match.
-        let local_ip = unmap(ctl.local_addr().map_err(|e| failed(e.to_string()))?.ip());
-        let to = spec.timeout();
-        let plan = spec.plan();
-        let cookie = cookie();
-        let dev = self.opts.dev.as_deref();
-        // Open the data sockets before saying Ready.
-        let mut udp = Vec::new();
-        let mut listener = None;
-        let mut ports = Vec::new();
-        let setup = (|| -> io::Result<()> {
-            match spec.proto {
-                Proto::Tcp => {
-                    let l = Socket::new(family_of(local_ip), Type::STREAM, Some(Protocol::TCP))?;
-                    if let Some(d) = dev {
-                        l.bind_device(Some(d.as_bytes()))?;
-                    }
-                    l.bind(&SockAddr::from(SocketAddr::new(local_ip, 0)))?;
-                    l.listen(plan.len() as i32 + 8)?;
-                    ports.push(l.local_addr()?.as_socket().map_or(0, |a| a.port()));
-                    listener = Some(l);
-                }
-                Proto::Udp => {
-                    for _ in &plan {
-                        let s = Socket::new(family_of(local_ip), Type::DGRAM, Some(Protocol::UDP))?;
-                        s.bind(&SockAddr::from(SocketAddr::new(local_ip, 0)))?;
-                        ports.push(s.local_addr()?.as_socket().map_or(0, |a| a.port()));
-                        udp.push(s);
-                    }
-                }
-            }
-            Ok(())
-        })();
-        if let Err(e) = setup {
-            let msg = format!("opening data sockets: {e}");
-            let _ = proto::write_msg(
-                &mut w,
-                &Msg::Refused {
-                    reason: msg.clone(),
-                },
-            );
-            return Err(failed(msg));
-        }
-        proto::write_msg(
-            &mut w,
-            &Msg::Ready {
-                ports,
-                cookie,
-                server: host_info(),
-            },
-        )
-        .map_err(|e| failed(format!("{peer}: {e}")))?;
-        let client_ports = match proto::read_msg(&mut r) {
-            Ok(Msg::Start { ports }) => ports,
-            Ok(other) => {
-                return Err(failed(format!(
-                    "{peer} sent {} instead of Start",
-                    other.name()
-                )))
-            }
-            Err(e) => return Err(failed(format!("{peer}: waiting for Start: {e}"))),
-        };
-        let mut warnings = Vec::new();
-        let mut socks: Vec<Option<Socket>> = (0..plan.len()).map(|_| None).collect();
+        Err(e) => return Err(failed(format!("{peer}: {e}"))),
+    };
+    if let Err(e) = spec.validate() {
+        return Err(refuse(&ctl, &peer, e.0));
+    }
+    let local = unmap_addr(ctl.local_addr().map_err(|e| failed(e.to_string()))?);
+    let to = spec.timeout();
+    ctl.set_write_timeout(Some(to))
+        .map_err(|e| failed(e.to_string()))?;
+    let plan = spec.plan();
+    let cookie = cookie();
+    let dev = opts.dev.as_deref();
+    // Open the data sockets before saying Ready.
+    let mut udp = Vec::new();
+    let mut listener = None;
+    let mut ports = Vec::new();
+    let setup = (|| -> io::Result<()> {
         match spec.proto {
             Proto::Tcp => {
-                let l = listener.take().ok_or_else(|| failed("no listener"))?;
-                l.set_read_timeout(Some(to))
-                    .map_err(|e| failed(e.to_string()))?;
-                let deadline = Instant::now() + to;
-                while socks.iter().any(Option::is_none) {
-                    if Instant::now() >= deadline {
-                        return Err(failed(format!(
-                            "{peer} did not open all {} data connections within {to:?}",
-                            plan.len()
-                        )));
-                    }
-                    let (s, _) = match l.accept() {
-                        Ok(x) => x,
-                        Err(e) if is_timeout(&e) => continue,
-                        Err(e) => {
-                            return Err(failed(format!(
-                                "accepting data connections from {peer}: {e}"
-                            )))
-                        }
-                    };
-                    s.set_read_timeout(Some(to))
-                        .map_err(|e| failed(e.to_string()))?;
-                    let mut hello = [0u8; TCP_HELLO];
-                    // A stranger or a wrong cookie is dropped; the deadline still runs.
-                    if (&s).read_exact(&mut hello).is_err()
-                        || hello[..4] != proto::MAGIC
-                        || hello[4..12] != cookie.to_le_bytes()
-                    {
-                        continue;
-                    }
-                    let id = usize::from(u16::from_le_bytes([hello[12], hello[13]]));
-                    if let Some(slot @ None) = socks.get_mut(id) {
-                        *slot = Some(s);
-                    }
+                let l = Socket::new(family_of(local.ip()), Type::STREAM, Some(Protocol::TCP))?;
+                if let Some(d) = dev {
+                    l.bind_device(Some(d.as_bytes()))?;
                 }
+                l.bind(&SockAddr::from(with_port(local, 0)))?;
+                l.listen(plan.len() as i32 + 8)?;
+                ports.push(port_of(&l));
+                listener = Some(l);
             }
             Proto::Udp => {
-                if client_ports.len() != plan.len() {
+                for _ in &plan {
+                    let s = udp_bound(local)?;
+                    ports.push(port_of(&s));
+                    udp.push(s);
+                }
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = setup {
+        return Err(refuse(&ctl, &peer, format!("opening data sockets: {e}")));
+    }
+    let mut w = &ctl;
+    proto::write_msg(
+        &mut w,
+        &Msg::Ready {
+            ports,
+            cookie,
+            server: host_info(),
+        },
+    )
+    .map_err(|e| failed(format!("{peer}: {e}")))?;
+    let client_ports = match proto::read_msg_within(&ctl, to) {
+        Ok(Msg::Start { ports }) => ports,
+        Ok(other) => {
+            return Err(failed(format!(
+                "{peer} sent {} instead of Start",
+                other.name()
+            )))
+        }
+        Err(e) => return Err(failed(format!("{peer}: waiting for Start: {e}"))),
+    };
+    let mut warnings = Vec::new();
+    let mut socks: Vec<Option<Socket>> = (0..plan.len()).map(|_| None).collect();
+    match spec.proto {
+        Proto::Tcp => {
+            let l = listener.take().ok_or_else(|| failed("no listener"))?;
+            let deadline = Instant::now() + to;
+            while socks.iter().any(Option::is_none) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
                     return Err(failed(format!(
-                        "{peer} sent {} UDP ports for {} streams",
-                        client_ports.len(),
+                        "{peer} did not open all {} data connections within {to:?}",
                         plan.len()
                     )));
                 }
-                let cip = unmap(from.ip());
-                for ((slot, s), port) in socks.iter_mut().zip(udp.drain(..)).zip(&client_ports) {
-                    s.connect(&SockAddr::from(SocketAddr::new(cip, *port)))
-                        .map_err(|e| failed(format!("connecting UDP to {peer}: {e}")))?;
+                l.set_read_timeout(Some(left))
+                    .map_err(|e| failed(e.to_string()))?;
+                let (s, _) = match l.accept() {
+                    Ok(x) => x,
+                    Err(e) if is_timeout(&e) || transient(&e) => continue,
+                    Err(e) => {
+                        return Err(failed(format!(
+                            "accepting data connections from {peer}: {e}"
+                        )))
+                    }
+                };
+                // The greeting gets what is left of the deadline, no more.
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1));
+                s.set_read_timeout(Some(left))
+                    .map_err(|e| failed(e.to_string()))?;
+                let mut hello = [0u8; TCP_HELLO];
+                // A stranger or a wrong cookie is dropped; the deadline still runs.
+                if (&s).read_exact(&mut hello).is_err()
+                    || hello[..4] != proto::MAGIC
+                    || hello[4..12] != cookie.to_le_bytes()
+                {
+                    continue;
+                }
+                let id = usize::from(u16::from_le_bytes([hello[12], hello[13]]));
+                if let Some(slot @ None) = socks.get_mut(id) {
                     *slot = Some(s);
                 }
             }
         }
-        let mut streams = Vec::new();
-        for (p, s) in plan.iter().zip(socks) {
-            let sock = s.ok_or_else(|| failed("missing data socket"))?;
-            let role = if p.client_sends {
-                Role::Receiver
-            } else {
-                Role::Sender
-            };
-            let buffer = prepare(&sock, &spec, role, dev, &mut warnings)?;
-            streams.push(Stream {
-                plan: *p,
-                role,
-                sock,
-                buffer,
-            });
-        }
-        let spec_arc = Arc::new(spec.clone());
-        let ph = Phase {
-            spec: spec_arc,
-            ctl: &ctl,
-            peer: peer.clone(),
-            cpus: &spec.server_cpus,
-            print: false,
-            local_addr: local_ip,
-        };
-        let handshake = || {
-            let mut w = &ctl;
-            proto::write_msg(&mut w, &Msg::Go)
-                .map_err(|e| failed(format!("sending Go to {peer}: {e}")))
-        };
-        let (mut mine, theirs) = data_phase(ph, streams, handshake)?;
-        mine.warnings.extend(warnings);
-        let report = Report::assemble(&spec, local_ip.to_string(), theirs, mine);
-        if self.opts.verbose {
-            for t in &report.totals {
-                // A closed stdout (a pipe whose reader left) must not end the server.
-                let _ = writeln!(
-                    std::io::stdout().lock(),
-                    "{peer}: {} {}: {} received, {:.3} Gbit/s, {:.0} msgs/s, loss {:.3} %",
-                    spec.describe(),
-                    t.direction,
-                    t.received_msgs,
-                    t.gbit_s,
-                    t.msgs_per_s,
-                    t.loss * 100.0
-                );
+        Proto::Udp => {
+            if client_ports.len() != plan.len() {
+                return Err(failed(format!(
+                    "{peer} sent {} UDP ports for {} streams",
+                    client_ports.len(),
+                    plan.len()
+                )));
+            }
+            for ((slot, s), port) in socks.iter_mut().zip(udp.drain(..)).zip(&client_ports) {
+                let s = udp_connected(s, with_port(from, *port))
+                    .map_err(|e| failed(format!("connecting UDP to {peer}: {e}")))?;
+                *slot = Some(s);
             }
         }
-        Ok(Some(report))
     }
+    let mut streams = Vec::new();
+    for (p, s) in plan.iter().zip(socks) {
+        let sock = s.ok_or_else(|| failed("missing data socket"))?;
+        let role = role_of(p, false);
+        let buffer = prepare(&sock, &spec, role, dev, &mut warnings)?;
+        streams.push(Stream {
+            plan: *p,
+            role,
+            sock,
+            buffer,
+        });
+    }
+    let ph = Phase {
+        spec: Arc::new(spec.clone()),
+        ctl: &ctl,
+        peer: peer.clone(),
+        cpus: &spec.server_cpus,
+        print: false,
+        local_addr: local.ip(),
+        running: Some(running),
+    };
+    let handshake = || {
+        let mut w = &ctl;
+        proto::write_msg(&mut w, &Msg::Go).map_err(|e| failed(format!("sending Go to {peer}: {e}")))
+    };
+    let (mut mine, theirs) = data_phase(ph, streams, handshake)?;
+    mine.warnings.extend(warnings);
+    let report = Report::assemble(&spec, local.to_string(), theirs, mine);
+    if opts.verbose {
+        for t in &report.totals {
+            // A closed stdout (a pipe whose reader left) must not end the server.
+            let _ = writeln!(
+                std::io::stdout().lock(),
+                "{peer}: {} {}: {} received, {:.3} Gbit/s, {:.0} msgs/s, loss {:.3} %",
+                spec.describe(),
+                t.direction,
+                t.received_msgs,
+                t.gbit_s,
+                t.msgs_per_s,
+                t.loss * 100.0
+            );
+        }
+    }
+    Ok(Some(report))
 }

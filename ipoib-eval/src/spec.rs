@@ -26,6 +26,14 @@ pub const MAX_BATCH: u16 = 1024;
 pub const MAX_IOVECS: u16 = 1024;
 /// Longest test, in seconds (a day).
 pub const MAX_SECONDS: f64 = 86_400.0;
+/// Most buffer memory one end may need for one test (send buffers, receive
+/// slots and socket buffers of every stream): a server takes tests from
+/// strangers, so a test is refused past this, not attempted.
+pub const MAX_TEST_MEMORY: u64 = 1 << 30;
+/// Highest CPU number a stream may be pinned to (the kernel's CPU_SETSIZE).
+pub const MAX_CPU: usize = 1023;
+/// Ring of zerocopy UDP buffers per stream (sends in flight at most).
+pub const ZEROCOPY_RING: usize = 256;
 
 /// Transport protocol of the data streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +105,16 @@ impl RecvPath {
         batch: 1,
         gro: false,
     };
+
+    /// Bytes per receive slot for `len`-byte datagrams: a whole 64 KB train
+    /// with GRO, else the datagram (at least 2 KB).
+    pub fn slot(&self, len: usize) -> usize {
+        if self.gro {
+            65_536
+        } else {
+            len.clamp(2048, 65_536)
+        }
+    }
 }
 
 impl fmt::Display for SendPath {
@@ -316,9 +334,68 @@ impl TestSpec {
                 return err(format!("-w must be 1 B to 1 GiB, got {w} B"));
             }
         }
+        if self.server_cpus.len() > MAX_CPU + 1 || self.server_cpus.iter().any(|c| *c > MAX_CPU) {
+            return err(format!(
+                "--server-cpus takes up to {} CPUs numbered 0 to {MAX_CPU}",
+                MAX_CPU + 1
+            ));
+        }
         match self.proto {
-            Proto::Tcp => self.validate_tcp(),
-            Proto::Udp => self.validate_udp(),
+            Proto::Tcp => self.validate_tcp()?,
+            Proto::Udp => self.validate_udp()?,
+        }
+        let need = self.buffer_bytes();
+        if need > MAX_TEST_MEMORY {
+            return err(format!(
+                "this test needs {} MiB of buffers on one end ({} streams), over the {} MiB \
+                 limit per test: use fewer streams (-P), smaller batches, a shorter -l or a smaller -w",
+                need >> 20,
+                self.plan().len(),
+                MAX_TEST_MEMORY >> 20
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes of buffers one end may need at most: each stream's send buffers
+    /// or receive slots (an end both sends and receives with `--bidir`) and
+    /// its socket buffer (`-w`, which the kernel doubles). Saturates rather
+    /// than overflows.
+    pub fn buffer_bytes(&self) -> u64 {
+        let len = self.len as u64;
+        let send = match (self.send, self.proto) {
+            (SendPath::Mmsg { batch }, _) => len.saturating_mul(batch.into()),
+            (SendPath::Gso { per_send, batch }, _) => {
+                len.saturating_mul(u64::from(per_send) * u64::from(batch))
+            }
+            (SendPath::Zerocopy, Proto::Udp) => len.saturating_mul(ZEROCOPY_RING as u64),
+            _ => len,
+        };
+        let recv = match self.proto {
+            Proto::Tcp => len.min(4 << 20),
+            Proto::Udp => {
+                u64::from(self.recv.batch).saturating_mul(self.recv.slot(self.len) as u64)
+            }
+        };
+        let sock = self.window.map_or(0, |w| 2 * w as u64);
+        let per_stream = send.max(recv).saturating_add(sock);
+        per_stream.saturating_mul(self.plan().len() as u64)
+    }
+
+    /// Time bound and message bound of a stream from the amount: the
+    /// deadline (if timed) and the message count (`u64::MAX` if timed).
+    pub fn bounds(&self, start: std::time::Instant) -> (Option<std::time::Instant>, u64) {
+        match self.amount {
+            Amount::Seconds(t) => (Some(start + Duration::from_secs_f64(t)), u64::MAX),
+            Amount::Messages(n) => (None, n),
+        }
+    }
+
+    /// Messages a receiver counted: UDP datagrams (segments), or TCP bytes / `-l`.
+    pub fn msgs_of(&self, udp_received: u64, bytes: u64) -> u64 {
+        match self.proto {
+            Proto::Udp => udp_received,
+            Proto::Tcp => bytes / self.len as u64,
         }
     }
 
@@ -374,11 +451,13 @@ impl TestSpec {
             ));
         }
         match self.send {
-            SendPath::Sg { iovecs } if usize::from(iovecs) > self.len / 2 => {
+            // The first buffer holds the whole header; every other at least a byte.
+            SendPath::Sg { iovecs } if usize::from(iovecs) > self.len - UDP_HEADER + 1 => {
                 return err(format!(
-                    "sg:{iovecs} is too many buffers for a {} B datagram: use at most sg:{}",
+                    "sg:{iovecs} is too many buffers for a {} B datagram (the first holds the \
+                     {UDP_HEADER} B header): use at most sg:{}",
                     self.len,
-                    (self.len / 2).min(usize::from(MAX_IOVECS))
+                    (self.len - UDP_HEADER + 1).min(usize::from(MAX_IOVECS))
                 ))
             }
             SendPath::Gso { per_send, .. } => {
@@ -482,6 +561,13 @@ pub struct StreamPlan {
     pub client_sends: bool,
 }
 
+impl StreamPlan {
+    /// Whether the client end (`client`) or the server end sends here.
+    pub fn sends_here(&self, client: bool) -> bool {
+        self.client_sends == client
+    }
+}
+
 /// Parses a rate as iperf3 does: bits per second with an optional k, M, G or
 /// T suffix (powers of 1000); `0` is unlimited.
 pub fn parse_rate(s: &str) -> Result<f64, SpecError> {
@@ -511,11 +597,31 @@ pub fn parse_rate(s: &str) -> Result<f64, SpecError> {
     }
 }
 
-/// Parses a CPU list: `0,2,4-7`.
-pub fn parse_cpus(s: &str) -> Result<Vec<usize>, SpecError> {
+/// Parses a byte size with an optional K, M or G suffix (powers of 1024),
+/// for flag `flag`.
+pub fn parse_bytes(flag: &str, s: &str) -> Result<usize, SpecError> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_lowercase()) {
+        Some('k') => (&t[..t.len() - 1], 1usize << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| {
+            SpecError(format!(
+                "{flag} takes a byte count such as 1472, 128K or 4M; got `{s}`"
+            ))
+        })
+}
+
+/// Parses a CPU list such as `0,2,4-7` given to flag `flag`.
+pub fn parse_cpus(flag: &str, s: &str) -> Result<Vec<usize>, SpecError> {
     let bad = || {
         SpecError(format!(
-            "--cpus takes CPU numbers and ranges such as 0,2-3; got `{s}`"
+            "{flag} takes CPU numbers 0 to {MAX_CPU} and ranges such as 0,2-3; got `{s}`"
         ))
     };
     let mut out = Vec::new();
@@ -526,7 +632,7 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, SpecError> {
         };
         let a: usize = a.trim().parse().map_err(|_| bad())?;
         let b: usize = b.trim().parse().map_err(|_| bad())?;
-        if a > b || b >= 4096 {
+        if a > b || b > MAX_CPU {
             return Err(bad());
         }
         out.extend(a..=b);
@@ -585,9 +691,16 @@ mod tests {
 
     #[test]
     fn cpus_parse() {
-        assert_eq!(parse_cpus("0,2-4").unwrap(), vec![0, 2, 3, 4]);
-        for bad in ["", "a", "3-1", "1-", "99999"] {
-            assert!(parse_cpus(bad).is_err(), "{bad}");
+        assert_eq!(parse_cpus("--cpus", "0,2-4").unwrap(), vec![0, 2, 3, 4]);
+        for bad in ["", "a", "3-1", "1-", "99999", "1024"] {
+            assert!(
+                parse_cpus("--x", bad).unwrap_err().0.contains("--x"),
+                "{bad}"
+            );
+        }
+        assert_eq!(parse_bytes("-w", "4M").unwrap(), 4 << 20);
+        for bad in ["", "K", "-1", "18446744073709551615K", "1.5M"] {
+            assert!(parse_bytes("-w", bad).is_err(), "{bad}");
         }
     }
 

@@ -165,6 +165,7 @@ impl MmsgTx {
         gso: Option<u16>,
     ) -> io::Result<usize> {
         let mut n = 0;
+        let iov_base = self.iovs.as_mut_ptr();
         for (i, c) in buf.chunks(chunk.max(1)).take(self.hdrs.len()).enumerate() {
             n = i + 1;
             self.iovs[i] = libc::iovec {
@@ -173,7 +174,9 @@ impl MmsgTx {
             };
             // SAFETY: all-zero msghdr is valid; fields are filled below.
             let mut h: libc::msghdr = unsafe { zeroed() };
-            h.msg_iov = &mut self.iovs[i];
+            // SAFETY: i < hdrs.len() == iovs.len(); one base pointer, offset per
+            // header, so no reference into iovs is held across iterations.
+            h.msg_iov = unsafe { iov_base.add(i) };
             h.msg_iovlen = 1;
             if let Some(seg) = gso {
                 let space = std::mem::size_of_val(&self.cmsgs[i]);
@@ -286,6 +289,7 @@ impl MmsgRx {
     pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
         let n = self.hdrs.len();
         let space = std::mem::size_of_val(&self.cmsgs[0]);
+        let iov_base = self.iovs.as_mut_ptr();
         for i in 0..n {
             self.iovs[i] = libc::iovec {
                 iov_base: self.bufs[i * self.slot..].as_mut_ptr().cast(),
@@ -293,7 +297,8 @@ impl MmsgRx {
             };
             // SAFETY: all-zero msghdr is valid; fields are filled below.
             let mut h: libc::msghdr = unsafe { zeroed() };
-            h.msg_iov = &mut self.iovs[i];
+            // SAFETY: i < n == iovs.len(); offsets from one base pointer.
+            h.msg_iov = unsafe { iov_base.add(i) };
             h.msg_iovlen = 1;
             h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
             h.msg_controllen = space;

@@ -74,14 +74,20 @@ pub fn auto_name() -> String {
     )
 }
 
-/// A command that failed, with its own words.
+/// Why a testbed could not be made or removed.
 #[derive(Debug, thiserror::Error)]
-#[error("{cmd}: {msg}")]
-pub struct TestbedError {
-    /// The command line.
-    pub cmd: String,
-    /// What it said (or why it could not run).
-    pub msg: String,
+pub enum TestbedError {
+    /// A setting is out of bounds: the user's to fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// A command failed, with its own words.
+    #[error("{cmd}: {msg}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// What it said (or why it could not run).
+        msg: String,
+    },
 }
 
 fn run(args: &[&str]) -> Result<String, TestbedError> {
@@ -89,14 +95,14 @@ fn run(args: &[&str]) -> Result<String, TestbedError> {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
-        .map_err(|e| TestbedError {
+        .map_err(|e| TestbedError::Command {
             cmd: cmd.clone(),
             msg: format!("{e} (install iproute2, ethtool; run as root)"),
         })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(TestbedError {
+        Err(TestbedError::Command {
             cmd,
             msg: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         })
@@ -143,10 +149,9 @@ fn valid_name(name: &str) -> Result<(), TestbedError> {
     if ok {
         Ok(())
     } else {
-        Err(TestbedError {
-            cmd: "testbed".into(),
-            msg: format!("name `{name}` must be 1-48 letters, digits, - or _"),
-        })
+        Err(TestbedError::Invalid(format!(
+            "testbed name `{name}` must be 1-48 letters, digits, - or _"
+        )))
     }
 }
 
@@ -162,7 +167,7 @@ pub fn namespaces() -> Vec<String> {
 /// Moves the calling thread into namespace `name` (threads it starts later
 /// inherit it); the error names the namespace and the fix.
 pub fn enter(name: &str) -> Result<(), TestbedError> {
-    crate::sys::enter_netns(name).map_err(|e| TestbedError {
+    crate::sys::enter_netns(name).map_err(|e| TestbedError::Command {
         cmd: format!("entering network namespace {name}"),
         msg: format!(
             "{e} (list them with `ip netns list`; bring a testbed up with `ipoib-eval testbed up`)"
@@ -216,16 +221,16 @@ impl Testbed {
     /// which command failed.
     pub fn up(spec: TestbedSpec) -> Result<Testbed, TestbedError> {
         valid_name(&spec.name)?;
-        let bad = |msg: String| TestbedError {
-            cmd: "testbed".into(),
-            msg,
-        };
+        let bad = TestbedError::Invalid;
         if spec.queues == 0 || spec.queues > 256 {
-            return Err(bad(format!("queues must be 1 to 256, got {}", spec.queues)));
+            return Err(bad(format!(
+                "--queues must be 1 to 256, got {}",
+                spec.queues
+            )));
         }
         for m in [spec.mtu, spec.mtu_b] {
             if !(68..=65535).contains(&m) {
-                return Err(bad(format!("MTU must be 68 to 65535, got {m}")));
+                return Err(bad(format!("--mtu must be 68 to 65535, got {m}")));
             }
         }
         sweep_stale();
@@ -447,6 +452,6 @@ mod tests {
             mtu: 70000,
             ..TestbedSpec::default()
         };
-        assert!(Testbed::up(s).unwrap_err().to_string().contains("MTU"));
+        assert!(Testbed::up(s).unwrap_err().to_string().contains("--mtu"));
     }
 }

@@ -80,6 +80,29 @@ fn bad_values_are_one_line_and_exit_2() {
         (&["server", "--idle-timeout", "-1"], "idle-timeout"),
         (&["server", "--max-sessions", "0"], "max-sessions"),
         (&["frobnicate"], "frobnicate"),
+        (&["client"], "<HOST>"),
+        (&["client", "h", "--server-cpus", "x"], "--server-cpus"),
+        (
+            &["client", "h", "-u", "-l", "20", "--send", "sg:10"],
+            "sg:5",
+        ),
+        (
+            &[
+                "client",
+                "h",
+                "-u",
+                "-P",
+                "128",
+                "--bidir",
+                "-l",
+                "65000",
+                "--send",
+                "gso:1:1024",
+                "--recv",
+                "gro:1024",
+            ],
+            "MiB of buffers",
+        ),
     ];
     for (args, needle) in cases {
         let o = run(args);

@@ -340,3 +340,91 @@ fn a_client_with_no_server_fails_naming_the_address() {
     let _ = RecvPath::PLAIN;
     let _ = SendPath::Send;
 }
+
+/// The control and data handshake of a client that then misbehaves.
+fn raw_session(spec: &TestSpec) -> (TcpStream, TcpStream) {
+    use ipoib_eval::proto::{read_msg_within, write_msg, Msg, MAGIC};
+    let mut ctl = TcpStream::connect(("127.0.0.1", server_port())).unwrap();
+    write_msg(
+        &mut ctl,
+        &Msg::Hello {
+            spec: spec.clone(),
+            client: Default::default(),
+        },
+    )
+    .unwrap();
+    let (port, cookie) = match read_msg_within(&ctl, Duration::from_secs(5)).unwrap() {
+        Msg::Ready { ports, cookie, .. } => (ports[0], cookie),
+        other => panic!("{other:?}"),
+    };
+    let mut data = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut hello = MAGIC.to_vec();
+    hello.extend_from_slice(&cookie.to_le_bytes());
+    hello.extend_from_slice(&[0, 0, 0, 0]);
+    data.write_all(&hello).unwrap();
+    write_msg(&mut ctl, &Msg::Start { ports: vec![] }).unwrap();
+    assert_eq!(
+        read_msg_within(&ctl, Duration::from_secs(5)).unwrap(),
+        Msg::Go
+    );
+    (ctl, data)
+}
+
+#[test]
+fn a_reverse_client_that_never_reads_is_cut_off_at_the_timeout() {
+    let _g = serial();
+    let spec = TestSpec {
+        direction: Direction::Reverse,
+        amount: Amount::Seconds(60.0),
+        timeout: 1.0,
+        interval: 0.0,
+        ..TestSpec::default()
+    };
+    let t = std::time::Instant::now();
+    let (ctl, _data) = raw_session(&spec);
+    // The server's sender stalls once the buffers fill; after the timeout it
+    // gives up and says so on the control connection.
+    let msg = ipoib_eval::proto::read_msg_within(&ctl, Duration::from_secs(20)).unwrap();
+    match msg {
+        ipoib_eval::proto::Msg::Error { message } => {
+            assert!(message.contains("no send progress"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    // And it still serves.
+    assert_exact(
+        &run_client(&tcp(1000, 50, "send"), &client("127.0.0.1")).unwrap(),
+        50,
+    );
+}
+
+#[test]
+fn a_hello_trickled_a_byte_at_a_time_is_cut_off_at_the_handshake_deadline() {
+    let _g = serial();
+    use std::io::Read;
+    let ctl = TcpStream::connect(("127.0.0.1", server_port())).unwrap();
+    let mut w = ctl.try_clone().unwrap();
+    let bytes = ipoib_eval::proto::encode(&ipoib_eval::proto::Msg::Hello {
+        spec: tcp(1000, 1, "send"),
+        client: Default::default(),
+    });
+    // One byte every 100 ms: each read is quick, the whole message is not.
+    let trickle = std::thread::spawn(move || {
+        for b in bytes.iter().take(60) {
+            if w.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let t = std::time::Instant::now();
+    let mut r = &ctl;
+    r.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 64];
+    // The server (handshake deadline 0.5 s) closes the connection.
+    let closed = matches!(r.read(&mut buf), Ok(0) | Err(_));
+    assert!(closed);
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    trickle.join().unwrap();
+}

@@ -303,7 +303,13 @@ fn the_command_line_testbed_comes_up_reports_and_goes_down() {
         .args(["testbed", "up", "--name", "bad name"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
+    let o = bin()
+        .args(["testbed", "up", "--queues", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--queues"));
     let o = bin()
         .args(["testbed", "up", "--name", &name, "--offload", "gro"])
         .output()

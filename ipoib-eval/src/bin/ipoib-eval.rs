@@ -9,6 +9,21 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+/// Prints a line; a closed stdout (a reader that left) is not a reason to
+/// panic or to fail the run.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// Prints without a newline, likewise.
+macro_rules! outp {
+    ($($t:tt)*) => {{
+        let _ = write!(std::io::stdout().lock(), $($t)*);
+    }};
+}
 use ipoib_eval::report::Report;
 use ipoib_eval::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
 use ipoib_eval::spec::{self, Amount, Direction, Proto, RecvPath, SendPath, SpecError, TestSpec};
@@ -211,30 +226,11 @@ struct ClientArgs {
     netns: Option<String>,
 }
 
-/// Parses a byte size with an optional K, M or G suffix (powers of 1024).
-fn parse_bytes(flag: &str, s: &str) -> Result<usize, SpecError> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_lowercase()) {
-        Some('k') => (&t[..t.len() - 1], 1usize << 10),
-        Some('m') => (&t[..t.len() - 1], 1 << 20),
-        Some('g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| {
-            SpecError(format!(
-                "{flag} takes a byte count such as 1472, 128K or 4M; got `{s}`"
-            ))
-        })
-}
-
 impl ClientArgs {
     fn spec(&self) -> Result<TestSpec, SpecError> {
         let proto = if self.udp { Proto::Udp } else { Proto::Tcp };
         let len = match &self.len {
-            Some(l) => parse_bytes("-l", l)?,
+            Some(l) => spec::parse_bytes("-l", l)?,
             None if self.udp => 1472,
             None if self.rr => 1,
             None => 128 * 1024,
@@ -251,7 +247,7 @@ impl ClientArgs {
         };
         let cpus = |s: &Option<String>| {
             s.as_deref()
-                .map(spec::parse_cpus)
+                .map(|c| spec::parse_cpus("--server-cpus", c))
                 .transpose()
                 .map(Option::unwrap_or_default)
         };
@@ -273,7 +269,7 @@ impl ClientArgs {
             window: self
                 .window
                 .as_deref()
-                .map(|w| parse_bytes("-w", w))
+                .map(|w| spec::parse_bytes("-w", w))
                 .transpose()?,
             nodelay: self.nodelay,
             rr: self.rr,
@@ -303,10 +299,15 @@ fn client(a: &ClientArgs) -> Result<(), RunError> {
     let cpus = a
         .cpus
         .as_deref()
-        .map(spec::parse_cpus)
+        .map(|c| spec::parse_cpus("--cpus", c))
         .transpose()?
         .unwrap_or_default();
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // CPUs that exist, not just those this process may use now (taskset, cgroups).
+    let ncpu = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|t| spec::parse_cpus("cpu list", t.trim()).ok())
+        .and_then(|v| v.iter().max().map(|m| m + 1))
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if let Some(c) = cpus.iter().find(|c| **c >= ncpu) {
         return Err(SpecError(format!(
             "--cpus names CPU {c}, but this machine has {ncpu} (0-{})",
@@ -338,7 +339,7 @@ fn client(a: &ClientArgs) -> Result<(), RunError> {
         print_intervals: !a.json,
     };
     if !a.json {
-        println!(
+        out!(
             "ipoib-eval {}: {} to {}:{}",
             env!("CARGO_PKG_VERSION"),
             spec.describe(),
@@ -346,15 +347,15 @@ fn client(a: &ClientArgs) -> Result<(), RunError> {
             a.port
         );
         if spec.proto == Proto::Udp && a.bitrate.is_none() {
-            println!("(UDP at 1 Mbit/s per stream, iperf3's default: -b 0 for unlimited)");
+            out!("(UDP at 1 Mbit/s per stream, iperf3's default: -b 0 for unlimited)");
         }
     }
     let report = run_client(&spec, &opts)?;
     let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
     if a.json {
-        print!("{json}");
+        outp!("{json}");
     } else {
-        print!("{}", report.text());
+        outp!("{}", report.text());
     }
     if let Some(p) = &a.json_file {
         write_file(p, &json, false)?;
@@ -400,7 +401,7 @@ fn server(a: &ServerArgs) -> Result<(), RunError> {
         verbose: !a.quiet,
     })?;
     // Always said, even with -q: scripts wait for this line, not a sleep.
-    println!(
+    out!(
         "ipoib-eval {} server listening on port {}",
         env!("CARGO_PKG_VERSION"),
         s.port()
@@ -418,7 +419,10 @@ fn enter(netns: Option<&str>) -> Result<(), RunError> {
 }
 
 fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
-    let fail = |e: testbed::TestbedError| RunError::Failed(e.to_string());
+    let fail = |e: testbed::TestbedError| match e {
+        testbed::TestbedError::Invalid(m) => RunError::Usage(SpecError(m)),
+        other => RunError::Failed(other.to_string()),
+    };
     match cmd {
         TestbedCmd::Up(a) => {
             let mut offloads = Vec::new();
@@ -446,19 +450,22 @@ fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
                 ipv6: a.ipv6,
             })
             .map_err(fail)?;
-            println!("testbed {} up:", a.name);
+            out!("testbed {} up:", a.name);
             for (h, role) in [(&tb.a, "client side"), (&tb.b, "server side")] {
-                println!("  {:<12} {} {} ({role})", h.netns, h.iface, h.addr);
+                out!("  {:<12} {} {} ({role})", h.netns, h.iface, h.addr);
             }
             if let Some(g) = &tb.gateway {
-                println!(
+                out!(
                     "  {g:<12} routes between the two (MTU {} | {})",
-                    a.mtu, a.mtu_b
+                    a.mtu,
+                    a.mtu_b
                 );
             }
-            println!(
+            out!(
                 "  e.g. ipoib-eval server --netns {} &  ipoib-eval client {} --netns {}",
-                tb.b.netns, tb.b.addr, tb.a.netns
+                tb.b.netns,
+                tb.b.addr,
+                tb.a.netns
             );
             tb.keep();
             Ok(())
@@ -470,7 +477,7 @@ fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
                 return Err(RunError::Failed(format!("testbed {name} is not up")));
             }
             for n in up {
-                println!("{n}");
+                out!("{n}");
             }
             Ok(())
         }
@@ -483,10 +490,14 @@ fn main() -> ExitCode {
         Err(e) if e.use_stderr() => {
             // One line: clap's first, without the usage block.
             let text = e.render().to_string();
-            let first = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("bad arguments");
+            let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+            let mut first = lines.next().unwrap_or("bad arguments").to_string();
+            // "...were not provided:" names the argument on the next line.
+            if first.ends_with(':') {
+                if let Some(next) = lines.next() {
+                    first = format!("{first} {next}");
+                }
+            }
             eprintln!(
                 "ipoib-eval: {} (see ipoib-eval --help)",
                 first.trim_start_matches("error: ")

@@ -49,14 +49,16 @@ pub trait Sender {
 }
 
 /// The sender for `path` on `sock` (a connected TCP or UDP socket) for
-/// messages of `len` bytes on stream `stream`. The spec was validated, so
-/// the combination is one that exists.
+/// messages of `len` bytes on stream `stream`; `timeout` bounds waits for
+/// the kernel (zerocopy completions). The spec was validated, so the
+/// combination is one that exists.
 pub fn sender<'s>(
     path: SendPath,
     proto: Proto,
     sock: &'s Socket,
     len: usize,
     stream: u16,
+    timeout: Duration,
 ) -> io::Result<Box<dyn Sender + 's>> {
     Ok(match (path, proto) {
         (SendPath::Send, Proto::Tcp) => Box::new(plain::Tcp::new(sock, len)),
@@ -72,7 +74,9 @@ pub fn sender<'s>(
             batch.into(),
             stream,
         )),
-        (SendPath::Zerocopy, _) => Box::new(zerocopy::Zerocopy::new(sock, proto, len, stream)?),
+        (SendPath::Zerocopy, _) => {
+            Box::new(zerocopy::Zerocopy::new(sock, proto, len, stream, timeout)?)
+        }
     })
 }
 
@@ -81,6 +85,18 @@ pub fn sender<'s>(
 fn stamp(buf: &mut [u8], len: usize, stream: u16, seq: u64) {
     for (i, m) in buf.chunks_exact_mut(len).enumerate() {
         crate::wire::put(m, stream, seq + i as u64);
+    }
+}
+
+/// What a one-message send path took: TCP may take part of a message, UDP
+/// takes a whole datagram.
+fn accounted(proto: Proto, progress: &mut TcpProgress, n: usize, len: usize) -> Sent {
+    match proto {
+        Proto::Tcp => progress.advance(n, len),
+        Proto::Udp => Sent {
+            msgs: 1,
+            bytes: n as u64,
+        },
     }
 }
 

@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 
 use socket2::Socket;
 
-use super::{Sender, Sent, TcpProgress};
+use super::{accounted, Sender, Sent, TcpProgress};
 use crate::spec::{Proto, UDP_HEADER};
 use crate::sys::IovTx;
 
@@ -63,13 +63,7 @@ impl Sender for Sg<'_> {
         let n = self
             .tx
             .send(self.sock.as_fd(), &self.pieces, self.progress.off)?;
-        Ok(match self.proto {
-            Proto::Tcp => self.progress.advance(n, self.len),
-            Proto::Udp => Sent {
-                msgs: 1,
-                bytes: n as u64,
-            },
-        })
+        Ok(accounted(self.proto, &mut self.progress, n, self.len))
     }
 }
 

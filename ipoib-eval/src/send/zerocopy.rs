@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use socket2::Socket;
 
-use super::{Sender, Sent, TcpProgress, ZcStats};
+use super::{accounted, Sender, Sent, TcpProgress, ZcStats};
 use crate::spec::Proto;
 use crate::sys;
 
 /// Sends in flight at most; each holds one ring slot.
-const RING: u64 = 256;
+const RING: u64 = crate::spec::ZEROCOPY_RING as u64;
 
 #[derive(Debug)]
 pub struct Zerocopy<'s> {
@@ -26,10 +26,17 @@ pub struct Zerocopy<'s> {
     stream: u16,
     progress: TcpProgress,
     stats: ZcStats,
+    timeout: Duration,
 }
 
 impl<'s> Zerocopy<'s> {
-    pub fn new(sock: &'s Socket, proto: Proto, len: usize, stream: u16) -> io::Result<Self> {
+    pub fn new(
+        sock: &'s Socket,
+        proto: Proto,
+        len: usize,
+        stream: u16,
+        timeout: Duration,
+    ) -> io::Result<Self> {
         sys::set_int(sock.as_fd(), libc::SOL_SOCKET, libc::SO_ZEROCOPY, 1).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -51,6 +58,7 @@ impl<'s> Zerocopy<'s> {
             stream,
             progress: TcpProgress::default(),
             stats: ZcStats::default(),
+            timeout,
         })
     }
 
@@ -92,7 +100,7 @@ impl Sender for Zerocopy<'_> {
     fn send(&mut self, seq: u64, _max: u64) -> io::Result<Sent> {
         // Completions arrive in send order, so `sends - RING` done means the
         // slot about to be reused is free.
-        self.wait_until_in_flight(RING - 1, Duration::from_secs(10))?;
+        self.wait_until_in_flight(RING - 1, self.timeout)?;
         let slot = (self.stats.sends % self.ring.len() as u64) as usize;
         let buf = &mut self.ring[slot];
         if self.proto == Proto::Udp {
@@ -108,19 +116,13 @@ impl Sender for Zerocopy<'_> {
             Ok(n) => n,
             // Out of optmem for notifications: reap and let the loop retry.
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                self.wait_until_in_flight(0, Duration::from_secs(10))?;
+                self.wait_until_in_flight(0, self.timeout)?;
                 return Ok(Sent::default());
             }
             Err(e) => return Err(e),
         };
         self.stats.sends += 1;
-        Ok(match self.proto {
-            Proto::Tcp => self.progress.advance(n, self.len),
-            Proto::Udp => Sent {
-                msgs: 1,
-                bytes: n as u64,
-            },
-        })
+        Ok(accounted(self.proto, &mut self.progress, n, self.len))
     }
 
     fn finish(&mut self, timeout: Duration) -> io::Result<Option<ZcStats>> {

@@ -94,7 +94,8 @@ pub struct Cycles {
     pub per_byte: f64,
 }
 
-/// Cycles per message: `busy seconds × clock / messages`, the netperf
+/// Cycles per message: `busy seconds × clock / messages` (with two machines
+/// of different clocks, `hz` is their busy-weighted mean), the netperf
 /// service-demand method. Machine busy time is used rather than thread time
 /// plus softirq time because with tick-based accounting the two overlap.
 pub fn cycles(busy_s: f64, hz: f64, msgs: u64, bytes: u64) -> Cycles {
