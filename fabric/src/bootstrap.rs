@@ -27,12 +27,24 @@ pub trait Bootstrap {
         self.allgather(&[]).map(drop)
     }
     /// Whether all ranks run on this host (then socket providers can use the
-    /// loopback interface).
+    /// loopback interface). A host is a machine and a network namespace:
+    /// see [`host_id`].
     fn same_host(&self) -> Result<bool> {
-        let me = hostname();
+        let me = host_id();
         let all = self.allgather(me.as_bytes())?;
         Ok(all.iter().all(|h| h == me.as_bytes()))
     }
+}
+
+/// Who this rank's host is: the host name and the network namespace
+/// (`net:[inode]`). Ranks in two namespaces of one machine are two hosts:
+/// their loopback interfaces are not each other's, so neither `lo` nor a
+/// same-node shortcut may be used between them.
+pub fn host_id() -> String {
+    let ns = std::fs::read_link("/proc/thread-self/ns/net")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{}/{ns}", hostname())
 }
 
 /// This host's name.

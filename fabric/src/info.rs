@@ -260,7 +260,8 @@ pub fn getinfo(hints: Option<&Hints>) -> Result<Vec<Info>> {
 
 /// Finds the provider configurations matching `hints`, preferring `lo` for the
 /// socket-based providers when `prefer_loopback` is set (all ranks on one host)
-/// and no domain was named. An unknown provider is an error naming those that
+/// and avoiding it otherwise (other hosts cannot reach it), when no domain
+/// was named. An unknown provider is an error naming those that
 /// would have worked.
 pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
     let exact = |mut v: Vec<Info>| {
@@ -340,9 +341,17 @@ pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
             available,
         });
     }
-    if prefer_loopback && hints.domain.is_none() {
-        if let Some(i) = found.iter().position(|i| i.domain_name() == "lo") {
-            return Ok(found.swap_remove(i));
+    if hints.domain.is_none() {
+        // All ranks on one host: loopback. Ranks on several: never loopback,
+        // which the other hosts cannot reach (socket providers list `lo`
+        // first when it is up).
+        let lo = found.iter().position(|i| i.domain_name() == "lo");
+        let elsewhere = found.iter().any(|i| i.domain_name() != "lo");
+        match (prefer_loopback, lo) {
+            (true, Some(i)) => return Ok(found.swap_remove(i)),
+            // Every `lo` entry (one per address and endpoint type) goes.
+            (false, Some(_)) if elsewhere => found.retain(|i| i.domain_name() != "lo"),
+            _ => {}
         }
     }
     Ok(found.swap_remove(0))

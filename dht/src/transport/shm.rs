@@ -13,7 +13,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use fabkit_fabric::bootstrap::{hostname, Bootstrap};
+use fabkit_fabric::bootstrap::{host_id, Bootstrap};
 use fabkit_fabric::shm::SharedSegment;
 use fabkit_fabric::{Error, Op, OpKind, Rank, RankConfig, Remote, Result};
 
@@ -45,7 +45,8 @@ impl ShmTransport {
     /// Sets up the fabric rank over a shared segment and maps the segments
     /// of the ranks on this host. Collective.
     pub fn establish(rc: RankConfig, boot: &dyn Bootstrap) -> Result<Self> {
-        let host = hostname();
+        // Same machine and same network namespace: see `host_id`.
+        let host = host_id();
         let hosts = boot.allgather(host.as_bytes())?;
         let same: Vec<bool> = hosts.iter().map(|h| h == host.as_bytes()).collect();
         Self::establish_sharing(rc, boot, &same)
