@@ -216,10 +216,20 @@ fn cas_race(r: &dyn Rma, boot: &dyn Bootstrap) -> Result<String> {
     let mine = r.me() as u64 + 1;
     let old = cas(r, word, 0, mine)?;
     let all = boot.allgather(&old.to_le_bytes())?;
+    // A rank whose earlier check failed may be at another exchange: its
+    // contribution is then not 8 bytes, which is an error, not a panic.
     let olds: Vec<u64> = all
         .iter()
-        .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap()))
-        .collect();
+        .enumerate()
+        .map(|(i, b)| {
+            b.as_slice()
+                .try_into()
+                .map(u64::from_le_bytes)
+                .map_err(|_| {
+                    anyhow::anyhow!("rank {i} is out of step (an earlier check failed there)")
+                })
+        })
+        .collect::<Result<_>>()?;
     let winners: Vec<usize> = (0..n).filter(|&i| olds[i] == 0).collect();
     ensure!(
         winners.len() == 1,

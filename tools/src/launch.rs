@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use fabkit_fabric::bootstrap::{launched_by_mpi, Bootstrap, ThreadGroup};
+use fabkit_fabric::bootstrap::{launched_by_mpi, Bootstrap, FileBootstrap, ThreadGroup};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -17,11 +17,39 @@ pub enum Launch {
     /// This process is one rank of a job started by mpirun/srun.
     #[cfg(feature = "mpi")]
     Mpi(fabkit_fabric::bootstrap::MpiBootstrap),
+    /// This process is one rank started by `fabkit launch` (a shared
+    /// directory, no MPI): see [`ENV_DIR`].
+    Files(FileBootstrap),
+}
+
+/// Set by `fabkit launch` for each rank it starts: the shared directory,
+/// the rank, the job size and the bootstrap timeout in seconds.
+pub const ENV_DIR: &str = "FABKIT_BOOT_DIR";
+/// See [`ENV_DIR`].
+pub const ENV_RANK: &str = "FABKIT_RANK";
+/// See [`ENV_DIR`].
+pub const ENV_SIZE: &str = "FABKIT_SIZE";
+/// See [`ENV_DIR`].
+pub const ENV_TIMEOUT: &str = "FABKIT_BOOT_TIMEOUT";
+
+fn env_num<T: std::str::FromStr>(name: &str) -> Result<T> {
+    let v = std::env::var(name).with_context(|| format!("{ENV_DIR} is set but {name} is not"))?;
+    v.parse().map_err(|_| anyhow!("{name}={v} is not a number"))
 }
 
 impl Launch {
     /// MPI when started by a launcher, else `n` threads.
     pub fn detect(n: usize) -> Result<Launch> {
+        if let Some(dir) = std::env::var_os(ENV_DIR) {
+            let timeout: f64 = env_num(ENV_TIMEOUT)?;
+            let boot = FileBootstrap::new(
+                dir,
+                env_num(ENV_RANK)?,
+                env_num(ENV_SIZE)?,
+                Duration::from_secs_f64(timeout),
+            )?;
+            return Ok(Launch::Files(boot));
+        }
         if !launched_by_mpi() {
             return Ok(Launch::Threads(n));
         }
@@ -43,6 +71,7 @@ impl Launch {
             Launch::Threads(_) => format!("{ranks} ranks in-process (threads)"),
             #[cfg(feature = "mpi")]
             Launch::Mpi(_) => format!("{ranks} ranks under an MPI launcher"),
+            Launch::Files(_) => format!("{ranks} ranks as processes (fabkit launch)"),
         }
     }
 
@@ -59,8 +88,35 @@ impl Launch {
             Launch::Threads(n) => run_threads(*n, timeout, f),
             #[cfg(feature = "mpi")]
             Launch::Mpi(boot) => run_mpi(boot, |b| f(b)),
+            Launch::Files(boot) => run_files(boot, |b| f(b)),
         }
     }
+}
+
+/// Runs `f` on this rank of a `fabkit launch` job and gathers every rank's
+/// result (or error) on rank 0 (`None` elsewhere). A rank that fails still
+/// joins the gather with its error, so rank 0 reports it by rank; a rank
+/// that dies is named by the bootstrap's timeout.
+pub fn run_files<T, F>(boot: &FileBootstrap, f: F) -> Result<Option<Vec<T>>>
+where
+    T: Serialize + DeserializeOwned,
+    F: Fn(&FileBootstrap) -> Result<T>,
+{
+    let mine = f(boot).map_err(|e| format!("{e:#}"));
+    let all = boot.allgather(&serde_json::to_vec(&mine)?)?;
+    mine.map_err(|e| anyhow!("rank {}: {e}", boot.rank()))?;
+    if boot.rank() != 0 {
+        return Ok(None);
+    }
+    all.iter()
+        .enumerate()
+        .map(|(r, b)| {
+            let res: std::result::Result<T, String> =
+                serde_json::from_slice(b).context("decoding a rank's result")?;
+            res.map_err(|e| anyhow!("rank {r}: {e}"))
+        })
+        .collect::<Result<Vec<T>>>()
+        .map(Some)
 }
 
 fn run_threads<T, F>(n: usize, timeout: Duration, f: F) -> Result<Option<Vec<T>>>
@@ -126,4 +182,105 @@ where
         .map(|b| serde_json::from_slice(b).context("decoding a rank's result"))
         .collect::<Result<Vec<T>>>()
         .map(Some)
+}
+
+/// Removes the launch directory however `launch_processes` ends.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `fabkit launch`: starts `cmd` once per rank on this machine, each inside
+/// one of `netns` (one rank per namespace, as one host each) or `n` plain
+/// processes, meeting through a fresh shared directory (the file bootstrap,
+/// no MPI). When a rank fails the others are stopped. Returns the first
+/// failing rank's exit code, or 0.
+pub fn launch_processes(
+    netns: &[String],
+    n: Option<usize>,
+    timeout: Duration,
+    cmd: &[String],
+) -> Result<i32> {
+    let size = match (netns.len(), n) {
+        (0, Some(n)) if n > 0 => n,
+        (k, None) if k > 0 => k,
+        (k, Some(n)) if k == n && n > 0 => n,
+        _ => {
+            return Err(anyhow!(
+                "launch takes --netns a,b,... (one rank each) or -n RANKS, or both agreeing"
+            ))
+        }
+    };
+    let Some((prog, args)) = cmd.split_first() else {
+        return Err(anyhow!(
+            "launch needs a command after --, e.g. fabkit launch -n 2 -- fabkit check"
+        ));
+    };
+    let dir = TempDir(std::env::temp_dir().join(format!("fabkit-launch-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir(&dir.0).with_context(|| format!("creating {}", dir.0.display()))?;
+    let mut children = Vec::new();
+    for rank in 0..size {
+        let mut c = match netns.get(rank) {
+            // `ip netns exec` also gives the child a /sys of its namespace.
+            Some(ns) => {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "exec", ns, prog]).args(args);
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new(prog);
+                c.args(args);
+                c
+            }
+        };
+        c.env(ENV_DIR, &dir.0)
+            .env(ENV_RANK, rank.to_string())
+            .env(ENV_SIZE, size.to_string())
+            .env(ENV_TIMEOUT, timeout.as_secs_f64().to_string());
+        match c.spawn() {
+            Ok(child) => children.push((rank, child)),
+            Err(e) => {
+                for (_, mut ch) in children {
+                    let _ = ch.kill();
+                    let _ = ch.wait();
+                }
+                return Err(anyhow!("starting rank {rank} ({prog}): {e}"));
+            }
+        }
+    }
+    // Watch every rank: the first failure stops the rest (they would wait in
+    // the bootstrap until its timeout otherwise).
+    let mut code = 0;
+    let mut running: Vec<_> = children;
+    while !running.is_empty() {
+        let mut still = Vec::new();
+        for (rank, mut ch) in running {
+            match ch.try_wait() {
+                Ok(Some(st)) if !st.success() && code == 0 => {
+                    code = st.code().unwrap_or(1);
+                    eprintln!("fabkit launch: rank {rank} failed ({st}); stopping the others");
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => still.push((rank, ch)),
+                Err(e) => return Err(anyhow!("waiting for rank {rank}: {e}")),
+            }
+        }
+        if code != 0 {
+            for (_, ch) in still.iter_mut() {
+                let _ = ch.kill();
+                let _ = ch.wait();
+            }
+            break;
+        }
+        running = still;
+        if !running.is_empty() {
+            // Polling child exits; no busy loop.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(code)
 }

@@ -93,6 +93,24 @@ enum Cmd {
         #[arg(short = 'n', long, default_value_t = 4)]
         ranks: usize,
     },
+    /// Start a fabkit command as ranks in processes on this machine, one per
+    /// network namespace (each a host of its own) or -n plain processes,
+    /// meeting through a shared directory instead of MPI:
+    /// `fabkit launch --netns ipoib-a,ipoib-b -- fabkit check -p 'tcp;ofi_rxm'`.
+    Launch {
+        /// Network namespaces, one rank each, in rank order.
+        #[arg(long, value_delimiter = ',')]
+        netns: Vec<String>,
+        /// Ranks (processes) without namespaces.
+        #[arg(short = 'n', long)]
+        ranks: Option<usize>,
+        /// Seconds a rank waits for the others at each bootstrap exchange.
+        #[arg(long, default_value_t = 60.0)]
+        timeout: f64,
+        /// The command each rank runs.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -375,6 +393,16 @@ fn main() -> ExitCode {
         Cmd::Perf(args) => run_perf(args),
         Cmd::Plot(args) => plot::run(args).map(|()| true),
         Cmd::Dht(args) => run_dht(args),
+        Cmd::Launch {
+            netns,
+            ranks,
+            timeout: t,
+            cmd,
+        } => match timeout(*t).and_then(|to| launch::launch_processes(netns, *ranks, to, cmd)) {
+            // The ranks' own exit status is the job's.
+            Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            Err(e) => Err(e),
+        },
         #[cfg(feature = "mpi")]
         Cmd::MpiPerf(args) => run_mpi_perf(args),
         Cmd::Demo { ranks } => info::gather(None).and_then(|r| {
