@@ -109,6 +109,29 @@ fn run(args: &[&str]) -> Result<String, TestbedError> {
     }
 }
 
+/// Waits (up to 5 s) until `iface` in `netns` is operationally up.
+fn wait_running(netns: &str, iface: &str) -> Result<(), TestbedError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let j = run(&["ip", "-n", netns, "-j", "link", "show", "dev", iface])?;
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap_or_default();
+        if v[0]["operstate"] == "UP" {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(TestbedError::Command {
+                cmd: format!("ip -n {netns} link show dev {iface}"),
+                msg: format!(
+                    "{iface} is not running 5 s after `link set up` (operstate {})",
+                    v[0]["operstate"]
+                ),
+            });
+        }
+        // Polling the kernel's link state: there is no event to wait on here.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// One end of a veth pair: namespace, interface, address with prefix.
 type End<'a> = (String, &'a str, String);
 
@@ -363,6 +386,13 @@ impl Testbed {
                 }
                 run(&["ip", "-n", n, "link", "set", i, "up"])?;
             }
+        }
+        // `link set up` returns before the kernel marks a veth running (its
+        // linkwatch runs later); programs that list interfaces, such as
+        // libfabric's socket providers, skip it until then.
+        for ((n1, i1, _), (n2, i2, _), _) in &links {
+            wait_running(n1, i1)?;
+            wait_running(n2, i2)?;
         }
         if let Some(g) = &self.gateway {
             run(&[
