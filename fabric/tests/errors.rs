@@ -150,6 +150,19 @@ fn child_peer() {
     drop(rank);
 }
 
+fn remove_shm_of(pid: u32) {
+    let prefix = format!("{pid}:");
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 #[test]
 fn a_killed_peer_gives_a_timeout_naming_it() {
     init_env();
@@ -174,8 +187,12 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
         // The peer is alive: operations work.
         rank.write(Remote::new(1, 0), b"hello").unwrap();
         assert_eq!(rank.fetch_add(Remote::new(1, 8), 1).unwrap(), 0);
+        let child_pid = child.id();
         child.kill().unwrap();
         child.wait().unwrap();
+        // libfabric's shm provider names a process's region `<pid>:...` in
+        // /dev/shm; a killed process cannot unlink its own, so the test does.
+        remove_shm_of(child_pid);
         let start = Instant::now();
         let mut buf = [0u8; 5];
         let err = rank.read(Remote::new(1, 0), &mut buf).unwrap_err();
