@@ -80,11 +80,11 @@ cat "$out/machine.txt"
 cases=(
   "tcp-P1|-P 1|-P 1"
   "tcp-P4|-P 4|-P 4"
-  "udp1472|-u -b 0 -l 1472 -w 32M|-u -b 0 -l 1472 -w 32M --send send --recv recv;-u -b 0 -l 1472 -w 32M --send mmsg:64 --recv mmsg:64;-u -b 0 -l 1472 -w 32M --send send --recv gro;-u -b 0 -l 1472 -w 32M --send gso:44 --recv recv;-u -b 0 -l 1472 -w 32M --send gso:44 --recv gro;-u -b 0 -l 1472 -w 32M --send gso:44:8 --recv gro;-u -b 0 -l 1472 -w 32M --send zerocopy --recv recv"
+  "udp1472|-u -b 0 -l 1472 -w 32M|-u -b 0 -l 1472 -w 32M --send send --recv recv;-u -b 0 -l 1472 -w 32M --send mmsg:64 --recv mmsg:64;-u -b 0 -l 1472 -w 32M --send send --recv gro;-u -b 0 -l 1472 -w 32M --send gso:44 --recv recv;-u -b 0 -l 1472 -w 32M --send gso:44 --recv gro;-u -b 0 -l 1472 -w 32M --send gso:44:8 --recv gro;-u -b 24G -l 1472 -w 32M --send gso:44:8 --recv gro;-u -b 0 -l 1472 -w 32M --send zerocopy --recv recv"
   "udp64|-u -b 0 -l 64 -w 32M|-u -b 0 -l 64 -w 32M --send send --recv recv;-u -b 0 -l 64 -w 32M --send mmsg:64 --recv mmsg:64;-u -b 0 -l 64 -w 32M -P 2 --send mmsg:64 --recv mmsg:64;-u -b 0 -l 64 -w 32M --send gso:64:8 --recv gro"
 )
 
-slug() { echo "$1" | sed 's/--send //; s/--recv //; s/-w 32M//; s/-u -b 0 //; s/-l [0-9]* //; s/  */ /g; s/^ //; s/ $//; s/[ :]/_/g'; }
+slug() { echo "$1" | sed 's/--send //; s/--recv //; s/-w 32M//; s/-u -b 0 //; s/-u -b \([0-9A-Z]*\) /paced_\1 /; s/-l [0-9]* //; s/  */ /g; s/^ //; s/ $//; s/[ :]/_/g'; }
 
 for r in $(seq "$reps"); do
   for c in "${cases[@]}"; do
