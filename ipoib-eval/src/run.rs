@@ -970,6 +970,24 @@ fn buffer_warning(b: &BufSize, role: Role) -> Option<String> {
     })
 }
 
+/// A data stream of this end, its socket prepared.
+fn stream(
+    plan: StreamPlan,
+    role: Role,
+    sock: Socket,
+    spec: &TestSpec,
+    dev: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Result<Stream, RunError> {
+    let buffer = prepare(&sock, spec, role, dev, warnings)?;
+    Ok(Stream {
+        plan,
+        role,
+        sock,
+        buffer,
+    })
+}
+
 /// Options every data socket gets.
 fn prepare(
     sock: &Socket,
@@ -1186,13 +1204,14 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
                 s
             }
         };
-        let buffer = prepare(&sock, spec, role, opts.dev.as_deref(), &mut warnings)?;
-        streams.push(Stream {
-            plan: *p,
+        streams.push(stream(
+            *p,
             role,
             sock,
-            buffer,
-        });
+            spec,
+            opts.dev.as_deref(),
+            &mut warnings,
+        )?);
     }
     let ph = Phase {
         spec: Arc::new(spec.clone()),
@@ -1585,13 +1604,7 @@ fn session(
     for (p, s) in plan.iter().zip(socks) {
         let sock = s.ok_or_else(|| failed("missing data socket"))?;
         let role = role_of(p, false);
-        let buffer = prepare(&sock, &spec, role, dev, &mut warnings)?;
-        streams.push(Stream {
-            plan: *p,
-            role,
-            sock,
-            buffer,
-        });
+        streams.push(stream(*p, role, sock, &spec, dev, &mut warnings)?);
     }
     let ph = Phase {
         spec: Arc::new(spec.clone()),

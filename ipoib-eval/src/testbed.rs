@@ -109,6 +109,12 @@ fn run(args: &[&str]) -> Result<String, TestbedError> {
     }
 }
 
+/// Sets a sysctl (`key=value`) inside namespace `netns` (net.* sysctls are
+/// per namespace).
+fn sysctl_in(netns: &str, setting: &str) -> Result<(), TestbedError> {
+    run(&["ip", "netns", "exec", netns, "sysctl", "-qw", setting]).map(drop)
+}
+
 /// Waits (up to 5 s) until `iface` in `netns` is operationally up.
 fn wait_running(netns: &str, iface: &str) -> Result<(), TestbedError> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -293,15 +299,7 @@ impl Testbed {
             if !s.ipv6 {
                 // Before any link exists, so no link-local address appears.
                 for k in ["all", "default"] {
-                    run(&[
-                        "ip",
-                        "netns",
-                        "exec",
-                        n,
-                        "sysctl",
-                        "-qw",
-                        &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                    ])?;
+                    sysctl_in(n, &format!("net.ipv6.conf.{k}.disable_ipv6=1"))?;
                 }
             }
             run(&["ip", "-n", n, "link", "set", "lo", "up"])?;
@@ -395,15 +393,7 @@ impl Testbed {
             wait_running(n2, i2)?;
         }
         if let Some(g) = &self.gateway {
-            run(&[
-                "ip",
-                "netns",
-                "exec",
-                g,
-                "sysctl",
-                "-qw",
-                "net.ipv4.ip_forward=1",
-            ])?;
+            sysctl_in(g, "net.ipv4.ip_forward=1")?;
             run(&[
                 "ip",
                 "-n",
