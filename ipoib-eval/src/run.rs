@@ -231,6 +231,14 @@ impl Ctx {
         format!("stream {}: {op} {}", self.id(), self.peer)
     }
 
+    /// Request/response: every read and write waits at most the timeout.
+    fn rr_timeouts(&self) -> Result<(), String> {
+        let (sock, to) = (&self.stream.sock, Some(self.spec.timeout()));
+        sock.set_read_timeout(to)
+            .and_then(|()| sock.set_write_timeout(to))
+            .map_err(|e| self.what(&format!("{e}; setting timeouts with")))
+    }
+
     /// Arms this stream and waits for the start.
     fn start(&self) -> Result<Instant, String> {
         self.gate.arm();
@@ -450,10 +458,7 @@ fn run_receiver(cx: &Ctx) -> Result<StreamSide, String> {
 fn run_rr_client(cx: &Ctx) -> Result<StreamSide, String> {
     let spec = &*cx.spec;
     let mut sock: &Socket = &cx.stream.sock;
-    sock.set_read_timeout(Some(spec.timeout()))
-        .map_err(|e| cx.what(&format!("{e}")))?;
-    sock.set_write_timeout(Some(spec.timeout()))
-        .map_err(|e| cx.what(&format!("{e}")))?;
+    cx.rr_timeouts()?;
     let req = vec![0x5au8; spec.len];
     let mut resp = vec![0u8; spec.len];
     let mut h = new_histogram();
@@ -491,10 +496,7 @@ fn run_rr_client(cx: &Ctx) -> Result<StreamSide, String> {
 fn run_rr_server(cx: &Ctx) -> Result<StreamSide, String> {
     let spec = &*cx.spec;
     let mut sock: &Socket = &cx.stream.sock;
-    sock.set_read_timeout(Some(spec.timeout()))
-        .map_err(|e| cx.what(&format!("{e}")))?;
-    sock.set_write_timeout(Some(spec.timeout()))
-        .map_err(|e| cx.what(&format!("{e}")))?;
+    cx.rr_timeouts()?;
     let mut buf = vec![0u8; spec.len];
     let start = cx.start()?;
     let t0 = thread_times();
