@@ -734,7 +734,6 @@ fn data_phase(
     // Senders first: when they stop, tell the peer how much they sent.
     let mut sides = Vec::new();
     let mut first_err: Option<String> = None;
-    let mut sent = Vec::new();
     let (senders, receivers): (Vec<_>, Vec<_>) = handles
         .into_iter()
         .partition(|(_, r, _)| *r == Role::Sender);
@@ -750,7 +749,8 @@ fn data_phase(
     for (id, _, h) in senders {
         collect(id, h, &mut sides);
     }
-    sent.extend(sides.iter().map(|s| (s.id, s.msgs)));
+    // Only senders have joined so far.
+    let sent: Vec<(u16, u64)> = sides.iter().map(|s| (s.id, s.msgs)).collect();
     let mut ctl = ph.ctl;
     let told = if sent.is_empty() {
         Ok(())

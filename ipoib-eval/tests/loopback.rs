@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ipoib_eval::report::{Report, Role};
 use ipoib_eval::run::{run_client, ClientOpts, Server, ServerOpts};
-use ipoib_eval::spec::{Amount, Direction, Proto, RecvPath, SendPath, TestSpec};
+use ipoib_eval::spec::{Amount, Direction, Proto, TestSpec};
 
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
@@ -337,8 +337,6 @@ fn a_client_with_no_server_fails_naming_the_address() {
         e.contains(&format!("127.0.0.1:{port}")) && e.contains("server"),
         "{e}"
     );
-    let _ = RecvPath::PLAIN;
-    let _ = SendPath::Send;
 }
 
 /// The control and data handshake of a client that then misbehaves.
