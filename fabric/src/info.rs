@@ -263,7 +263,17 @@ pub fn getinfo(hints: Option<&Hints>) -> Result<Vec<Info>> {
 /// and avoiding it otherwise (other hosts cannot reach it), when no domain
 /// was named. An unknown provider is an error naming those that
 /// would have worked.
+///
+/// A domain given as a network (`10.77.1.0/24`, `fd00::/64`) names the
+/// interface of this host with an address in it, as Open MPI's
+/// `btl_tcp_if_include` does: hosts whose data interfaces have different
+/// names share one setting.
 pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
+    if let Some(net) = hints.domain.as_deref().and_then(|d| d.split_once('/')) {
+        let mut named = hints.clone();
+        named.domain = Some(interface_in(net.0, net.1)?);
+        return find(&named, prefer_loopback);
+    }
     let exact = |mut v: Vec<Info>| {
         // libfabric matches `tcp` against the layered `tcp;ofi_rxm` too;
         // the user named one provider, so give exactly that one.
@@ -341,6 +351,24 @@ pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
             available,
         });
     }
+    if let Some(d) = &hints.domain {
+        // Some providers (tcp in 1.17) ignore the domain hint and list every
+        // interface: keep the one that was named.
+        let mut names: Vec<String> = Vec::new();
+        for n in found.iter().map(Info::domain_name) {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        found.retain(|i| i.domain_name() == *d);
+        if found.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "provider `{}` has no domain `{d}` here; its domains: {} (see `fabkit info`)",
+                hints.provider.as_deref().unwrap_or("(any)"),
+                names.join(", ")
+            )));
+        }
+    }
     if hints.domain.is_none() {
         // All ranks on one host: loopback. Ranks on several: never loopback,
         // which the other hosts cannot reach (socket providers list `lo`
@@ -355,6 +383,94 @@ pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
         }
     }
     Ok(found.swap_remove(0))
+}
+
+/// The interface of this host with an address inside `addr/prefix`.
+fn interface_in(addr: &str, prefix: &str) -> Result<String> {
+    let bad = |why: &str| {
+        Error::InvalidArgument(format!(
+            "domain `{addr}/{prefix}`: {why}; give an interface name (eth0) or a network \
+             such as 10.77.1.0/24"
+        ))
+    };
+    let net: std::net::IpAddr = addr.parse().map_err(|_| bad("not an IP address"))?;
+    let bits: u32 = prefix
+        .parse()
+        .map_err(|_| bad("the prefix is not a number"))?;
+    let width = if net.is_ipv4() { 32 } else { 128 };
+    if bits > width {
+        return Err(bad(&format!("the prefix is longer than {width} bits")));
+    }
+    let found = local_addresses()?
+        .into_iter()
+        .find(|(_, a)| in_network(*a, net, bits));
+    found.map(|(name, _)| name).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "no interface of this host has an address in {addr}/{prefix} \
+             (see `ip -br addr`); give the network the ranks share"
+        ))
+    })
+}
+
+/// Whether `a` lies in `net/bits` (`bits` at most the address width).
+fn in_network(a: std::net::IpAddr, net: std::net::IpAddr, bits: u32) -> bool {
+    use std::net::IpAddr::{V4, V6};
+    let (a, n, width) = match (a, net) {
+        (V4(a), V4(n)) => (u128::from(u32::from(a)), u128::from(u32::from(n)), 32),
+        (V6(a), V6(n)) => (u128::from(a), u128::from(n), 128),
+        _ => return false,
+    };
+    // Prefix 0 matches everything; checked_shl keeps a full-width shift defined.
+    let mask = u128::MAX.checked_shl(width - bits).unwrap_or(0) & (u128::MAX >> (128 - width));
+    a & mask == n & mask
+}
+
+/// Every (interface, address) of this host's network namespace.
+fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list it allocated to `head`.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "getifaddrs: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until
+        // freeifaddrs below; ifa_name is a NUL-terminated string and
+        // ifa_addr, when set, points to a sockaddr of the family it names.
+        unsafe {
+            let ifa = &*cur;
+            let sa = ifa.ifa_addr;
+            if !sa.is_null() {
+                let ip = match i32::from((*sa).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(sa as *const libc::sockaddr_in);
+                        Some(std::net::IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ))
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(sa as *const libc::sockaddr_in6);
+                        Some(std::net::IpAddr::from(sin6.sin6_addr.s6_addr))
+                    }
+                    _ => None,
+                };
+                if let Some(ip) = ip {
+                    let name = std::ffi::CStr::from_ptr(ifa.ifa_name)
+                        .to_string_lossy()
+                        .into_owned();
+                    out.push((name, ip));
+                }
+            }
+            cur = ifa.ifa_next;
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
 }
 
 /// Progress model of a provider (`fi_progress`).
@@ -593,4 +709,42 @@ fn mode_names(bits: u64) -> Vec<String> {
         .filter(|(b, _)| bits & b != 0)
         .map(|(_, n)| (*n).to_string())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks_match_by_prefix() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(in_network(ip("10.77.1.2"), ip("10.77.1.0"), 24));
+        assert!(!in_network(ip("10.77.2.2"), ip("10.77.1.0"), 24));
+        assert!(in_network(ip("192.0.2.9"), ip("0.0.0.0"), 0));
+        assert!(in_network(ip("10.0.0.1"), ip("10.0.0.1"), 32));
+        assert!(!in_network(ip("10.0.0.2"), ip("10.0.0.1"), 32));
+        assert!(in_network(ip("fd00::5"), ip("fd00::"), 64));
+        assert!(!in_network(ip("fd01::5"), ip("fd00::"), 64));
+        assert!(in_network(ip("::1"), ip("::1"), 128));
+        assert!(
+            !in_network(ip("10.0.0.1"), ip("::"), 0),
+            "families never mix"
+        );
+    }
+
+    #[test]
+    fn a_network_names_the_interface_that_has_an_address_in_it() {
+        assert_eq!(interface_in("127.0.0.0", "8").unwrap(), "lo");
+        let none = interface_in("198.51.100.0", "24").unwrap_err().to_string();
+        assert!(none.contains("no interface of this host"), "{none}");
+        for (a, p) in [
+            ("10.0.0.0", "33"),
+            ("10.0.0.0", "x"),
+            ("ten", "8"),
+            ("::", "129"),
+        ] {
+            let e = interface_in(a, p).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{a}/{p}`")), "{e}");
+        }
+    }
 }
