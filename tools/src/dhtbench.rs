@@ -34,6 +34,10 @@ pub struct DhtArgs {
     /// libfabric provider (see `fabkit info`).
     #[arg(short, long, default_value = "shm")]
     pub provider: String,
+    /// Domain: interface (eth0) or device (mlx5_0), or a network the ranks
+    /// share (10.77.1.0/24). Default: chosen, `lo` when all ranks share a host.
+    #[arg(short, long)]
+    pub domain: Option<String>,
     /// In-process ranks (ignored under mpirun, where each process is one).
     #[arg(short = 'n', long, default_value_t = 4)]
     pub ranks: usize,
@@ -134,6 +138,7 @@ fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
 
 fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {
     let mut rc = RankConfig::new(a.provider.clone());
+    rc.domain = a.domain.clone();
     rc.region_len = cfg.region_len();
     rc.atomics = cfg.variant.needs_atomics();
     rc.timeout = Duration::from_secs_f64(a.timeout);

@@ -103,7 +103,8 @@ pub struct PerfArgs {
     /// libfabric provider (see `fabkit info`).
     #[arg(short, long, default_value = "shm")]
     pub provider: String,
-    /// Domain: interface or device (default: chosen, `lo` on one host).
+    /// Domain: interface or device, or a network the ranks share
+    /// (10.77.1.0/24). Default: chosen, `lo` on one host.
     #[arg(short, long)]
     pub domain: Option<String>,
     /// What to measure.
