@@ -415,6 +415,20 @@ pub fn wait_errqueue(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> 
     Ok(rc > 0 && p.revents & libc::POLLERR != 0)
 }
 
+/// An exclusive `flock` on `path` (created if missing), held until the
+/// returned file is dropped.
+pub fn lock_file(path: &str) -> io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    // SAFETY: f is an open file for the duration of the call; the lock is
+    // released when it is closed.
+    check(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) })?;
+    Ok(f)
+}
+
 /// Moves the calling thread into the network namespace `/run/netns/NAME`
 /// (threads it starts afterwards inherit it).
 pub fn enter_netns(name: &str) -> io::Result<()> {

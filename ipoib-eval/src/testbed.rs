@@ -46,7 +46,21 @@ pub struct TestbedSpec {
     /// Keep IPv6 (off by default: fresh links chatter ND/MLD, which spoils
     /// exact packet counts).
     pub ipv6: bool,
+    /// Give each host a management link to the root namespace (interface
+    /// [`MGMT_IFACE`], a /30 from 10.78.0.0/16, default route through it),
+    /// as cluster nodes have an Ethernet beside their fabric: launchers such
+    /// as mpirun reach their daemons over it. Data stays on the testbed's
+    /// own links.
+    #[serde(default)]
+    pub mgmt: bool,
 }
+
+/// The management interface's name inside each host's namespace (to
+/// exclude it from data traffic, e.g. Open MPI's `btl_tcp_if_exclude`).
+pub const MGMT_IFACE: &str = "mg";
+
+/// Management links take /30 blocks of this /16 (root side .1, host .2).
+const MGMT_NET: [u8; 2] = [10, 78];
 
 impl Default for TestbedSpec {
     fn default() -> Self {
@@ -60,6 +74,7 @@ impl Default for TestbedSpec {
             qdisc: None,
             txqueuelen: None,
             ipv6: false,
+            mgmt: false,
         }
     }
 }
@@ -138,6 +153,70 @@ fn wait_running(netns: &str, iface: &str) -> Result<(), TestbedError> {
     }
 }
 
+/// Links namespace `netns` to the root namespace: a veth whose root end
+/// `ipm<k>` has 10.78.x.y+1/30 and whose [`MGMT_IFACE`] end has y+2, the
+/// default route. Blocks are taken under a lock, so testbeds built in
+/// parallel get different ones; removing the namespace removes the pair.
+fn mgmt_link(netns: &str) -> Result<Ipv4Addr, TestbedError> {
+    let lock = "/run/ipoib-eval-mgmt.lock";
+    let _held = crate::sys::lock_file(lock).map_err(|e| TestbedError::Command {
+        cmd: format!("locking {lock}"),
+        msg: e.to_string(),
+    })?;
+    let used = run(&["ip", "-4", "-j", "addr", "show"])?;
+    let used: serde_json::Value = serde_json::from_str(&used).unwrap_or_default();
+    let taken = |ip: Ipv4Addr| {
+        used.as_array().into_iter().flatten().any(|l| {
+            l["addr_info"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|a| a["local"].as_str() == Some(&ip.to_string()))
+        })
+    };
+    let block = |k: u16| {
+        let [hi, lo] = (k * 4).to_be_bytes();
+        Ipv4Addr::new(MGMT_NET[0], MGMT_NET[1], hi, lo)
+    };
+    let k = (0..16384u16)
+        .find(|&k| !taken(Ipv4Addr::from(u32::from(block(k)) + 1)))
+        .ok_or_else(|| TestbedError::Command {
+            cmd: "allocating a management link".into(),
+            msg: "all of 10.78.0.0/16 is in use in the root namespace".into(),
+        })?;
+    let base = u32::from(block(k));
+    let (root, host) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
+    let root_if = format!("ipm{k}");
+    run(&[
+        "ip", "link", "add", &root_if, "type", "veth", "peer", "name", MGMT_IFACE, "netns", netns,
+    ])?;
+    run(&["ip", "addr", "add", &format!("{root}/30"), "dev", &root_if])?;
+    run(&["ip", "link", "set", &root_if, "up"])?;
+    run(&[
+        "ip",
+        "-n",
+        netns,
+        "addr",
+        "add",
+        &format!("{host}/30"),
+        "dev",
+        MGMT_IFACE,
+    ])?;
+    run(&["ip", "-n", netns, "link", "set", MGMT_IFACE, "up"])?;
+    wait_running(netns, MGMT_IFACE)?;
+    run(&[
+        "ip",
+        "-n",
+        netns,
+        "route",
+        "add",
+        "default",
+        "via",
+        &root.to_string(),
+    ])?;
+    Ok(host)
+}
+
 /// One end of a veth pair: namespace, interface, address with prefix.
 type End<'a> = (String, &'a str, String);
 
@@ -150,6 +229,9 @@ pub struct Host {
     pub iface: String,
     /// Its address.
     pub addr: IpAddr,
+    /// Its address on the management link, when there is one.
+    #[serde(default)]
+    pub mgmt: Option<Ipv4Addr>,
 }
 
 /// A testbed that is up; removed on drop.
@@ -220,6 +302,11 @@ pub fn status(name: &str) -> Vec<String> {
 pub fn down(name: &str) -> Result<(), TestbedError> {
     valid_name(name)?;
     for n in status(name) {
+        // The kernel tears a namespace down in the background: delete the
+        // management veth first, so its root end is gone when this returns.
+        if run(&["ip", "-n", &n, "link", "show", "dev", MGMT_IFACE]).is_ok() {
+            run(&["ip", "-n", &n, "link", "del", MGMT_IFACE])?;
+        }
         // Deleting a namespace deletes its veths (and so their peers),
         // addresses, routes and qdiscs.
         run(&["ip", "netns", "del", &n])?;
@@ -271,6 +358,7 @@ impl Testbed {
                 netns: a.clone(),
                 iface: "va".into(),
                 addr: IpAddr::V4(Ipv4Addr::new(10, 77, 1, 1)),
+                mgmt: None,
             },
             b: Host {
                 netns: b.clone(),
@@ -280,6 +368,7 @@ impl Testbed {
                 } else {
                     Ipv4Addr::new(10, 77, 1, 2)
                 }),
+                mgmt: None,
             },
             gateway: spec.gateway.then(|| g.clone()),
             spec,
@@ -303,6 +392,12 @@ impl Testbed {
                 }
             }
             run(&["ip", "-n", n, "link", "set", "lo", "up"])?;
+        }
+        if s.mgmt {
+            // Before the data links: libfabric's socket providers list the
+            // newest interface first, so an unnamed domain stays on the data link.
+            self.a.mgmt = Some(mgmt_link(&self.a.netns)?);
+            self.b.mgmt = Some(mgmt_link(&self.b.netns)?);
         }
         let q = s.queues.to_string();
         // (namespace, iface, address) for both ends of each link, and the MTU.

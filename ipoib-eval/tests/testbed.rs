@@ -323,3 +323,54 @@ fn the_command_line_testbed_comes_up_reports_and_goes_down() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no-such-ns"));
     assert!(testbed::status(&name).is_empty());
 }
+
+#[test]
+fn management_links_reach_the_root_namespace_and_go_with_the_testbed() {
+    let _g = serial();
+    let mgmt = || TestbedSpec {
+        mgmt: true,
+        ..TestbedSpec::default()
+    };
+    let (one, two) = (Testbed::up(mgmt()).unwrap(), Testbed::up(mgmt()).unwrap());
+    let hosts = [&one.a, &one.b, &two.a, &two.b];
+    let addrs: Vec<std::net::Ipv4Addr> = hosts.iter().map(|h| h.mgmt.unwrap()).collect();
+    for (i, x) in addrs.iter().enumerate() {
+        assert!(addrs[i + 1..].iter().all(|y| y != x), "{addrs:?}");
+    }
+    // A server in the root namespace, reached from a host over its
+    // management link (its default route), not over the data link.
+    let mut c = bin()
+        .args(["server", "-q", "-p", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _root = Killed(c);
+    let port = line.trim().rsplit(' ').next().unwrap().to_string();
+    let root_side = std::net::Ipv4Addr::from(u32::from(one.a.mgmt.unwrap()) - 1);
+    let v = client_json(
+        &two.b.netns,
+        &[&root_side.to_string(), "-p", &port, "-k", "10", "-l", "100"],
+    );
+    assert_eq!(v["totals"][0]["received_msgs"], 10);
+    assert_eq!(v["client"]["iface"]["name"], testbed::MGMT_IFACE, "{v}");
+    drop((one, two));
+    // The root ends are gone when down returns.
+    let o = Command::new("ip")
+        .args(["-4", "-j", "addr"])
+        .output()
+        .unwrap();
+    let left = String::from_utf8_lossy(&o.stdout);
+    for a in addrs {
+        let root = std::net::Ipv4Addr::from(u32::from(a) - 1).to_string();
+        assert!(
+            !left.contains(&format!("\"{root}\"")),
+            "{root} left: {left}"
+        );
+    }
+}

@@ -107,9 +107,24 @@ enum Cmd {
         /// Seconds a rank waits for the others at each bootstrap exchange.
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
+        /// Launch with Open MPI's mpirun instead (MPI bootstrap), -n ranks
+        /// spread evenly over the namespaces; needs a testbed with
+        /// management links (`ipoib-eval testbed up --mgmt`).
+        #[arg(long, requires = "netns")]
+        mpi: bool,
         /// The command each rank runs.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
+    },
+    /// The rsh agent `fabkit launch --mpi` gives mpirun: runs a command line
+    /// in the network namespace named as the host.
+    #[command(hide = true)]
+    Rsh {
+        /// The namespace.
+        host: String,
+        /// The command line (joined by spaces, run by /bin/sh).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        words: Vec<String>,
     },
 }
 
@@ -119,7 +134,8 @@ struct CheckArgs {
     #[arg(short, long = "provider", default_value = "shm")]
     providers: Vec<String>,
     /// Domain: interface (lo, eth0) for socket providers, device (mlx5_0)
-    /// for verbs. Default: chosen by libfabric, `lo` when all ranks share a host.
+    /// for verbs, or a network the ranks share (10.77.1.0/24: the interface
+    /// with an address in it). Default: chosen, `lo` when all ranks share a host.
     #[arg(short, long)]
     domain: Option<String>,
     /// In-process ranks (ignored under mpirun/srun, where each process is one).
@@ -221,14 +237,12 @@ fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
         return Ok(true);
     };
     let points = perf::combine(args, args.threads, &per_rank);
-    let domain = args.domain.clone().unwrap_or_else(|| {
-        fabkit_fabric::info::find(
-            &fabkit_fabric::Hints::new(args.provider.clone(), fabkit_fabric::Caps::RMA),
-            true,
-        )
+    // The interface really used (a network given with -d names one).
+    let mut hints = fabkit_fabric::Hints::new(args.provider.clone(), fabkit_fabric::Caps::RMA);
+    hints.domain = args.domain.clone();
+    let domain = fabkit_fabric::info::find(&hints, true)
         .map(|i| i.domain_name())
-        .unwrap_or_default()
-    });
+        .unwrap_or_else(|_| args.domain.clone().unwrap_or_default());
     let method = format!(
         "libfabric {} on {domain}, threads {}{}{}",
         args.provider,
@@ -397,12 +411,20 @@ fn main() -> ExitCode {
             netns,
             ranks,
             timeout: t,
+            mpi,
             cmd,
-        } => match timeout(*t).and_then(|to| launch::launch_processes(netns, *ranks, to, cmd)) {
+        } => match timeout(*t).and_then(|to| {
+            if *mpi {
+                launch::launch_mpi(netns, *ranks, cmd)
+            } else {
+                launch::launch_processes(netns, *ranks, to, cmd)
+            }
+        }) {
             // The ranks' own exit status is the job's.
             Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => Err(e),
         },
+        Cmd::Rsh { host, words } => launch::rsh(host, words).map(|()| true),
         #[cfg(feature = "mpi")]
         Cmd::MpiPerf(args) => run_mpi_perf(args),
         Cmd::Demo { ranks } => info::gather(None).and_then(|r| {
@@ -429,6 +451,7 @@ fn main() -> ExitCode {
                 println!();
                 ok &= run_dht(&dhtbench::DhtArgs {
                     provider: provider.into(),
+                    domain: None,
                     ranks: *ranks,
                     variant: dhtbench::VariantArg::All,
                     keys: 1000,

@@ -112,6 +112,10 @@ struct TestbedArgs {
     /// Keep IPv6 on (off by default: ND/MLD chatter spoils packet counts).
     #[arg(long)]
     ipv6: bool,
+    /// Give each host a management link to the root namespace (`mg`,
+    /// 10.78.0.0/16, default route), for launchers such as mpirun.
+    #[arg(long)]
+    mgmt: bool,
 }
 
 #[derive(Args, Debug)]
@@ -448,11 +452,19 @@ fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
                 qdisc: a.qdisc.clone(),
                 txqueuelen: a.txqueuelen,
                 ipv6: a.ipv6,
+                mgmt: a.mgmt,
             })
             .map_err(fail)?;
             out!("testbed {} up:", a.name);
             for (h, role) in [(&tb.a, "client side"), (&tb.b, "server side")] {
                 out!("  {:<12} {} {} ({role})", h.netns, h.iface, h.addr);
+                if let Some(m) = h.mgmt {
+                    out!(
+                        "  {:<12} {} {m} (management link to the root namespace)",
+                        "",
+                        testbed::MGMT_IFACE
+                    );
+                }
             }
             if let Some(g) = &tb.gateway {
                 out!(
