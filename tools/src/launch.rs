@@ -284,3 +284,96 @@ pub fn launch_processes(
     }
     Ok(code)
 }
+
+/// Runs `cmd` under Open MPI's `mpirun` with its ranks spread over the
+/// network namespaces `netns` (in order, `n / netns.len()` each), every
+/// namespace a host: mpirun starts its daemon in each through `fabkit rsh`
+/// (the rsh agent below), and the daemons reach mpirun over the testbed's
+/// management links (`ipoib-eval testbed up --mgmt`). MPI's own TCP
+/// traffic is kept off `lo` and the management link. Returns mpirun's exit
+/// status.
+pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<i32> {
+    let hosts = netns.len();
+    if hosts == 0 {
+        return Err(anyhow!(
+            "launch --mpi needs --netns a,b,... (the namespaces are the hosts)"
+        ));
+    }
+    let size = n.unwrap_or(hosts);
+    if size == 0 || !size.is_multiple_of(hosts) {
+        return Err(anyhow!(
+            "launch --mpi: -n {size} does not split evenly over {hosts} namespaces; \
+             give a multiple of {hosts}"
+        ));
+    }
+    if cmd.is_empty() {
+        return Err(anyhow!(
+            "launch needs a command after --, e.g. fabkit launch --mpi --netns a,b -- fabkit check"
+        ));
+    }
+    let mgmt = ipoib_eval::testbed::MGMT_IFACE;
+    for ns in netns {
+        let has_mgmt = std::process::Command::new("ip")
+            .args(["-n", ns, "link", "show", "dev", mgmt])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !has_mgmt {
+            return Err(anyhow!(
+                "namespace {ns} has no management link `{mgmt}`, so mpirun cannot reach its \
+                 daemon there: bring the testbed up with `ipoib-eval testbed up --mgmt`"
+            ));
+        }
+    }
+    let me = std::env::current_exe().context("finding this fabkit's path for the rsh agent")?;
+    let slots = size / hosts;
+    let host_list: Vec<String> = netns.iter().map(|h| format!("{h}:{slots}")).collect();
+    let mut c = std::process::Command::new("mpirun");
+    c.args(["--mca", "plm_rsh_agent", &format!("{} rsh", me.display())])
+        .args(["--mca", "btl_tcp_if_exclude", &format!("lo,{mgmt}")])
+        .args(["--host", &host_list.join(",")])
+        .args(["-n", &size.to_string()])
+        .args(cmd);
+    let status = c
+        .status()
+        .map_err(|e| anyhow!("starting mpirun: {e} (install Open MPI: openmpi-bin)"))?;
+    Ok(status.code().unwrap_or(1))
+}
+
+/// The rsh agent for [`launch_mpi`]: runs the shell command line `words`
+/// (as a remote shell would: joined by spaces) in network namespace
+/// `host`, with `host` as its hostname in a UTS namespace of its own.
+/// Replaces this process.
+///
+/// The hostname matters: Open MPI names its session directories and
+/// shared-memory segments after it, so two "hosts" sharing one would map
+/// each other's segments (vader crashes in the first collective).
+pub fn rsh(host: &str, words: &[String]) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    if words.is_empty() {
+        return Err(anyhow!("rsh needs a command after the host"));
+    }
+    if host.is_empty() || host.len() > 64 {
+        return Err(anyhow!(
+            "rsh: host `{host}` must be a namespace name of 1-64 bytes"
+        ));
+    }
+    // SAFETY: plain system calls on this process; `host` outlives the call
+    // and its length is passed with it.
+    let set = unsafe {
+        libc::unshare(libc::CLONE_NEWUTS) == 0
+            && libc::sethostname(host.as_ptr().cast(), host.len()) == 0
+    };
+    if !set {
+        return Err(anyhow!(
+            "rsh: giving {host} a hostname of its own: {} (run as root)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // `ip netns exec` also gives the command a /sys of its namespace.
+    let e = std::process::Command::new("ip")
+        .args(["netns", "exec", host, "/bin/sh", "-c", &words.join(" ")])
+        .exec();
+    Err(anyhow!("running ip netns exec {host}: {e}"))
+}
