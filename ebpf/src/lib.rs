@@ -1,0 +1,420 @@
+//! Per-queue views of an interface, in eBPF: packets and bytes per TX queue
+//! and per RX queue, wire segments per TX queue, and histograms of packet
+//! sizes and of GSO segment counts, for the flows being measured only.
+//!
+//! The programs are C (`bpf/queues.c`), built by clang in `build.rs` and
+//! loaded with aya. Where they count, and what that means:
+//!
+//! - **TX** at the `net:net_dev_start_xmit` tracepoint: after the TX queue
+//!   is chosen, so the queue is the one the packet really took. A GSO
+//!   super-packet is one packet there with its segment count (its
+//!   `segments`); the size histogram shows the super-packets.
+//! - **RX** at `net:netif_receive_skb`: every received packet, whatever path
+//!   it took, with its queue. A NIC driver records the RX queue in the skb
+//!   (as queue + 1); packets it recorded none for are counted under
+//!   [`QueueCounts::rx_unrecorded`]. veth records nothing: the skb keeps
+//!   the sender's TX queue N, which is the receiver's RX queue N (and the
+//!   NAPI instance that takes it when GRO is on), so on veth that is the
+//!   RX queue reported. A GRO super-packet counts once.
+//!
+//! Tracepoints hold no state on the interface: nothing stays attached
+//! when the [`QueueView`] is dropped or the process dies (the kernel drops
+//! the links with the file descriptors). tracefs is mounted at
+//! `/sys/kernel/tracing` if it is not (and left mounted: it is where the
+//! kernel expects it).
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use aya::maps::{Array, MapData, PerCpuArray};
+use aya::programs::TracePoint;
+use aya::Ebpf;
+use serde::Serialize;
+
+/// Queues counted one by one (as in `bpf/queues.c`); higher ones share the
+/// last slot.
+pub const QUEUES: usize = 64;
+const SIZE_BUCKETS: u32 = 18;
+const SEGS_BUCKETS: u32 = 17;
+/// Flow rules at most.
+pub const RULES: usize = 8;
+
+/// Why a view could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The interface or namespace does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// Loading or attaching failed (not root, no BPF, no tracefs, ...).
+    #[error("{what}: {msg}")]
+    Kernel {
+        /// What was being done.
+        what: String,
+        /// The kernel's or loader's words, with the likely fix.
+        msg: String,
+    },
+    /// A setting is out of bounds.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// An interface in a network namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Iface {
+    /// Interface index (within its namespace).
+    pub ifindex: u32,
+    /// Inode number of its network namespace.
+    pub netns: u32,
+    /// A veth: received packets carry the peer's TX queue, not a recorded
+    /// RX queue.
+    pub veth: bool,
+}
+
+impl Iface {
+    /// Interface `name` in namespace `netns` (`ip netns` name), or in this
+    /// thread's namespace when `None`.
+    pub fn lookup(netns: Option<&str>, name: &str) -> Result<Iface> {
+        let ns_path = match netns {
+            Some(n) => format!("/run/netns/{n}"),
+            None => "/proc/thread-self/ns/net".into(),
+        };
+        let meta = std::fs::metadata(&ns_path).map_err(|e| {
+            Error::NotFound(format!(
+                "network namespace {ns_path}: {e} (see `ip netns list`)"
+            ))
+        })?;
+        let mut cmd = std::process::Command::new("ip");
+        if let Some(n) = netns {
+            cmd.args(["-n", n]);
+        }
+        let out = cmd
+            .args(["-d", "-j", "link", "show", "dev", name])
+            .output()
+            .map_err(|e| Error::NotFound(format!("running ip: {e} (install iproute2)")))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let ifindex = text
+            .split("\"ifindex\":")
+            .nth(1)
+            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|s| s.parse::<u32>().ok())
+            .filter(|_| out.status.success())
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "no interface {name} in {}: {}",
+                    netns.unwrap_or("this namespace"),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            })?;
+        let netns = u32::try_from(std::os::unix::fs::MetadataExt::ino(&meta))
+            .map_err(|_| Error::Invalid(format!("{ns_path}: inode does not fit 32 bits")))?;
+        Ok(Iface {
+            ifindex,
+            netns,
+            veth: text.contains("\"info_kind\":\"veth\""),
+        })
+    }
+}
+
+/// Which packets count: IPv4 flows matching in either direction; `None`
+/// or 0 fields match anything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Rule {
+    /// IP protocol number (6 TCP, 17 UDP); 0: any.
+    pub proto: u8,
+    /// One end's address.
+    pub addr_a: Option<Ipv4Addr>,
+    /// The other end's address.
+    pub addr_b: Option<Ipv4Addr>,
+    /// One end's port; 0: any.
+    pub port_a: u16,
+    /// The other end's port; 0: any.
+    pub port_b: u16,
+}
+
+/// `struct rule` of bpf/queues.c.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct RawRule {
+    proto: u8,
+    pad: [u8; 3],
+    addr_a: u32,
+    addr_b: u32,
+    port_a: u16,
+    port_b: u16,
+}
+
+/// `struct config` of bpf/queues.c.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct RawConfig {
+    ifindex: u32,
+    netns: u32,
+    nrules: u32,
+    pad: u32,
+    rules: [RawRule; RULES],
+}
+
+/// `struct counter` of bpf/queues.c.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+struct RawCounter {
+    packets: u64,
+    bytes: u64,
+    segments: u64,
+}
+
+// SAFETY: plain C structs of integers, no padding bytes left uninitialised
+// (explicit pad fields), valid for any bit pattern.
+unsafe impl aya::Pod for RawConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for RawCounter {}
+
+/// Packets through one queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueCount {
+    /// Packets (a GSO or GRO super-packet is one).
+    pub packets: u64,
+    /// Bytes, as the stack saw them (L2 on TX, L3 on RX).
+    pub bytes: u64,
+    /// Wire packets: GSO segments on TX; packets on RX.
+    pub segments: u64,
+}
+
+/// A reading of the counters since the view was attached.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueCounts {
+    /// Per TX queue (index = queue; the last slot also holds higher ones).
+    pub tx: Vec<QueueCount>,
+    /// Per RX queue as recorded by the driver.
+    pub rx: Vec<QueueCount>,
+    /// Received packets with no queue recorded.
+    pub rx_unrecorded: QueueCount,
+    /// TX packets by size: bucket `i` holds sizes in `[2^i, 2^(i+1))`
+    /// (bucket 0 also 0..1; the last holds everything above).
+    pub tx_size_log2: Vec<u64>,
+    /// TX packets by GSO segment count, log2 buckets as above.
+    pub tx_segs_log2: Vec<u64>,
+    /// RX packets by size, log2 buckets.
+    pub rx_size_log2: Vec<u64>,
+}
+
+impl QueueCounts {
+    /// Sum over the TX queues.
+    pub fn tx_total(&self) -> QueueCount {
+        sum(&self.tx)
+    }
+
+    /// Sum over the RX queues and the unrecorded.
+    pub fn rx_total(&self) -> QueueCount {
+        let mut t = sum(&self.rx);
+        t.packets += self.rx_unrecorded.packets;
+        t.bytes += self.rx_unrecorded.bytes;
+        t.segments += self.rx_unrecorded.segments;
+        t
+    }
+}
+
+fn sum(q: &[QueueCount]) -> QueueCount {
+    q.iter().fold(QueueCount::default(), |a, c| QueueCount {
+        packets: a.packets + c.packets,
+        bytes: a.bytes + c.bytes,
+        segments: a.segments + c.segments,
+    })
+}
+
+/// The programs (their names as the kernel lists them) and their tracepoints.
+pub const PROGRAMS: [(&str, &str); 2] = [
+    ("fabkit_q_tx", "net_dev_start_xmit"),
+    ("fabkit_q_rx", "netif_receive_skb"),
+];
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/queues.o"));
+
+/// The programs, attached to one interface; detached on drop.
+#[derive(Debug)]
+pub struct QueueView {
+    bpf: Ebpf,
+    iface: Iface,
+    queues: usize,
+}
+
+fn kernel(what: &str) -> impl Fn(String) -> Error + '_ {
+    move |msg| Error::Kernel {
+        what: what.to_string(),
+        msg,
+    }
+}
+
+/// Mounts tracefs at /sys/kernel/tracing when nothing is mounted there
+/// (a fresh machine): aya finds tracepoints' ids through it.
+fn ensure_tracefs() -> Result<()> {
+    let dir = Path::new("/sys/kernel/tracing");
+    if dir.join("events").exists() || Path::new("/sys/kernel/debug/tracing/events").exists() {
+        return Ok(());
+    }
+    // SAFETY: NUL-terminated literals; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            c"/sys/kernel/tracing".as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(Error::Kernel {
+            what: "mounting tracefs at /sys/kernel/tracing".into(),
+            msg: format!(
+                "{} (run as root, or mount it: mount -t tracefs nodev /sys/kernel/tracing)",
+                std::io::Error::last_os_error()
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl QueueView {
+    /// Loads the programs, counts packets on `iface` matching `rules`
+    /// (none: every packet on it), reporting `queues` queues, and attaches.
+    pub fn attach(iface: Iface, rules: &[Rule], queues: usize) -> Result<QueueView> {
+        if rules.len() > RULES {
+            return Err(Error::Invalid(format!(
+                "at most {RULES} flow rules, got {}",
+                rules.len()
+            )));
+        }
+        if queues == 0 || queues > QUEUES {
+            return Err(Error::Invalid(format!(
+                "queues must be 1 to {QUEUES}, got {queues}"
+            )));
+        }
+        ensure_tracefs()?;
+        let mut bpf = Ebpf::load(OBJECT).map_err(|e| {
+            kernel("loading the eBPF object")(format!(
+                "{e} (needs root, BPF and BTF at /sys/kernel/btf/vmlinux)"
+            ))
+        })?;
+        let mut cfg = RawConfig {
+            ifindex: iface.ifindex,
+            netns: iface.netns,
+            nrules: rules.len() as u32,
+            ..RawConfig::default()
+        };
+        for (raw, r) in cfg.rules.iter_mut().zip(rules) {
+            *raw = RawRule {
+                proto: r.proto,
+                pad: [0; 3],
+                addr_a: r.addr_a.map_or(0, |a| u32::from_ne_bytes(a.octets())),
+                addr_b: r.addr_b.map_or(0, |a| u32::from_ne_bytes(a.octets())),
+                port_a: r.port_a.to_be(),
+                port_b: r.port_b.to_be(),
+            };
+        }
+        {
+            let map = bpf
+                .map_mut("config")
+                .ok_or_else(|| kernel("finding map config")("not in the object".into()))?;
+            let mut arr: Array<&mut MapData, RawConfig> =
+                Array::try_from(map).map_err(|e| kernel("opening map config")(e.to_string()))?;
+            arr.set(0, cfg, 0)
+                .map_err(|e| kernel("writing map config")(e.to_string()))?;
+        }
+        for (prog, event) in PROGRAMS {
+            let what = format!("attaching to tracepoint net:{event}");
+            let p: &mut TracePoint = bpf
+                .program_mut(prog)
+                .ok_or_else(|| kernel(&what)("program not in the object".into()))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| kernel(&what)(e.to_string()))?;
+            p.load().map_err(|e| kernel(&what)(verifier(e)))?;
+            p.attach("net", event)
+                .map_err(|e| kernel(&what)(e.to_string()))?;
+        }
+        Ok(QueueView { bpf, iface, queues })
+    }
+
+    /// The interface watched.
+    pub fn iface(&self) -> Iface {
+        self.iface
+    }
+
+    /// Reads the counters (summed over CPUs).
+    pub fn read(&self) -> Result<QueueCounts> {
+        let counters = |name: &str, n: usize| -> Result<Vec<QueueCount>> {
+            let map = self
+                .bpf
+                .map(name)
+                .ok_or_else(|| kernel("reading")(format!("map {name} not in the object")))?;
+            let arr: PerCpuArray<&MapData, RawCounter> = PerCpuArray::try_from(map)
+                .map_err(|e| kernel("reading")(format!("map {name}: {e}")))?;
+            (0..n as u32)
+                .map(|i| {
+                    let v = arr
+                        .get(&i, 0)
+                        .map_err(|e| kernel("reading")(format!("map {name}[{i}]: {e}")))?;
+                    Ok(v.iter().fold(QueueCount::default(), |a, c| QueueCount {
+                        packets: a.packets + c.packets,
+                        bytes: a.bytes + c.bytes,
+                        segments: a.segments + c.segments,
+                    }))
+                })
+                .collect()
+        };
+        let hist = |name: &str, n: u32| -> Result<Vec<u64>> {
+            let map = self
+                .bpf
+                .map(name)
+                .ok_or_else(|| kernel("reading")(format!("map {name} not in the object")))?;
+            let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)
+                .map_err(|e| kernel("reading")(format!("map {name}: {e}")))?;
+            (0..n)
+                .map(|i| {
+                    arr.get(&i, 0)
+                        .map(|v| v.iter().sum())
+                        .map_err(|e| kernel("reading")(format!("map {name}[{i}]: {e}")))
+                })
+                .collect()
+        };
+        let mut tx = counters("tx_queues", QUEUES)?;
+        let rx_all = counters("rx_queues", QUEUES + 1)?;
+        let (rx_unrecorded, mut rx) = if self.iface.veth {
+            (QueueCount::default(), rx_all.clone())
+        } else {
+            (rx_all[0], rx_all[1..].to_vec())
+        };
+        // Fold what lies beyond the reported queues into the last one, so
+        // nothing counted is dropped from the totals.
+        for q in [&mut tx, &mut rx] {
+            let extra = sum(&q[self.queues..]);
+            q.truncate(self.queues);
+            let last = q.last_mut().expect("queues >= 1");
+            last.packets += extra.packets;
+            last.bytes += extra.bytes;
+            last.segments += extra.segments;
+        }
+        Ok(QueueCounts {
+            tx,
+            rx,
+            rx_unrecorded,
+            tx_size_log2: hist("tx_sizes", SIZE_BUCKETS)?,
+            tx_segs_log2: hist("tx_segs", SEGS_BUCKETS)?,
+            rx_size_log2: hist("rx_sizes", SIZE_BUCKETS)?,
+        })
+    }
+}
+
+/// A load error with the verifier's log, which says why.
+fn verifier(e: aya::programs::ProgramError) -> String {
+    match e {
+        aya::programs::ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            format!("{io_error}; verifier: {verifier_log}")
+        }
+        other => other.to_string(),
+    }
+}
