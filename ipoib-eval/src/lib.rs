@@ -51,6 +51,7 @@ pub mod run;
 pub mod send;
 pub mod spec;
 pub mod stats;
+pub mod sweep;
 mod sys;
 pub mod testbed;
 pub mod wire;

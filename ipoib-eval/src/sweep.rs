@@ -1,0 +1,653 @@
+//! Sweeps: a file names the axes (flent-style), every combination is a
+//! point, each point runs `repetitions` times on a testbed built with its
+//! settings, and each run appends one CSV row per direction with every
+//! setting and every measured figure, the per-queue counters included.
+//!
+//! ```toml
+//! seconds = 3          # per run
+//! repetitions = 3
+//! shuffle = true       # run the points in a seeded random order
+//! seed = 1
+//! [axes]
+//! queues = [1, 2, 4, 8]
+//! policy = ["hash", "xps"]
+//! mtu = [1500, 9000]
+//! offloads = ["default", "tso=off,gso=off"]
+//! qdisc = ["default", "pfifo_fast"]
+//! txqueuelen = [1000]
+//! proto = ["tcp", "udp"]
+//! len = ["default"]    # 128K for TCP, 1472 for UDP
+//! send = ["send", "gso:44"]
+//! recv = ["recv"]
+//! streams = [1, 4]
+//! rate = ["0"]         # bit/s; 0 unlimited
+//! ```
+//!
+//! An axis left out takes its one default. Points are named by their
+//! settings ([`Point::key`]), so a sweep resumed over an existing CSV skips
+//! the runs already there.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use crate::spec::{self, Proto, RecvPath, SendPath, SpecError};
+
+/// At most this many runs in one sweep (a typo in an axis should not
+/// schedule a year of measurements).
+pub const MAX_RUNS: usize = 100_000;
+
+/// How packets are spread over the TX queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// The kernel's flow hash (XPS cleared).
+    Hash,
+    /// Per CPU (XPS: CPU `c` sends on queue `c mod queues`).
+    Xps,
+}
+
+impl std::str::FromStr for Policy {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        match s {
+            "hash" => Ok(Policy::Hash),
+            "xps" => Ok(Policy::Xps),
+            "rr" | "round-robin" => Err(SpecError(
+                "policy rr: this kernel has no way to make the stack honour a chosen queue \
+                 (no act_skbedit; a tc program's queue_mapping is overridden for connected \
+                 sockets); use hash or xps"
+                    .into(),
+            )),
+            other => Err(SpecError(format!(
+                "policy `{other}`: use hash (the kernel's flow hash) or xps (per CPU)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Policy::Hash => "hash",
+            Policy::Xps => "xps",
+        })
+    }
+}
+
+fn one<T: Clone>(v: T) -> Vec<T> {
+    vec![v]
+}
+
+/// The axes as written in the file; every entry is one value to try.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Axes {
+    /// TX and RX queues per veth.
+    #[serde(default = "Axes::queues")]
+    pub queues: Vec<u16>,
+    /// Queue-selection policies.
+    #[serde(default = "Axes::policy")]
+    pub policy: Vec<String>,
+    /// MTUs.
+    #[serde(default = "Axes::mtu")]
+    pub mtu: Vec<u32>,
+    /// Offload sets: `default` or `FEATURE=on|off,...` (ethtool -K).
+    #[serde(default = "Axes::default_str")]
+    pub offloads: Vec<String>,
+    /// Root qdiscs: `default` (the kernel's) or a name.
+    #[serde(default = "Axes::default_str")]
+    pub qdisc: Vec<String>,
+    /// `txqueuelen` values.
+    #[serde(default = "Axes::txqueuelen")]
+    pub txqueuelen: Vec<u32>,
+    /// `tcp`, `udp`.
+    #[serde(default = "Axes::proto")]
+    pub proto: Vec<String>,
+    /// Message sizes (`default`: 128K for TCP, 1472 for UDP).
+    #[serde(default = "Axes::default_str")]
+    pub len: Vec<String>,
+    /// Send paths (`send`, `sg:N`, `mmsg:B`, `gso:S[:B]`, `zerocopy`).
+    #[serde(default = "Axes::send")]
+    pub send: Vec<String>,
+    /// Receive paths (`recv`, `recvmmsg`, `gro`, ...).
+    #[serde(default = "Axes::recv")]
+    pub recv: Vec<String>,
+    /// Parallel streams.
+    #[serde(default = "Axes::streams")]
+    pub streams: Vec<u16>,
+    /// Target rates in bit/s (`0`: unlimited).
+    #[serde(default = "Axes::rate")]
+    pub rate: Vec<String>,
+}
+
+impl Axes {
+    fn queues() -> Vec<u16> {
+        one(4)
+    }
+    fn policy() -> Vec<String> {
+        one("hash".into())
+    }
+    fn mtu() -> Vec<u32> {
+        one(1500)
+    }
+    fn default_str() -> Vec<String> {
+        one("default".into())
+    }
+    fn txqueuelen() -> Vec<u32> {
+        one(1000)
+    }
+    fn proto() -> Vec<String> {
+        one("tcp".into())
+    }
+    fn send() -> Vec<String> {
+        one("send".into())
+    }
+    fn recv() -> Vec<String> {
+        one("recv".into())
+    }
+    fn streams() -> Vec<u16> {
+        one(1)
+    }
+    fn rate() -> Vec<String> {
+        one("0".into())
+    }
+}
+
+impl Default for Axes {
+    fn default() -> Self {
+        Axes {
+            queues: Axes::queues(),
+            policy: Axes::policy(),
+            mtu: Axes::mtu(),
+            offloads: Axes::default_str(),
+            qdisc: Axes::default_str(),
+            txqueuelen: Axes::txqueuelen(),
+            proto: Axes::proto(),
+            len: Axes::default_str(),
+            send: Axes::send(),
+            recv: Axes::recv(),
+            streams: Axes::streams(),
+            rate: Axes::rate(),
+        }
+    }
+}
+
+/// A sweep file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepFile {
+    /// Seconds per run.
+    #[serde(default = "SweepFile::seconds")]
+    pub seconds: f64,
+    /// Runs per point.
+    #[serde(default = "SweepFile::repetitions")]
+    pub repetitions: u32,
+    /// Run the points in a seeded random order (drifts of the machine
+    /// spread over every axis instead of following one).
+    #[serde(default)]
+    pub shuffle: bool,
+    /// Seed of the order.
+    #[serde(default)]
+    pub seed: u64,
+    /// The axes.
+    #[serde(default)]
+    pub axes: Axes,
+}
+
+impl SweepFile {
+    fn seconds() -> f64 {
+        3.0
+    }
+    fn repetitions() -> u32 {
+        1
+    }
+
+    /// Reads a sweep file; the error names the file and what is wrong.
+    pub fn parse(text: &str) -> Result<SweepFile, SpecError> {
+        toml::from_str(text).map_err(|e| {
+            SpecError(format!(
+                "sweep file: {}",
+                e.to_string().lines().collect::<Vec<_>>().join(" ")
+            ))
+        })
+    }
+}
+
+/// One combination of settings, run `repetitions` times.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    /// Queues per veth.
+    pub queues: u16,
+    /// Queue-selection policy.
+    pub policy: Policy,
+    /// MTU.
+    pub mtu: u32,
+    /// Offload settings (empty: the kernel's).
+    pub offloads: Vec<(String, bool)>,
+    /// Root qdisc (`None`: the kernel's).
+    pub qdisc: Option<String>,
+    /// txqueuelen.
+    pub txqueuelen: u32,
+    /// The test: protocol, size, paths, streams, rate, duration.
+    pub test: spec::TestSpec,
+    /// Which repetition (0-based).
+    pub rep: u32,
+}
+
+impl Point {
+    /// The point's name: every setting, in a fixed order (the resume key).
+    pub fn key(&self) -> String {
+        let t = &self.test;
+        let mut k = format!(
+            "q={} policy={} mtu={} offloads={} qdisc={} txqlen={} proto={} len={} send={} \
+             recv={} streams={} rate={} rep={}",
+            self.queues,
+            self.policy,
+            self.mtu,
+            offload_str(&self.offloads),
+            self.qdisc.as_deref().unwrap_or("default"),
+            self.txqueuelen,
+            format!("{:?}", t.proto).to_lowercase(),
+            t.len,
+            t.send,
+            t.recv,
+            t.streams,
+            t.rate_bps,
+            self.rep
+        );
+        if let spec::Amount::Seconds(s) = t.amount {
+            let _ = write!(k, " seconds={s}");
+        }
+        k
+    }
+}
+
+fn offload_str(o: &[(String, bool)]) -> String {
+    if o.is_empty() {
+        return "default".into();
+    }
+    o.iter()
+        .map(|(f, on)| format!("{f}={}", if *on { "on" } else { "off" }))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Parses `default` or `FEATURE=on|off,...`.
+pub fn parse_offloads(s: &str) -> Result<Vec<(String, bool)>, SpecError> {
+    if s == "default" {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .map(|kv| match kv.trim().split_once('=') {
+            Some((f, "on")) if !f.is_empty() => Ok((f.to_string(), true)),
+            Some((f, "off")) if !f.is_empty() => Ok((f.to_string(), false)),
+            _ => Err(SpecError(format!(
+                "offloads `{s}`: give `default` or FEATURE=on|off,... such as tso=off,gro=on"
+            ))),
+        })
+        .collect()
+}
+
+fn nonempty<T>(name: &str, v: &[T]) -> Result<(), SpecError> {
+    if v.is_empty() {
+        Err(SpecError(format!(
+            "axis {name} is empty: give at least one value, or leave it out for its default"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+/// A deterministic shuffle (xorshift64*; no dependency, same order for the
+/// same seed on every machine).
+fn shuffle<T>(v: &mut [T], seed: u64) {
+    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut next = || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    for i in (1..v.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+}
+
+impl SweepFile {
+    /// Every run of the sweep, in the order it will run; each value is
+    /// checked (the error names the axis and the value).
+    pub fn expand(&self) -> Result<Vec<Point>, SpecError> {
+        let a = &self.axes;
+        if !(self.seconds > 0.0 && self.seconds <= 3600.0) {
+            return Err(SpecError(format!(
+                "seconds must be more than 0 and at most 3600, got {}",
+                self.seconds
+            )));
+        }
+        if self.repetitions == 0 || self.repetitions > 1000 {
+            return Err(SpecError(format!(
+                "repetitions must be 1 to 1000, got {}",
+                self.repetitions
+            )));
+        }
+        nonempty("queues", &a.queues)?;
+        nonempty("policy", &a.policy)?;
+        nonempty("mtu", &a.mtu)?;
+        nonempty("offloads", &a.offloads)?;
+        nonempty("qdisc", &a.qdisc)?;
+        nonempty("txqueuelen", &a.txqueuelen)?;
+        nonempty("proto", &a.proto)?;
+        nonempty("len", &a.len)?;
+        nonempty("send", &a.send)?;
+        nonempty("recv", &a.recv)?;
+        nonempty("streams", &a.streams)?;
+        nonempty("rate", &a.rate)?;
+        let runs = [
+            a.queues.len(),
+            a.policy.len(),
+            a.mtu.len(),
+            a.offloads.len(),
+            a.qdisc.len(),
+            a.txqueuelen.len(),
+            a.proto.len(),
+            a.len.len(),
+            a.send.len(),
+            a.recv.len(),
+            a.streams.len(),
+            a.rate.len(),
+            self.repetitions as usize,
+        ]
+        .iter()
+        .try_fold(1usize, |n, &k| n.checked_mul(k).filter(|&n| n <= MAX_RUNS));
+        let Some(_) = runs else {
+            return Err(SpecError(format!(
+                "the sweep has more than {MAX_RUNS} runs: trim an axis"
+            )));
+        };
+        for &q in &a.queues {
+            if q == 0 || q > 64 {
+                return Err(SpecError(format!("queues must be 1 to 64, got {q}")));
+            }
+        }
+        for &m in &a.mtu {
+            if !(68..=65535).contains(&m) {
+                return Err(SpecError(format!("mtu must be 68 to 65535, got {m}")));
+            }
+        }
+        let policies = a
+            .policy
+            .iter()
+            .map(|p| p.parse::<Policy>())
+            .collect::<Result<Vec<_>, _>>()?;
+        let offloads = a
+            .offloads
+            .iter()
+            .map(|o| parse_offloads(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        let protos = a
+            .proto
+            .iter()
+            .map(|p| match p.as_str() {
+                "tcp" => Ok(Proto::Tcp),
+                "udp" => Ok(Proto::Udp),
+                other => Err(SpecError(format!("proto `{other}`: use tcp or udp"))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let sends = a
+            .send
+            .iter()
+            .map(|s| s.parse::<SendPath>())
+            .collect::<Result<Vec<_>, _>>()?;
+        let recvs = a
+            .recv
+            .iter()
+            .map(|s| s.parse::<RecvPath>())
+            .collect::<Result<Vec<_>, _>>()?;
+        let rates = a
+            .rate
+            .iter()
+            .map(|r| spec::parse_rate(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = Vec::new();
+        for &queues in &a.queues {
+            for &policy in &policies {
+                for &mtu in &a.mtu {
+                    for off in &offloads {
+                        for qd in &a.qdisc {
+                            for &txq in &a.txqueuelen {
+                                for &proto in &protos {
+                                    for len in &a.len {
+                                        for send in &sends {
+                                            for recv in &recvs {
+                                                for &streams in &a.streams {
+                                                    for &rate in &rates {
+                                                        let len = match (len.as_str(), proto) {
+                                                            ("default", Proto::Udp) => 1472,
+                                                            ("default", Proto::Tcp) => 128 * 1024,
+                                                            (l, _) => spec::parse_bytes("len", l)?,
+                                                        };
+                                                        let test = spec::TestSpec {
+                                                            proto,
+                                                            len,
+                                                            streams,
+                                                            amount: spec::Amount::Seconds(
+                                                                self.seconds,
+                                                            ),
+                                                            rate_bps: rate,
+                                                            send: send.clone(),
+                                                            recv: recv.clone(),
+                                                            ..spec::TestSpec::default()
+                                                        };
+                                                        test.validate()?;
+                                                        for rep in 0..self.repetitions {
+                                                            out.push(Point {
+                                                                queues,
+                                                                policy,
+                                                                mtu,
+                                                                offloads: off.clone(),
+                                                                qdisc: (qd != "default")
+                                                                    .then(|| qd.clone()),
+                                                                txqueuelen: txq,
+                                                                test: test.clone(),
+                                                                rep,
+                                                            });
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if self.shuffle {
+            shuffle(&mut out, self.seed);
+        }
+        Ok(out)
+    }
+
+    /// Seconds the runs will take, `overhead_s` each for the testbed and
+    /// the handshake on top of the measured time.
+    pub fn estimate_s(&self, runs: usize, overhead_s: f64) -> f64 {
+        runs as f64 * (self.seconds + overhead_s)
+    }
+}
+
+/// The settings columns that precede [`crate::report::Report::CSV_HEADER`]'s.
+pub const CSV_SETTINGS: &str = "key,rep,queues,policy,mtu,offloads,qdisc,txqueuelen";
+
+/// The per-queue columns that follow the report's (space-separated lists,
+/// one number per queue or bucket).
+pub const CSV_QUEUES: &str = "tx_queue_packets,tx_queue_segments,rx_queue_packets,\
+rx_unrecorded,tx_size_log2,tx_segs_log2,rx_size_log2,tx_queues_used,policy_effect";
+
+/// The sweep's CSV header.
+pub fn csv_header() -> String {
+    format!(
+        "{CSV_SETTINGS},{},{CSV_QUEUES}",
+        crate::report::Report::CSV_HEADER
+    )
+}
+
+/// Quotes a CSV field when it needs it.
+pub fn csv_field(f: &str) -> String {
+    if f.contains([',', '"', '\n']) {
+        format!("\"{}\"", f.replace('"', "\"\""))
+    } else {
+        f.to_string()
+    }
+}
+
+/// The settings fields of a row.
+pub fn csv_settings(p: &Point) -> String {
+    [
+        p.key(),
+        p.rep.to_string(),
+        p.queues.to_string(),
+        p.policy.to_string(),
+        p.mtu.to_string(),
+        offload_str(&p.offloads),
+        p.qdisc.clone().unwrap_or_else(|| "default".into()),
+        p.txqueuelen.to_string(),
+    ]
+    .iter()
+    .map(|f| csv_field(f))
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+/// The keys of the runs already in a sweep CSV (its first column), to skip
+/// them on resume. A file with another header is refused: appending would
+/// mix two layouts.
+pub fn done_keys(csv: &str) -> Result<HashSet<String>, SpecError> {
+    let mut lines = csv.lines();
+    match lines.next() {
+        None => return Ok(HashSet::new()),
+        Some(h) if h == csv_header() => {}
+        Some(_) => {
+            return Err(SpecError(
+                "the output file has another header (another tool or version wrote it): \
+                 give a new file"
+                    .into(),
+            ))
+        }
+    }
+    let mut done = HashSet::new();
+    for l in lines.filter(|l| !l.is_empty()) {
+        // The key is quoted only if it holds a comma, quote or newline,
+        // which keys never do.
+        if let Some(k) = l.split(',').next() {
+            done.insert(k.to_string());
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(axes: &str) -> SweepFile {
+        SweepFile::parse(&format!("seconds = 1\n[axes]\n{axes}")).unwrap()
+    }
+
+    #[test]
+    fn every_combination_times_the_repetitions() {
+        let f = SweepFile::parse(
+            "seconds = 2\nrepetitions = 3\n[axes]\nqueues = [1, 2, 4]\nproto = [\"tcp\", \"udp\"]\n",
+        )
+        .unwrap();
+        let p = f.expand().unwrap();
+        assert_eq!(p.len(), 3 * 2 * 3);
+        let keys: HashSet<String> = p.iter().map(Point::key).collect();
+        assert_eq!(keys.len(), p.len(), "keys name runs uniquely");
+        assert!(p.iter().any(|x| x.queues == 4 && x.test.proto == Proto::Udp && x.rep == 2));
+        // Defaults: UDP messages of 1472 B, TCP of 128 KiB.
+        assert!(p.iter().filter(|x| x.test.proto == Proto::Udp).all(|x| x.test.len == 1472));
+        assert!(p
+            .iter()
+            .filter(|x| x.test.proto == Proto::Tcp)
+            .all(|x| x.test.len == 128 * 1024));
+        assert_eq!(f.estimate_s(p.len(), 1.0), 18.0 * 3.0);
+    }
+
+    #[test]
+    fn the_shuffle_is_a_seeded_permutation() {
+        let base = file("queues = [1, 2, 3, 4, 5, 6, 7, 8]\nmtu = [1500, 9000]");
+        let plain: Vec<String> = base.expand().unwrap().iter().map(Point::key).collect();
+        let mut f = base.clone();
+        f.shuffle = true;
+        f.seed = 7;
+        let a: Vec<String> = f.expand().unwrap().iter().map(Point::key).collect();
+        let b: Vec<String> = f.expand().unwrap().iter().map(Point::key).collect();
+        assert_eq!(a, b, "same seed, same order");
+        assert_ne!(a, plain, "shuffled");
+        let (mut x, mut y) = (a.clone(), plain.clone());
+        x.sort();
+        y.sort();
+        assert_eq!(x, y, "a permutation: nothing lost or doubled");
+        f.seed = 8;
+        let c: Vec<String> = f.expand().unwrap().iter().map(Point::key).collect();
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn bad_files_and_values_are_named() {
+        for (text, needle) in [
+            ("[axes]\nqueues = []", "axis queues is empty"),
+            ("[axes]\nqueues = [0]", "queues must be 1 to 64"),
+            ("[axes]\nmtu = [70000]", "mtu must be"),
+            ("[axes]\npolicy = [\"rr\"]", "policy rr"),
+            ("[axes]\npolicy = [\"fastest\"]", "policy `fastest`"),
+            ("[axes]\nproto = [\"sctp\"]", "proto `sctp`"),
+            ("[axes]\noffloads = [\"tso\"]", "offloads `tso`"),
+            ("[axes]\nsend = [\"gso:0\"]", "gso"),
+            ("[axes]\nlen = [\"1e300\"]", "len"),
+            ("[axes]\nrate = [\"-1\"]", "rate"),
+            ("[axes]\nbogus = [1]", "unknown field"),
+            ("seconds = 0", "seconds must be"),
+            ("seconds = 1e300", "seconds must be"),
+            ("repetitions = 0", "repetitions must be"),
+            ("seconds = \"x\"", "sweep file"),
+            (
+                "[axes]\nqueues = [1,2,3,4,5,6,7,8,9,10,11]\nmtu = [1500,1501,1502,1503,1504,1505,1506,1507,1508,1509]\nstreams = [1,2,3,4,5,6,7,8,9,10]\ntxqueuelen = [1,2,3,4,5,6,7,8,9,10]\nrate = [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\"]",
+                "more than 100000 runs",
+            ),
+        ] {
+            let e = SweepFile::parse(text)
+                .and_then(|f| f.expand())
+                .map(|_| ())
+                .expect_err(text)
+                .to_string();
+            assert!(e.contains(needle), "{text:?}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+
+    #[test]
+    fn resume_skips_the_runs_in_the_file_and_refuses_another_layout() {
+        let f = file("queues = [1, 2]");
+        let p = f.expand().unwrap();
+        let row = format!("{},{}", csv_settings(&p[0]), "rest");
+        let csv = format!("{}\n{row}\n", csv_header());
+        let done = done_keys(&csv).unwrap();
+        assert!(done.contains(&p[0].key()));
+        assert!(!done.contains(&p[1].key()));
+        assert!(done_keys("").unwrap().is_empty());
+        assert!(done_keys("a,b,c\n1,2,3\n")
+            .unwrap_err()
+            .to_string()
+            .contains("another header"));
+        // The settings columns match their header.
+        assert_eq!(
+            csv_settings(&p[0]).split(',').count(),
+            CSV_SETTINGS.split(',').count()
+        );
+    }
+}
