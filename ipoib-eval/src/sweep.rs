@@ -29,10 +29,15 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use crate::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
 use crate::spec::{self, Proto, RecvPath, SendPath, SpecError};
+use crate::testbed::{self, Testbed, TestbedSpec};
 
 /// At most this many runs in one sweep (a typo in an axis should not
 /// schedule a year of measurements).
@@ -321,9 +326,13 @@ impl SweepFile {
     pub fn expand(&self) -> Result<Vec<Point>, SpecError> {
         let a = &self.axes;
         if !(self.seconds > 0.0 && self.seconds <= 3600.0) {
+            let got = if self.seconds.abs() < 1e9 {
+                self.seconds.to_string()
+            } else {
+                format!("{:e}", self.seconds)
+            };
             return Err(SpecError(format!(
-                "seconds must be more than 0 and at most 3600, got {}",
-                self.seconds
+                "seconds must be more than 0 and at most 3600, got {got}"
             )));
         }
         if self.repetitions == 0 || self.repetitions > 1000 {
@@ -436,8 +445,8 @@ impl SweepFile {
                                                                 self.seconds,
                                                             ),
                                                             rate_bps: rate,
-                                                            send: send.clone(),
-                                                            recv: recv.clone(),
+                                                            send: *send,
+                                                            recv: *recv,
                                                             ..spec::TestSpec::default()
                                                         };
                                                         test.validate()?;
@@ -549,6 +558,250 @@ pub fn done_keys(csv: &str) -> Result<HashSet<String>, SpecError> {
     Ok(done)
 }
 
+/// How packets of one run spread over the queues, as the eBPF views saw
+/// them, in CSV fields (see [`CSV_QUEUES`]).
+fn queue_fields(
+    p: &Point,
+    tx: &fabkit_ebpf::QueueCounts,
+    rx: &fabkit_ebpf::QueueCounts,
+    cpus: usize,
+) -> Vec<String> {
+    let list =
+        |v: &mut dyn Iterator<Item = u64>| v.map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
+    let total = tx.tx_total().packets;
+    let used = tx
+        .tx
+        .iter()
+        .filter(|q| total > 0 && q.packets * 100 >= total)
+        .count();
+    let effect = match p.policy {
+        Policy::Hash => "kernel flow hash".to_string(),
+        Policy::Xps => {
+            let mapped: Vec<usize> = (0..cpus).map(|c| c % usize::from(p.queues)).collect();
+            let outside: u64 = tx
+                .tx
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !mapped.contains(i))
+                .map(|(_, q)| q.packets)
+                .sum();
+            if total == 0 {
+                "no packets seen".into()
+            } else if outside == 0 {
+                "took effect".into()
+            } else {
+                format!(
+                    "NOT in effect: {:.1}% of packets on queues outside the XPS map",
+                    outside as f64 * 100.0 / total as f64
+                )
+            }
+        }
+    };
+    vec![
+        list(&mut tx.tx.iter().map(|q| q.packets)),
+        list(&mut tx.tx.iter().map(|q| q.segments)),
+        list(&mut rx.rx.iter().map(|q| q.packets)),
+        rx.rx_unrecorded.packets.to_string(),
+        list(&mut tx.tx_size_log2.iter().copied()),
+        list(&mut tx.tx_segs_log2.iter().copied()),
+        list(&mut rx.rx_size_log2.iter().copied()),
+        used.to_string(),
+        effect,
+    ]
+}
+
+/// Sets the TX queue policy on `iface` in `netns`: XPS cleared (the
+/// kernel's flow hash) or CPU `c` mapped to queue `c mod queues`.
+fn apply_policy(
+    netns: &str,
+    iface: &str,
+    queues: u16,
+    policy: Policy,
+    cpus: usize,
+) -> Result<(), RunError> {
+    for q in 0..usize::from(queues) {
+        let mask: u64 = match policy {
+            Policy::Hash => 0,
+            Policy::Xps => (0..cpus.min(64))
+                .filter(|c| c % usize::from(queues) == q)
+                .fold(0, |m, c| m | 1 << c),
+        };
+        testbed::write_sys(
+            netns,
+            &format!("class/net/{iface}/queues/tx-{q}/xps_cpus"),
+            &format!("{mask:x}"),
+        )
+        .map_err(|e| RunError::Failed(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Runs one point on a testbed of its own: the server in the `b` host, the
+/// client in the `a` host, eBPF views on both ends' data interfaces.
+/// Returns the CSV rows (one per direction).
+pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
+    let failed = |e: &dyn std::fmt::Display| RunError::Failed(e.to_string());
+    let tb = Testbed::up(TestbedSpec {
+        queues: p.queues,
+        mtu: p.mtu,
+        offloads: p.offloads.clone(),
+        qdisc: p.qdisc.clone(),
+        txqueuelen: Some(p.txqueuelen),
+        ..TestbedSpec::default()
+    })
+    .map_err(|e| failed(&e))?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    apply_policy(&tb.a.netns, &tb.a.iface, p.queues, p.policy, cpus)?;
+    apply_policy(&tb.b.netns, &tb.b.iface, p.queues, p.policy, cpus)?;
+    let proto = match p.test.proto {
+        Proto::Tcp => 6,
+        Proto::Udp => 17,
+    };
+    let (IpAddr::V4(a4), IpAddr::V4(b4)) = (tb.a.addr, tb.b.addr) else {
+        return Err(failed(&"the testbed's addresses are IPv4"));
+    };
+    let rule = fabkit_ebpf::Rule {
+        proto,
+        addr_a: Some(a4),
+        addr_b: Some(b4),
+        ..fabkit_ebpf::Rule::default()
+    };
+    let view = |netns: &str, iface: &str| {
+        fabkit_ebpf::Iface::lookup(Some(netns), iface)
+            .and_then(|i| fabkit_ebpf::QueueView::attach(i, &[rule], usize::from(p.queues)))
+            .map_err(|e| failed(&e))
+    };
+    let tx_view = view(&tb.a.netns, &tb.a.iface)?;
+    let rx_view = view(&tb.b.netns, &tb.b.iface)?;
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let server_ns = tb.b.netns.clone();
+    let server = std::thread::spawn(move || -> Result<(), RunError> {
+        testbed::enter(&server_ns).map_err(|e| RunError::Failed(e.to_string()))?;
+        let s = Server::bind(ServerOpts {
+            port: 0,
+            verbose: false,
+            ..ServerOpts::default()
+        });
+        let s = match s {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = port_tx.send(None);
+                return Err(e);
+            }
+        };
+        let _ = port_tx.send(Some(s.port()));
+        s.serve(true)
+    });
+    let port = port_rx
+        .recv_timeout(Duration::from_secs(10))
+        .ok()
+        .flatten()
+        .ok_or_else(|| failed(&"the sweep's server did not start"))?;
+    let client_ns = tb.a.netns.clone();
+    let test = p.test.clone();
+    let host = tb.b.addr.to_string();
+    let report = std::thread::spawn(move || {
+        testbed::enter(&client_ns).map_err(|e| RunError::Failed(e.to_string()))?;
+        let r = run_client(
+            &test,
+            &ClientOpts {
+                host: host.clone(),
+                port,
+                ..ClientOpts::default()
+            },
+        );
+        if r.is_err() {
+            // The server may still wait in accept: one empty connection
+            // ends its session.
+            let _ = std::net::TcpStream::connect_timeout(
+                &std::net::SocketAddr::new(
+                    host.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])),
+                    port,
+                ),
+                Duration::from_secs(2),
+            );
+        }
+        r
+    })
+    .join()
+    .map_err(|_| failed(&"the sweep's client panicked"))?;
+    let served = server
+        .join()
+        .map_err(|_| failed(&"the sweep's server panicked"))?;
+    let report = report?;
+    served?;
+    let tx = tx_view.read().map_err(|e| failed(&e))?;
+    let rx = rx_view.read().map_err(|e| failed(&e))?;
+    let queues = queue_fields(p, &tx, &rx, cpus)
+        .iter()
+        .map(|f| csv_field(f))
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok(report
+        .csv_rows()
+        .into_iter()
+        .map(|r| format!("{},{r},{queues}", csv_settings(p)))
+        .collect())
+}
+
+/// Runs every point of `file` not yet in `out` (a CSV it appends to),
+/// saying before it starts how many runs and how long, and after each run
+/// how far it is. Returns the runs done now.
+pub fn run(
+    file: &SweepFile,
+    out: &std::path::Path,
+    mut say: impl FnMut(&str),
+) -> Result<usize, RunError> {
+    let points = file.expand()?;
+    let existing = match std::fs::read_to_string(out) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(RunError::Failed(format!("reading {}: {e}", out.display()))),
+    };
+    let done = done_keys(&existing)?;
+    let todo: Vec<&Point> = points.iter().filter(|p| !done.contains(&p.key())).collect();
+    say(&format!(
+        "sweep: {} runs ({} already in {}), about {:.0} s",
+        todo.len(),
+        points.len() - todo.len(),
+        out.display(),
+        file.estimate_s(todo.len(), RUN_OVERHEAD_S)
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .map_err(|e| RunError::Failed(format!("opening {}: {e}", out.display())))?;
+    if existing.is_empty() {
+        writeln!(f, "{}", csv_header())
+            .map_err(|e| RunError::Failed(format!("writing {}: {e}", out.display())))?;
+    }
+    let start = Instant::now();
+    for (i, p) in todo.iter().enumerate() {
+        let rows = run_point(p).map_err(|e| match e {
+            RunError::Failed(m) => RunError::Failed(format!("run `{}`: {m}", p.key())),
+            other => other,
+        })?;
+        for r in rows {
+            writeln!(f, "{r}")
+                .map_err(|e| RunError::Failed(format!("writing {}: {e}", out.display())))?;
+        }
+        let per = start.elapsed().as_secs_f64() / (i + 1) as f64;
+        say(&format!(
+            "[{}/{}] {} ({:.0} s left)",
+            i + 1,
+            todo.len(),
+            p.key(),
+            per * (todo.len() - i - 1) as f64
+        ));
+    }
+    Ok(todo.len())
+}
+
+/// Seconds a run takes beyond its measured time (testbed, views,
+/// handshake), for estimates.
+pub const RUN_OVERHEAD_S: f64 = 1.5;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,9 +820,14 @@ mod tests {
         assert_eq!(p.len(), 3 * 2 * 3);
         let keys: HashSet<String> = p.iter().map(Point::key).collect();
         assert_eq!(keys.len(), p.len(), "keys name runs uniquely");
-        assert!(p.iter().any(|x| x.queues == 4 && x.test.proto == Proto::Udp && x.rep == 2));
+        assert!(p
+            .iter()
+            .any(|x| x.queues == 4 && x.test.proto == Proto::Udp && x.rep == 2));
         // Defaults: UDP messages of 1472 B, TCP of 128 KiB.
-        assert!(p.iter().filter(|x| x.test.proto == Proto::Udp).all(|x| x.test.len == 1472));
+        assert!(p
+            .iter()
+            .filter(|x| x.test.proto == Proto::Udp)
+            .all(|x| x.test.len == 1472));
         assert!(p
             .iter()
             .filter(|x| x.test.proto == Proto::Tcp)

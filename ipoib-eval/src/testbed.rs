@@ -130,6 +130,26 @@ fn sysctl_in(netns: &str, setting: &str) -> Result<(), TestbedError> {
     run(&["ip", "netns", "exec", netns, "sysctl", "-qw", setting]).map(drop)
 }
 
+/// Writes `value` to `/sys/PATH` as seen inside namespace `netns` (its
+/// interfaces' sysfs), e.g. `class/net/va/queues/tx-0/xps_cpus`.
+pub fn write_sys(netns: &str, path: &str, value: &str) -> Result<(), TestbedError> {
+    if path.contains("..") || path.contains(['\n', '\'']) || value.contains(['\n', '\'']) {
+        return Err(TestbedError::Invalid(format!(
+            "sysfs write {path}={value}: odd path or value"
+        )));
+    }
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        netns,
+        "sh",
+        "-c",
+        &format!("echo '{value}' > '/sys/{path}'"),
+    ])
+    .map(drop)
+}
+
 /// Waits (up to 5 s) until `iface` in `netns` is operationally up.
 fn wait_running(netns: &str, iface: &str) -> Result<(), TestbedError> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

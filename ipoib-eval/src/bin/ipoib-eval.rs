@@ -63,6 +63,19 @@ enum Cmd {
         #[command(subcommand)]
         cmd: TestbedCmd,
     },
+    /// Run every combination of a sweep file's axes on testbeds of their
+    /// own, appending a CSV row per run (resumes: runs already in the file
+    /// are skipped).
+    Sweep {
+        /// The sweep file (TOML; see the README).
+        file: PathBuf,
+        /// The CSV to append to.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// List the runs and the time estimate, run nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -496,6 +509,25 @@ fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
     }
 }
 
+fn sweep(file: &std::path::Path, output: &std::path::Path, dry_run: bool) -> Result<(), RunError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| RunError::Usage(SpecError(format!("cannot read {}: {e}", file.display()))))?;
+    let f = ipoib_eval::sweep::SweepFile::parse(&text)?;
+    if dry_run {
+        let points = f.expand()?;
+        for p in &points {
+            out!("{}", p.key());
+        }
+        out!(
+            "{} runs, about {:.0} s",
+            points.len(),
+            f.estimate_s(points.len(), ipoib_eval::sweep::RUN_OVERHEAD_S)
+        );
+        return Ok(());
+    }
+    ipoib_eval::sweep::run(&f, output, |line| eprintln!("{line}")).map(drop)
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -525,6 +557,11 @@ fn main() -> ExitCode {
         Cmd::Server(a) => server(a),
         Cmd::Client(a) => client(a),
         Cmd::Testbed { cmd } => testbed_cmd(cmd),
+        Cmd::Sweep {
+            file,
+            output,
+            dry_run,
+        } => sweep(file, output, *dry_run),
     };
     let _ = std::io::stdout().flush();
     match r {

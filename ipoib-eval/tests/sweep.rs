@@ -1,0 +1,95 @@
+//! A short sweep across real testbeds (root, as CI has): two points, one
+//! row each with the eBPF per-queue counters, the XPS policy shown to take
+//! effect, and a resumed run that adds nothing.
+
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ipoib-eval"))
+}
+
+fn rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    lines
+        .map(|l| {
+            // Our fields hold no quoted commas except policy_effect's text,
+            // which has none either.
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), header.len(), "{l}");
+            header
+                .iter()
+                .zip(f)
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn a_two_point_sweep_writes_rows_with_queue_counters_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.toml");
+    let out = dir.path().join("s.csv");
+    std::fs::write(
+        &file,
+        "seconds = 0.5\n[axes]\nqueues = [2]\npolicy = [\"hash\", \"xps\"]\n\
+         proto = [\"udp\"]\nsend = [\"gso:8\"]\nrate = [\"200M\"]\n",
+    )
+    .unwrap();
+    let o = bin()
+        .arg("sweep")
+        .arg(&file)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("sweep: 2 runs (0 already"), "{err}");
+    let r = rows(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(r.len(), 2);
+    for row in &r {
+        let per_q: Vec<u64> = row["tx_queue_packets"]
+            .split(' ')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(per_q.len(), 2);
+        let segs: u64 = row["tx_queue_segments"]
+            .split(' ')
+            .map(|x| x.parse::<u64>().unwrap())
+            .sum();
+        let pkts: u64 = per_q.iter().sum();
+        assert!(pkts > 0, "{row:?}");
+        // gso:8 sends trains of 8 datagrams: one super-packet each.
+        assert_eq!(segs, 8 * pkts, "{row:?}");
+        let received: u64 = row["received_msgs"].parse().unwrap();
+        assert_eq!(received, segs, "every datagram arrived at 200 Mbit/s");
+        if row["policy"] == "xps" {
+            assert_eq!(row["policy_effect"], "took effect", "{row:?}");
+        }
+    }
+    let o = bin()
+        .arg("sweep")
+        .arg(&file)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sweep: 0 runs (2 already"));
+    assert_eq!(rows(&std::fs::read_to_string(&out).unwrap()).len(), 2);
+    // Bad input: one line, exit 2, nothing written.
+    std::fs::write(&file, "[axes]\npolicy = [\"rr\"]\n").unwrap();
+    let bad = dir.path().join("bad.csv");
+    let o = bin()
+        .arg("sweep")
+        .arg(&file)
+        .arg("-o")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
+    assert!(!bad.exists());
+}
