@@ -401,15 +401,23 @@ fn interface_in(addr: &str, prefix: &str) -> Result<String> {
     if bits > width {
         return Err(bad(&format!("the prefix is longer than {width} bits")));
     }
-    let found = local_addresses()?
-        .into_iter()
-        .find(|(_, a)| in_network(*a, net, bits));
-    found.map(|(name, _)| name).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "no interface of this host has an address in {addr}/{prefix} \
+    let mut found: Vec<String> = Vec::new();
+    for (name, a) in local_addresses()? {
+        if in_network(a, net, bits) && !found.contains(&name) {
+            found.push(name);
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(Error::InvalidArgument(format!(
+            "no interface of this host that is up has an address in {addr}/{prefix} \
              (see `ip -br addr`); give the network the ranks share"
-        ))
-    })
+        ))),
+        _ => Err(Error::InvalidArgument(format!(
+            "{addr}/{prefix} matches several interfaces here ({}); give a narrower network",
+            found.join(", ")
+        ))),
+    }
 }
 
 /// Whether `a` lies in `net/bits` (`bits` at most the address width).
@@ -425,15 +433,18 @@ fn in_network(a: std::net::IpAddr, net: std::net::IpAddr, bits: u32) -> bool {
     a & mask == n & mask
 }
 
-/// Every (interface, address) of this host's network namespace.
+/// Every (interface, address) of this host's network namespace whose
+/// interface is up.
 fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list it allocated to `head`.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "getifaddrs: {}",
-            std::io::Error::last_os_error()
-        )));
+        let e = std::io::Error::last_os_error();
+        return Err(Error::Call {
+            call: "getifaddrs",
+            code: e.raw_os_error().unwrap_or(0),
+            msg: e.to_string(),
+        });
     }
     let mut out = Vec::new();
     let mut cur = head;
@@ -444,7 +455,7 @@ fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>> {
         unsafe {
             let ifa = &*cur;
             let sa = ifa.ifa_addr;
-            if !sa.is_null() {
+            if !sa.is_null() && ifa.ifa_flags & libc::IFF_UP as u32 != 0 {
                 let ip = match i32::from((*sa).sa_family) {
                     libc::AF_INET => {
                         let sin = &*(sa as *const libc::sockaddr_in);

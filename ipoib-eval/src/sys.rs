@@ -416,17 +416,33 @@ pub fn wait_errqueue(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> 
 }
 
 /// An exclusive `flock` on `path` (created if missing), held until the
-/// returned file is dropped.
-pub fn lock_file(path: &str) -> io::Result<std::fs::File> {
+/// returned file is dropped; gives up after `wait` with `TimedOut`.
+pub fn lock_file(path: &str, wait: std::time::Duration) -> io::Result<std::fs::File> {
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(path)?;
-    // SAFETY: f is an open file for the duration of the call; the lock is
-    // released when it is closed.
-    check(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) })?;
-    Ok(f)
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: f is an open file for the duration of the call; the lock is
+        // released when it is closed.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(f);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(e);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("another process holds it for more than {wait:?} (see `fuser {path}`)"),
+            ));
+        }
+        // flock has no timed wait: poll, holders keep it for milliseconds.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Moves the calling thread into the network namespace `/run/netns/NAME`

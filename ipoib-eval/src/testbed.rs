@@ -179,9 +179,11 @@ fn wait_running(netns: &str, iface: &str) -> Result<(), TestbedError> {
 /// parallel get different ones; removing the namespace removes the pair.
 fn mgmt_link(netns: &str) -> Result<Ipv4Addr, TestbedError> {
     let lock = "/run/ipoib-eval-mgmt.lock";
-    let _held = crate::sys::lock_file(lock).map_err(|e| TestbedError::Command {
-        cmd: format!("locking {lock}"),
-        msg: e.to_string(),
+    let _held = crate::sys::lock_file(lock, std::time::Duration::from_secs(30)).map_err(|e| {
+        TestbedError::Command {
+            cmd: format!("locking {lock}"),
+            msg: e.to_string(),
+        }
     })?;
     let used = run(&["ip", "-4", "-j", "addr", "show"])?;
     let used: serde_json::Value = serde_json::from_str(&used).unwrap_or_default();
@@ -198,8 +200,11 @@ fn mgmt_link(netns: &str) -> Result<Ipv4Addr, TestbedError> {
         let [hi, lo] = (k * 4).to_be_bytes();
         Ipv4Addr::new(MGMT_NET[0], MGMT_NET[1], hi, lo)
     };
+    let links = run(&["ip", "-o", "link", "show"])?;
+    let link_exists =
+        |k: u16| links.contains(&format!(": ipm{k}:")) || links.contains(&format!(": ipm{k}@"));
     let k = (0..16384u16)
-        .find(|&k| !taken(Ipv4Addr::from(u32::from(block(k)) + 1)))
+        .find(|&k| !taken(Ipv4Addr::from(u32::from(block(k)) + 1)) && !link_exists(k))
         .ok_or_else(|| TestbedError::Command {
             cmd: "allocating a management link".into(),
             msg: "all of 10.78.0.0/16 is in use in the root namespace".into(),
@@ -322,16 +327,20 @@ pub fn status(name: &str) -> Vec<String> {
 pub fn down(name: &str) -> Result<(), TestbedError> {
     valid_name(name)?;
     for n in status(name) {
-        // The kernel tears a namespace down in the background: delete the
-        // management veth first, so its root end is gone when this returns.
-        if run(&["ip", "-n", &n, "link", "show", "dev", MGMT_IFACE]).is_ok() {
-            run(&["ip", "-n", &n, "link", "del", MGMT_IFACE])?;
-        }
-        // Deleting a namespace deletes its veths (and so their peers),
-        // addresses, routes and qdiscs.
-        run(&["ip", "netns", "del", &n])?;
+        remove_ns(&n)?;
     }
     Ok(())
+}
+
+/// Removes namespace `n`: its management veth first (the kernel tears a
+/// namespace down in the background, and not at all while a process is
+/// still inside, so the root end would linger), then the namespace, which
+/// takes its veths (and so their peers), addresses, routes and qdiscs.
+fn remove_ns(n: &str) -> Result<(), TestbedError> {
+    if run(&["ip", "-n", n, "link", "show", "dev", MGMT_IFACE]).is_ok() {
+        run(&["ip", "-n", n, "link", "del", MGMT_IFACE])?;
+    }
+    run(&["ip", "netns", "del", n]).map(drop)
 }
 
 /// Removes auto-named testbeds whose owning process is gone.
@@ -347,7 +356,7 @@ pub fn sweep_stale() {
             continue;
         };
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = run(&["ip", "netns", "del", &n]);
+            let _ = remove_ns(&n);
         }
     }
 }

@@ -300,6 +300,11 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
         ));
     }
     let size = n.unwrap_or(hosts);
+    if size > MAX_MPI_RANKS {
+        return Err(anyhow!(
+            "launch --mpi: -n {size} is more than {MAX_MPI_RANKS} ranks on one machine"
+        ));
+    }
     if size == 0 || !size.is_multiple_of(hosts) {
         return Err(anyhow!(
             "launch --mpi: -n {size} does not split evenly over {hosts} namespaces; \
@@ -312,27 +317,73 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
         ));
     }
     let mgmt = ipoib_eval::testbed::MGMT_IFACE;
-    for ns in netns {
-        let has_mgmt = std::process::Command::new("ip")
-            .args(["-n", ns, "link", "show", "dev", mgmt])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !has_mgmt {
+    let existing = ipoib_eval::testbed::namespaces();
+    for (i, ns) in netns.iter().enumerate() {
+        // Open MPI takes the namespaces for host names (and `h:n` for slots).
+        let hostname_like = !ns.is_empty()
+            && ns.len() <= 48
+            && !ns.starts_with(['-', '.'])
+            && ns
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+        if !hostname_like {
             return Err(anyhow!(
-                "namespace {ns} has no management link `{mgmt}`, so mpirun cannot reach its \
-                 daemon there: bring the testbed up with `ipoib-eval testbed up --mgmt`"
+                "launch --mpi: namespace `{ns}` cannot be a host name for mpirun: use 1-48 \
+                 letters, digits, - or ."
+            ));
+        }
+        if netns[..i].contains(ns) {
+            return Err(anyhow!(
+                "launch --mpi: namespace {ns} is named twice; use -n for more ranks per namespace"
+            ));
+        }
+        if !existing.contains(ns) {
+            return Err(anyhow!(
+                "launch --mpi: there is no network namespace {ns} (see `ip netns list`)"
+            ));
+        }
+        let addr = std::process::Command::new("ip")
+            .args(["-n", ns, "-4", "-o", "addr", "show", "dev", mgmt])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("inet "))
+            .unwrap_or(false);
+        if !addr {
+            return Err(anyhow!(
+                "namespace {ns} has no management link `{mgmt}` with an IPv4 address, so \
+                 mpirun cannot reach its daemon there: bring the testbed up with \
+                 `ipoib-eval testbed up --mgmt`"
             ));
         }
     }
     let me = std::env::current_exe().context("finding this fabkit's path for the rsh agent")?;
+    let me_str = me.display().to_string();
+    if me_str.contains([' ', ':', '\t']) {
+        return Err(anyhow!(
+            "launch --mpi: mpirun splits its rsh agent at spaces and colons, and this fabkit's \
+             path `{me_str}` has one; run fabkit from a path without them"
+        ));
+    }
     let slots = size / hosts;
     let host_list: Vec<String> = netns.iter().map(|h| format!("{h}:{slots}")).collect();
     let mut c = std::process::Command::new("mpirun");
-    c.args(["--mca", "plm_rsh_agent", &format!("{} rsh", me.display())])
-        .args(["--mca", "btl_tcp_if_exclude", &format!("lo,{mgmt}")])
-        .args(["--host", &host_list.join(",")])
+    c.args(["--mca", "plm_rsh_agent", &format!("{me_str} rsh")]);
+    // Open MPI refuses both include and exclude lists: the user's wins.
+    if std::env::var_os("OMPI_MCA_btl_tcp_if_include").is_none() {
+        c.args(["--mca", "btl_tcp_if_exclude", &format!("lo,{mgmt}")]);
+    }
+    // If fabkit is killed, mpirun is told to end the job (it would run on
+    // under init otherwise). Ctrl-C reaches mpirun through the process group.
+    // SAFETY: prctl is async-signal-safe; it runs in the child before exec
+    // and touches no memory of the parent.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.args(["--host", &host_list.join(",")])
         .args(["-n", &size.to_string()])
         .args(cmd);
     let status = c
@@ -340,6 +391,9 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
         .map_err(|e| anyhow!("starting mpirun: {e} (install Open MPI: openmpi-bin)"))?;
     Ok(status.code().unwrap_or(1))
 }
+
+/// Ranks `launch --mpi` starts at most (all on this machine).
+const MAX_MPI_RANKS: usize = 1024;
 
 /// The rsh agent for [`launch_mpi`]: runs the shell command line `words`
 /// (as a remote shell would: joined by spaces) in network namespace

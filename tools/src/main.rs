@@ -95,16 +95,18 @@ enum Cmd {
     },
     /// Start a fabkit command as ranks in processes on this machine, one per
     /// network namespace (each a host of its own) or -n plain processes,
-    /// meeting through a shared directory instead of MPI:
+    /// meeting through a shared directory (or, with --mpi, under mpirun):
     /// `fabkit launch --netns ipoib-a,ipoib-b -- fabkit check -p 'tcp;ofi_rxm'`.
     Launch {
         /// Network namespaces, one rank each, in rank order.
         #[arg(long, value_delimiter = ',')]
         netns: Vec<String>,
-        /// Ranks (processes) without namespaces.
+        /// Ranks: without --netns, plain processes; with --mpi, spread evenly
+        /// over the namespaces.
         #[arg(short = 'n', long)]
         ranks: Option<usize>,
-        /// Seconds a rank waits for the others at each bootstrap exchange.
+        /// Seconds a rank waits for the others at each bootstrap exchange
+        /// (the file bootstrap; under --mpi, mpirun's own timeouts apply).
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
         /// Launch with Open MPI's mpirun instead (MPI bootstrap), -n ranks

@@ -110,6 +110,20 @@ fn launch_reports_a_failing_rank_and_its_bad_input() {
         &["launch", "--netns", "a,b", "-n", "3", "--", "true"],
         &["launch", "--mpi", "-n", "2", "--", "true"],
         &["launch", "--mpi", "--netns", "a,b", "-n", "3", "--", "true"],
+        &["launch", "--mpi", "--netns", "a_b", "--", "true"],
+        &["launch", "--mpi", "--netns", "a:1", "--", "true"],
+        &["launch", "--mpi", "--netns", "a,a", "--", "true"],
+        &["launch", "--mpi", "--netns", "no-such-ns", "--", "true"],
+        &[
+            "launch",
+            "--mpi",
+            "--netns",
+            "a",
+            "-n",
+            "4294967300",
+            "--",
+            "true",
+        ],
     ] {
         let o = fabkit().args(bad).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{bad:?}");
@@ -190,6 +204,19 @@ fn ranks_run_across_namespaces_with_and_without_mpirun() {
         .collect();
     assert_eq!(domains, ["va", "va", "vb", "vb"]);
     assert_dht_exact(&launched(&mpi, &dht), 4);
+    // A network that holds both the data and the management address is
+    // ambiguous, and said so.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &tb.a.netns, env!("CARGO_BIN_EXE_fabkit")])
+        .args(["check", "-p", "tcp;ofi_rxm", "-d", "10.0.0.0/8"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("matches several interfaces here (") && e.contains("va"),
+        "{e}"
+    );
     // MPI one-sided RMA across the namespaces (osc pt2pt over the TCP BTL).
     let mpi_dht = ["dht", "--mpi", "create", "-v", "chunked", "-k", "200"];
     assert_dht_exact(&launched(&mpi, &mpi_dht), 4);
