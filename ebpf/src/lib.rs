@@ -200,6 +200,14 @@ pub struct QueueCounts {
     pub rx_size_log2: Vec<u64>,
 }
 
+impl std::ops::AddAssign for QueueCount {
+    fn add_assign(&mut self, o: QueueCount) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.segments += o.segments;
+    }
+}
+
 impl QueueCounts {
     /// Sum over the TX queues.
     pub fn tx_total(&self) -> QueueCount {
@@ -209,18 +217,15 @@ impl QueueCounts {
     /// Sum over the RX queues and the unrecorded.
     pub fn rx_total(&self) -> QueueCount {
         let mut t = sum(&self.rx);
-        t.packets += self.rx_unrecorded.packets;
-        t.bytes += self.rx_unrecorded.bytes;
-        t.segments += self.rx_unrecorded.segments;
+        t += self.rx_unrecorded;
         t
     }
 }
 
 fn sum(q: &[QueueCount]) -> QueueCount {
-    q.iter().fold(QueueCount::default(), |a, c| QueueCount {
-        packets: a.packets + c.packets,
-        bytes: a.bytes + c.bytes,
-        segments: a.segments + c.segments,
+    q.iter().fold(QueueCount::default(), |mut a, c| {
+        a += *c;
+        a
     })
 }
 
@@ -355,10 +360,13 @@ impl QueueView {
                     let v = arr
                         .get(&i, 0)
                         .map_err(|e| kernel("reading")(format!("map {name}[{i}]: {e}")))?;
-                    Ok(v.iter().fold(QueueCount::default(), |a, c| QueueCount {
-                        packets: a.packets + c.packets,
-                        bytes: a.bytes + c.bytes,
-                        segments: a.segments + c.segments,
+                    Ok(v.iter().fold(QueueCount::default(), |mut a, c| {
+                        a += QueueCount {
+                            packets: c.packets,
+                            bytes: c.bytes,
+                            segments: c.segments,
+                        };
+                        a
                     }))
                 })
                 .collect()
@@ -390,10 +398,7 @@ impl QueueView {
         for q in [&mut tx, &mut rx] {
             let extra = sum(&q[self.queues..]);
             q.truncate(self.queues);
-            let last = q.last_mut().expect("queues >= 1");
-            last.packets += extra.packets;
-            last.bytes += extra.bytes;
-            last.segments += extra.segments;
+            *q.last_mut().expect("queues >= 1") += extra;
         }
         Ok(QueueCounts {
             tx,

@@ -666,7 +666,8 @@ busy_s,clock_hz,cycles_per_msg,cycles_per_byte,same_host,p50_us,p99_us,kernel";
     }
 }
 
-fn csv_field(f: &str) -> String {
+/// Quotes a CSV field when it holds a comma, quote or newline.
+pub fn csv_field(f: &str) -> String {
     if f.contains([',', '"', '\n']) {
         format!("\"{}\"", f.replace('"', "\"\""))
     } else {

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use crate::report::csv_field;
 use crate::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
 use crate::spec::{self, Proto, RecvPath, SendPath, SpecError};
 use crate::testbed::{self, Testbed, TestbedSpec};
@@ -294,8 +295,8 @@ pub fn parse_offloads(s: &str) -> Result<Vec<(String, bool)>, SpecError> {
         .collect()
 }
 
-fn nonempty<T>(name: &str, v: &[T]) -> Result<(), SpecError> {
-    if v.is_empty() {
+fn nonempty(name: &str, len: usize) -> Result<(), SpecError> {
+    if len == 0 {
         Err(SpecError(format!(
             "axis {name} is empty: give at least one value, or leave it out for its default"
         )))
@@ -341,35 +342,29 @@ impl SweepFile {
                 self.repetitions
             )));
         }
-        nonempty("queues", &a.queues)?;
-        nonempty("policy", &a.policy)?;
-        nonempty("mtu", &a.mtu)?;
-        nonempty("offloads", &a.offloads)?;
-        nonempty("qdisc", &a.qdisc)?;
-        nonempty("txqueuelen", &a.txqueuelen)?;
-        nonempty("proto", &a.proto)?;
-        nonempty("len", &a.len)?;
-        nonempty("send", &a.send)?;
-        nonempty("recv", &a.recv)?;
-        nonempty("streams", &a.streams)?;
-        nonempty("rate", &a.rate)?;
-        let runs = [
-            a.queues.len(),
-            a.policy.len(),
-            a.mtu.len(),
-            a.offloads.len(),
-            a.qdisc.len(),
-            a.txqueuelen.len(),
-            a.proto.len(),
-            a.len.len(),
-            a.send.len(),
-            a.recv.len(),
-            a.streams.len(),
-            a.rate.len(),
-            self.repetitions as usize,
-        ]
-        .iter()
-        .try_fold(1usize, |n, &k| n.checked_mul(k).filter(|&n| n <= MAX_RUNS));
+        // Every axis with its length, checked and multiplied once.
+        let lens = [
+            ("queues", a.queues.len()),
+            ("policy", a.policy.len()),
+            ("mtu", a.mtu.len()),
+            ("offloads", a.offloads.len()),
+            ("qdisc", a.qdisc.len()),
+            ("txqueuelen", a.txqueuelen.len()),
+            ("proto", a.proto.len()),
+            ("len", a.len.len()),
+            ("send", a.send.len()),
+            ("recv", a.recv.len()),
+            ("streams", a.streams.len()),
+            ("rate", a.rate.len()),
+        ];
+        for (name, n) in lens {
+            nonempty(name, n)?;
+        }
+        let runs = lens
+            .iter()
+            .map(|(_, n)| *n)
+            .chain([self.repetitions as usize])
+            .try_fold(1usize, |n, k| n.checked_mul(k).filter(|&n| n <= MAX_RUNS));
         let Some(_) = runs else {
             return Err(SpecError(format!(
                 "the sweep has more than {MAX_RUNS} runs: trim an axis"
@@ -502,15 +497,6 @@ pub fn csv_header() -> String {
         "{CSV_SETTINGS},{},{CSV_QUEUES}",
         crate::report::Report::CSV_HEADER
     )
-}
-
-/// Quotes a CSV field when it needs it.
-pub fn csv_field(f: &str) -> String {
-    if f.contains([',', '"', '\n']) {
-        format!("\"{}\"", f.replace('"', "\"\""))
-    } else {
-        f.to_string()
-    }
 }
 
 /// The settings fields of a row.
