@@ -12,17 +12,18 @@ fn main() {
         _ => "x86_64-linux-gnu",
     };
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
-    let prog = "queues";
-    let src = format!("bpf/{prog}.c");
-    println!("cargo:rerun-if-changed={src}");
-    let obj = out.join(format!("{prog}.o"));
-    let status = Command::new(&clang)
-        .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
-        .arg(format!("-I/usr/include/{multiarch}"))
-        .args(["-c", &src, "-o"])
-        .arg(&obj)
-        .status()
-        .unwrap_or_else(|e| panic!("running {clang} for {src}: {e} (install clang)"));
-    assert!(status.success(), "{clang} failed on {src}");
+    for prog in ["queues", "rr"] {
+        let src = format!("bpf/{prog}.c");
+        println!("cargo:rerun-if-changed={src}");
+        let obj = out.join(format!("{prog}.o"));
+        let status = Command::new(&clang)
+            .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
+            .arg(format!("-I/usr/include/{multiarch}"))
+            .args(["-c", &src, "-o"])
+            .arg(&obj)
+            .status()
+            .unwrap_or_else(|e| panic!("running {clang} for {src}: {e} (install clang)"));
+        assert!(status.success(), "{clang} failed on {src}");
+    }
     println!("cargo:rerun-if-env-changed=CLANG");
 }

@@ -27,7 +27,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use aya::maps::{Array, MapData, PerCpuArray};
-use aya::programs::TracePoint;
+use aya::programs::{SchedClassifier, TcAttachType, TracePoint};
 use aya::Ebpf;
 use serde::Serialize;
 
@@ -236,6 +236,7 @@ pub const PROGRAMS: [(&str, &str); 2] = [
 ];
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/queues.o"));
+static RR_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rr.o"));
 
 /// The programs, attached to one interface; detached on drop.
 #[derive(Debug)]
@@ -421,5 +422,84 @@ fn verifier(e: aya::programs::ProgramError) -> String {
             format!("{io_error}; verifier: {verifier_log}")
         }
         other => other.to_string(),
+    }
+}
+
+/// The round-robin selector's program name (as the kernel lists it).
+pub const RR_PROGRAM: &str = "fabkit_rr";
+
+/// Round-robin TX queue selection on one interface (`bpf/rr.c`): a tc
+/// egress program (TCX) deals packets out over the queues in turn, per
+/// CPU. It reaches only packets whose queue the kernel still chooses: XPS
+/// must be cleared (the caller's job), and a socket that cached a queue
+/// keeps it unless the packet may move (TCP: none of its data held by the
+/// host, which on veth is nearly always). Per packet it works for
+/// unconnected UDP; connected UDP stays on one queue. Check with a
+/// [`QueueView`]. Detached on drop (the TCX link is a file descriptor; the
+/// kernel drops it with the process too).
+#[derive(Debug)]
+pub struct RoundRobin {
+    _bpf: Ebpf,
+}
+
+/// Runs `f` on a thread of its own inside network namespace `netns`
+/// (`None`: this one); the caller's namespace is untouched.
+fn in_netns<T: Send>(netns: Option<&str>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    let Some(ns) = netns else { return f() };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(format!("/run/netns/{ns}"))
+                .map_err(|e| Error::NotFound(format!("network namespace {ns}: {e}")))?;
+            use std::os::fd::AsRawFd;
+            // SAFETY: file is an open namespace file for the duration of the call.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(kernel(&format!("entering network namespace {ns}"))(
+                    std::io::Error::last_os_error().to_string(),
+                ));
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(Error::Invalid("the attaching thread panicked".into())))
+    })
+}
+
+impl RoundRobin {
+    /// Loads the selector and attaches it to the egress of interface `name`
+    /// in namespace `netns` (`ip netns` name; `None`: this one), dealing
+    /// packets over `queues` queues.
+    pub fn attach(netns: Option<&str>, name: &str, queues: usize) -> Result<Self> {
+        if queues == 0 || queues > QUEUES {
+            return Err(Error::Invalid(format!(
+                "queues must be 1 to {QUEUES}, got {queues}"
+            )));
+        }
+        let what = format!("attaching the round-robin selector to {name} (tc egress)");
+        let mut bpf = Ebpf::load(RR_OBJECT)
+            .map_err(|e| kernel("loading the round-robin object")(e.to_string()))?;
+        {
+            let map = bpf
+                .map_mut("rr_state")
+                .ok_or_else(|| kernel(&what)("map rr_state not in the object".into()))?;
+            let mut arr: PerCpuArray<&mut MapData, [u32; 2]> =
+                PerCpuArray::try_from(map).map_err(|e| kernel(&what)(e.to_string()))?;
+            let cpus = aya::util::nr_cpus().map_err(|(_, e)| kernel(&what)(e.to_string()))?;
+            let per_cpu = aya::maps::PerCpuValues::try_from(vec![[queues as u32, 0]; cpus])
+                .map_err(|e| kernel(&what)(e.to_string()))?;
+            arr.set(0, per_cpu, 0)
+                .map_err(|e| kernel(&what)(e.to_string()))?;
+        }
+        let p: &mut SchedClassifier = bpf
+            .program_mut(RR_PROGRAM)
+            .ok_or_else(|| kernel(&what)("program not in the object".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| kernel(&what)(e.to_string()))?;
+        p.load().map_err(|e| kernel(&what)(verifier(e)))?;
+        in_netns(netns, || {
+            p.attach(name, TcAttachType::Egress)
+                .map(|_| ())
+                .map_err(|e| kernel(&what)(e.to_string()))
+        })?;
+        Ok(RoundRobin { _bpf: bpf })
     }
 }

@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::{Mutex, MutexGuard};
 
-use fabkit_ebpf::{Iface, QueueView, Rule, PROGRAMS};
+use fabkit_ebpf::{Iface, QueueView, RoundRobin, Rule, PROGRAMS, RR_PROGRAM};
 use ipoib_eval::testbed::{self, Testbed, TestbedSpec};
 
 fn serial() -> MutexGuard<'static, ()> {
@@ -40,11 +40,16 @@ fn pin_tx_queue(netns: &str, iface: &str, queues: u16, q: u16) {
     }
 }
 
-/// Sends `n` UDP datagrams of `len` bytes from a thread in `tb.a` to a
-/// socket in `tb.b`, in batches the receiver acknowledges (so no receive
+/// Sends `n` UDP datagrams of `len` bytes from a thread in `tb.a` (pinned
+/// to CPU 0; `unconnected`: sendto(2) without connect) to a socket in
+/// `tb.b`, in batches the receiver acknowledges (so no receive
 /// buffer overflows), and checks that every one arrived: the counts below
 /// are exact because nothing was lost.
 fn udp_across(tb: &Testbed, n: usize, len: usize, port: u16) {
+    udp_across_with(tb, n, len, port, false)
+}
+
+fn udp_across_with(tb: &Testbed, n: usize, len: usize, port: u16, unconnected: bool) {
     const BATCH: usize = 50;
     let (a, b) = (tb.a.clone(), tb.b.clone());
     let (ack, acked) = std::sync::mpsc::channel();
@@ -70,11 +75,26 @@ fn udp_across(tb: &Testbed, n: usize, len: usize, port: u16) {
     let dest = (tb.b.addr, port);
     std::thread::spawn(move || {
         testbed::enter(&a.netns).unwrap();
+        // SAFETY: a zeroed cpu_set_t with CPU 0 set, for this thread (0).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                0
+            );
+        }
         let s = UdpSocket::bind((a.addr, 0)).unwrap();
-        s.connect(dest).unwrap();
+        if !unconnected {
+            s.connect(dest).unwrap();
+        }
         let buf = vec![7u8; len];
         for i in 0..n {
-            s.send(&buf).unwrap();
+            if unconnected {
+                s.send_to(&buf, dest).unwrap();
+            } else {
+                s.send(&buf).unwrap();
+            }
             if (i + 1) % BATCH == 0 && i + 1 < n {
                 acked
                     .recv_timeout(std::time::Duration::from_secs(5))
@@ -92,7 +112,7 @@ fn loaded_ours() -> usize {
         .filter_map(Result::ok)
         .filter(|p| {
             p.name_as_str()
-                .is_some_and(|n| PROGRAMS.iter().any(|(ours, _)| *ours == n))
+                .is_some_and(|n| n == RR_PROGRAM || PROGRAMS.iter().any(|(ours, _)| *ours == n))
         })
         .count()
 }
@@ -173,4 +193,53 @@ fn without_rules_every_packet_on_the_interface_counts_and_bad_input_is_refused()
     assert!(e.to_string().contains("no interface nosuch0"), "{e}");
     let e = Iface::lookup(Some("no-such-netns"), "va").unwrap_err();
     assert!(e.to_string().contains("ip netns list"), "{e}");
+}
+
+#[test]
+fn round_robin_deals_unconnected_datagrams_out_evenly_and_detaches() {
+    let _g = serial();
+    let tb = Testbed::up(TestbedSpec {
+        queues: 4,
+        ..TestbedSpec::default()
+    })
+    .unwrap();
+    // XPS cleared: the kernel hashes, and the selector's choice stands.
+    pin_tx_queue(&tb.a.netns, "va", 4, 0);
+    for q in 0..4 {
+        sh_in(
+            &tb.a.netns,
+            &format!("echo 0 > /sys/class/net/va/queues/tx-{q}/xps_cpus"),
+        );
+    }
+    // One datagram first, so ARP is resolved before anything is dealt.
+    udp_across(&tb, 1, 100, 9997);
+    let udp = Rule {
+        proto: 17,
+        port_b: 9999,
+        ..Rule::default()
+    };
+    let rr = RoundRobin::attach(Some(&tb.a.netns), "va", 4).unwrap();
+    let tx = QueueView::attach(Iface::lookup(Some(&tb.a.netns), "va").unwrap(), &[udp], 4).unwrap();
+    udp_across_with(&tb, 400, 500, 9999, true);
+    let pkts = |c: &[fabkit_ebpf::QueueCount]| c.iter().map(|q| q.packets).collect::<Vec<_>>();
+    let t = tx.read().unwrap();
+    assert_eq!(pkts(&t.tx), [100, 100, 100, 100], "{t:?}");
+    // A connected socket caches the queue of its first datagram.
+    let one = Rule {
+        proto: 17,
+        port_b: 9996,
+        ..Rule::default()
+    };
+    let tx1 =
+        QueueView::attach(Iface::lookup(Some(&tb.a.netns), "va").unwrap(), &[one], 4).unwrap();
+    udp_across_with(&tb, 100, 500, 9996, false);
+    let mut c = pkts(&tx1.read().unwrap().tx);
+    c.sort_unstable();
+    assert_eq!(c, [0, 0, 0, 100], "connected UDP stays on one queue");
+    drop((rr, tx, tx1));
+    assert_eq!(loaded_ours(), 0, "the selector stayed attached after drop");
+    let e = RoundRobin::attach(Some(&tb.a.netns), "va", 0).unwrap_err();
+    assert!(e.to_string().contains("queues must be"), "{e}");
+    let e = RoundRobin::attach(Some(&tb.a.netns), "nosuch0", 4).unwrap_err();
+    assert!(e.to_string().contains("nosuch0"), "{e}");
 }

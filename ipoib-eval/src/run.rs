@@ -183,6 +183,8 @@ struct Stream {
     plan: StreamPlan,
     role: Role,
     sock: Socket,
+    /// Where an unconnected UDP socket sends to (`None`: connected).
+    dest: Option<SocketAddr>,
     buffer: Option<BufSize>,
 }
 
@@ -299,6 +301,7 @@ fn run_sender(cx: &Ctx) -> Result<StreamSide, String> {
         spec.send,
         spec.proto,
         sock,
+        cx.stream.dest,
         spec.len,
         cx.id(),
         spec.timeout(),
@@ -986,6 +989,7 @@ fn stream(
         plan,
         role,
         sock,
+        dest: None,
         buffer,
     })
 }
@@ -1057,6 +1061,11 @@ pub struct ClientOpts {
     pub v4: Option<bool>,
     /// CPUs for the client's stream threads.
     pub cpus: Vec<usize>,
+    /// UDP streams with send path `send` use unconnected sockets and
+    /// sendto(2): no route and no TX queue is cached per socket, so a tc
+    /// program's queue choice holds packet by packet (the round-robin
+    /// policy). Other paths stay connected.
+    pub unconnected_udp: bool,
     /// Print interval lines live.
     pub print_intervals: bool,
 }
@@ -1169,6 +1178,10 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
     let mut udp_ports = Vec::new();
     for p in &plan {
         let role = role_of(p, true);
+        let mut dest = None;
+        let unconnected = opts.unconnected_udp
+            && spec.send == crate::spec::SendPath::Send
+            && role == Role::Sender;
         let sock = match spec.proto {
             Proto::Tcp => {
                 let port = *ports
@@ -1199,21 +1212,21 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
                         plan.len()
                     ))
                 })?;
-                let s = udp_bound(local)
-                    .and_then(|s| udp_connected(s, with_port(addr, port)))
-                    .map_err(|e| failed(format!("stream {}: a UDP socket to {peer}: {e}", p.id)))?;
+                let to = with_port(addr, port);
+                let s = if unconnected {
+                    dest = Some(to);
+                    udp_bound(local)
+                } else {
+                    udp_bound(local).and_then(|s| udp_connected(s, to))
+                }
+                .map_err(|e| failed(format!("stream {}: a UDP socket to {peer}: {e}", p.id)))?;
                 udp_ports.push(port_of(&s));
                 s
             }
         };
-        streams.push(stream(
-            *p,
-            role,
-            sock,
-            spec,
-            opts.dev.as_deref(),
-            &mut warnings,
-        )?);
+        let mut st = stream(*p, role, sock, spec, opts.dev.as_deref(), &mut warnings)?;
+        st.dest = dest;
+        streams.push(st);
     }
     let ph = Phase {
         spec: Arc::new(spec.clone()),

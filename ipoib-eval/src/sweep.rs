@@ -51,6 +51,10 @@ pub enum Policy {
     Hash,
     /// Per CPU (XPS: CPU `c` sends on queue `c mod queues`).
     Xps,
+    /// Round-robin, packet by packet (XPS cleared, a tc egress program
+    /// chooses; the client's UDP `send` path unconnected, see
+    /// [`fabkit_ebpf::RoundRobin`]).
+    Rr,
 }
 
 impl std::str::FromStr for Policy {
@@ -59,14 +63,10 @@ impl std::str::FromStr for Policy {
         match s {
             "hash" => Ok(Policy::Hash),
             "xps" => Ok(Policy::Xps),
-            "rr" | "round-robin" => Err(SpecError(
-                "policy rr: this kernel has no way to make the stack honour a chosen queue \
-                 (no act_skbedit; a tc program's queue_mapping is overridden for connected \
-                 sockets); use hash or xps"
-                    .into(),
-            )),
+            "rr" => Ok(Policy::Rr),
             other => Err(SpecError(format!(
-                "policy `{other}`: use hash (the kernel's flow hash) or xps (per CPU)"
+                "policy `{other}`: use hash (the kernel's flow hash), xps (per CPU) or rr \
+                 (round-robin)"
             ))),
         }
     }
@@ -77,6 +77,7 @@ impl std::fmt::Display for Policy {
         f.write_str(match self {
             Policy::Hash => "hash",
             Policy::Xps => "xps",
+            Policy::Rr => "rr",
         })
     }
 }
@@ -125,6 +126,10 @@ pub struct Axes {
     /// Target rates in bit/s (`0`: unlimited).
     #[serde(default = "Axes::rate")]
     pub rate: Vec<String>,
+    /// CPU placement: `any`, or `CLIENT:SERVER` CPU lists (`0:1`, `0-1:0`)
+    /// the stream threads are pinned to.
+    #[serde(default = "Axes::cpus")]
+    pub cpus: Vec<String>,
 }
 
 impl Axes {
@@ -158,6 +163,9 @@ impl Axes {
     fn rate() -> Vec<String> {
         one("0".into())
     }
+    fn cpus() -> Vec<String> {
+        one("any".into())
+    }
 }
 
 impl Default for Axes {
@@ -175,6 +183,7 @@ impl Default for Axes {
             recv: Axes::recv(),
             streams: Axes::streams(),
             rate: Axes::rate(),
+            cpus: Axes::cpus(),
         }
     }
 }
@@ -196,9 +205,13 @@ pub struct SweepFile {
     /// Seed of the order.
     #[serde(default)]
     pub seed: u64,
-    /// The axes.
+    /// The axes every experiment starts from (see [`Axes`]).
     #[serde(default)]
-    pub axes: Axes,
+    pub axes: toml::Table,
+    /// Experiments: each a `name` and the axes it sets over `[axes]`. A
+    /// file without any is one experiment, `main`, of `[axes]`.
+    #[serde(default)]
+    pub experiment: Vec<toml::Table>,
 }
 
 impl SweepFile {
@@ -223,6 +236,13 @@ impl SweepFile {
 /// One combination of settings, run `repetitions` times.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
+    /// The experiment it belongs to.
+    pub experiment: String,
+    /// CPU placement as written (`any`, `0:1`).
+    pub cpus: String,
+    /// CPUs the client's stream threads are pinned to (the server's are in
+    /// `test.server_cpus`).
+    pub client_cpus: Vec<usize>,
     /// Queues per veth.
     pub queues: u16,
     /// Queue-selection policy.
@@ -246,8 +266,9 @@ impl Point {
     pub fn key(&self) -> String {
         let t = &self.test;
         let mut k = format!(
-            "q={} policy={} mtu={} offloads={} qdisc={} txqlen={} proto={} len={} send={} \
-             recv={} streams={} rate={} rep={}",
+            "exp={} q={} policy={} mtu={} offloads={} qdisc={} txqlen={} proto={} len={} send={} \
+             recv={} streams={} rate={} cpus={} rep={}",
+            self.experiment,
             self.queues,
             self.policy,
             self.mtu,
@@ -260,6 +281,7 @@ impl Point {
             t.recv,
             t.streams,
             t.rate_bps,
+            self.cpus,
             self.rep
         );
         if let spec::Amount::Seconds(s) = t.amount {
@@ -321,11 +343,73 @@ fn shuffle<T>(v: &mut [T], seed: u64) {
     }
 }
 
+/// Parses a `CLIENT:SERVER` CPU placement (`any`: not pinned).
+fn parse_placement(s: &str) -> Result<(Vec<usize>, Vec<usize>), SpecError> {
+    if s == "any" {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let Some((c, sv)) = s.split_once(':') else {
+        return Err(SpecError(format!(
+            "cpus `{s}`: give `any` or CLIENT:SERVER CPU lists such as 0:1 or 0-1:0"
+        )));
+    };
+    Ok((
+        spec::parse_cpus("cpus (client)", c)?,
+        spec::parse_cpus("cpus (server)", sv)?,
+    ))
+}
+
 impl SweepFile {
+    /// The experiments: each name with its axes (`[axes]` with the
+    /// experiment's own entries over them).
+    pub fn experiments(&self) -> Result<Vec<(String, Axes)>, SpecError> {
+        let axes = |name: &str, t: toml::Table| {
+            toml::Value::Table(t).try_into::<Axes>().map_err(|e| {
+                SpecError(format!(
+                    "experiment {name}: {}",
+                    e.to_string().lines().collect::<Vec<_>>().join(" ")
+                ))
+            })
+        };
+        if self.experiment.is_empty() {
+            return Ok(vec![("main".into(), axes("main", self.axes.clone())?)]);
+        }
+        let mut out: Vec<(String, Axes)> = Vec::new();
+        for (i, e) in self.experiment.iter().enumerate() {
+            let mut t = e.clone();
+            let name = match t.remove("name") {
+                Some(toml::Value::String(n))
+                    if !n.is_empty()
+                        && n.len() <= 64
+                        && n.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+                {
+                    n
+                }
+                _ => {
+                    return Err(SpecError(format!(
+                        "experiment {}: give it a name of letters, digits, - _ or . \
+                         (name = \"queues\")",
+                        i + 1
+                    )))
+                }
+            };
+            if out.iter().any(|(n, _)| *n == name) {
+                return Err(SpecError(format!(
+                    "experiment {name} is named twice: names must differ"
+                )));
+            }
+            let mut merged = self.axes.clone();
+            merged.extend(t);
+            let a = axes(&name, merged)?;
+            out.push((name, a));
+        }
+        Ok(out)
+    }
+
     /// Every run of the sweep, in the order it will run; each value is
     /// checked (the error names the axis and the value).
     pub fn expand(&self) -> Result<Vec<Point>, SpecError> {
-        let a = &self.axes;
         if !(self.seconds > 0.0 && self.seconds <= 3600.0) {
             let got = if self.seconds.abs() < 1e9 {
                 self.seconds.to_string()
@@ -342,6 +426,27 @@ impl SweepFile {
                 self.repetitions
             )));
         }
+        let mut out = Vec::new();
+        for (name, axes) in self.experiments()? {
+            let points = self
+                .expand_axes(&name, &axes, MAX_RUNS.saturating_sub(out.len()))
+                .map_err(|e| {
+                    if self.experiment.is_empty() {
+                        e
+                    } else {
+                        SpecError(format!("experiment {name}: {}", e.0))
+                    }
+                })?;
+            out.extend(points);
+        }
+        if self.shuffle {
+            shuffle(&mut out, self.seed);
+        }
+        Ok(out)
+    }
+
+    /// The runs of one experiment, at most `room` of them.
+    fn expand_axes(&self, name: &str, a: &Axes, room: usize) -> Result<Vec<Point>, SpecError> {
         // Every axis with its length, checked and multiplied once.
         let lens = [
             ("queues", a.queues.len()),
@@ -356,6 +461,7 @@ impl SweepFile {
             ("recv", a.recv.len()),
             ("streams", a.streams.len()),
             ("rate", a.rate.len()),
+            ("cpus", a.cpus.len()),
         ];
         for (name, n) in lens {
             nonempty(name, n)?;
@@ -364,7 +470,7 @@ impl SweepFile {
             .iter()
             .map(|(_, n)| *n)
             .chain([self.repetitions as usize])
-            .try_fold(1usize, |n, k| n.checked_mul(k).filter(|&n| n <= MAX_RUNS));
+            .try_fold(1usize, |n, k| n.checked_mul(k).filter(|&n| n <= room));
         let Some(_) = runs else {
             return Err(SpecError(format!(
                 "the sweep has more than {MAX_RUNS} runs: trim an axis"
@@ -414,6 +520,11 @@ impl SweepFile {
             .iter()
             .map(|r| spec::parse_rate(r))
             .collect::<Result<Vec<_>, _>>()?;
+        let placements = a
+            .cpus
+            .iter()
+            .map(|c| parse_placement(c).map(|p| (c.clone(), p)))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut out = Vec::new();
         for &queues in &a.queues {
             for &policy in &policies {
@@ -426,7 +537,11 @@ impl SweepFile {
                                         for send in &sends {
                                             for recv in &recvs {
                                                 for &streams in &a.streams {
-                                                    for &rate in &rates {
+                                                    for (&rate, (cpus, (ccpus, scpus))) in
+                                                        rates.iter().flat_map(|r| {
+                                                            placements.iter().map(move |p| (r, p))
+                                                        })
+                                                    {
                                                         let len = match (len.as_str(), proto) {
                                                             ("default", Proto::Udp) => 1472,
                                                             ("default", Proto::Tcp) => 128 * 1024,
@@ -442,11 +557,15 @@ impl SweepFile {
                                                             rate_bps: rate,
                                                             send: *send,
                                                             recv: *recv,
+                                                            server_cpus: scpus.clone(),
                                                             ..spec::TestSpec::default()
                                                         };
                                                         test.validate()?;
                                                         for rep in 0..self.repetitions {
                                                             out.push(Point {
+                                                                experiment: name.to_string(),
+                                                                cpus: cpus.clone(),
+                                                                client_cpus: ccpus.clone(),
                                                                 queues,
                                                                 policy,
                                                                 mtu,
@@ -470,9 +589,6 @@ impl SweepFile {
                 }
             }
         }
-        if self.shuffle {
-            shuffle(&mut out, self.seed);
-        }
         Ok(out)
     }
 
@@ -484,7 +600,8 @@ impl SweepFile {
 }
 
 /// The settings columns that precede [`crate::report::Report::CSV_HEADER`]'s.
-pub const CSV_SETTINGS: &str = "key,rep,queues,policy,mtu,offloads,qdisc,txqueuelen";
+pub const CSV_SETTINGS: &str =
+    "key,experiment,rep,queues,policy,mtu,offloads,qdisc,txqueuelen,cpus";
 
 /// The per-queue columns that follow the report's (space-separated lists,
 /// one number per queue or bucket).
@@ -503,6 +620,7 @@ pub fn csv_header() -> String {
 pub fn csv_settings(p: &Point) -> String {
     [
         p.key(),
+        p.experiment.clone(),
         p.rep.to_string(),
         p.queues.to_string(),
         p.policy.to_string(),
@@ -510,6 +628,7 @@ pub fn csv_settings(p: &Point) -> String {
         offload_str(&p.offloads),
         p.qdisc.clone().unwrap_or_else(|| "default".into()),
         p.txqueuelen.to_string(),
+        p.cpus.clone(),
     ]
     .iter()
     .map(|f| csv_field(f))
@@ -535,13 +654,30 @@ pub fn done_keys(csv: &str) -> Result<HashSet<String>, SpecError> {
     }
     let mut done = HashSet::new();
     for l in lines.filter(|l| !l.is_empty()) {
-        // The key is quoted only if it holds a comma, quote or newline,
-        // which keys never do.
-        if let Some(k) = l.split(',').next() {
-            done.insert(k.to_string());
-        }
+        done.insert(first_field(l));
     }
     Ok(done)
+}
+
+/// The first field of a CSV line, unquoted (keys are quoted when a CPU
+/// list puts a comma in them).
+fn first_field(line: &str) -> String {
+    let Some(rest) = line.strip_prefix('"') else {
+        return line.split(',').next().unwrap_or("").to_string();
+    };
+    let mut out = String::new();
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if chars.peek() == Some(&'"') => {
+                out.push('"');
+                chars.next();
+            }
+            '"' => break,
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// How packets of one run spread over the queues, as the eBPF views saw
@@ -582,6 +718,7 @@ fn queue_fields(
                 )
             }
         }
+        Policy::Rr => rr_effect(&tx.tx.iter().map(|q| q.packets).collect::<Vec<_>>()),
     };
     vec![
         list(&mut tx.tx.iter().map(|q| q.packets)),
@@ -596,18 +733,45 @@ fn queue_fields(
     ]
 }
 
+/// Whether round-robin took effect: every queue carried its share of the
+/// packets, within 10% of it (and a few packets, for short runs).
+fn rr_effect(per_queue: &[u64]) -> String {
+    let total: u64 = per_queue.iter().sum();
+    if total == 0 {
+        return "no packets seen".into();
+    }
+    let share = total as f64 / per_queue.len() as f64;
+    let worst = per_queue
+        .iter()
+        .map(|&p| (p as f64 - share).abs())
+        .fold(0.0, f64::max);
+    if worst <= share * 0.1 + 8.0 {
+        "took effect".into()
+    } else {
+        let pct = |p: u64| p as f64 * 100.0 / total as f64;
+        format!(
+            "NOT in effect: queue shares {:.1}% to {:.1}%, not {:.1}% each",
+            pct(*per_queue.iter().min().unwrap_or(&0)),
+            pct(*per_queue.iter().max().unwrap_or(&0)),
+            100.0 / per_queue.len() as f64
+        )
+    }
+}
+
 /// Sets the TX queue policy on `iface` in `netns`: XPS cleared (the
-/// kernel's flow hash) or CPU `c` mapped to queue `c mod queues`.
+/// kernel's flow hash, and under round-robin) or CPU `c` mapped to queue
+/// `c mod queues`. Round-robin also attaches its selector, returned: it
+/// stays attached while the value lives.
 fn apply_policy(
     netns: &str,
     iface: &str,
     queues: u16,
     policy: Policy,
     cpus: usize,
-) -> Result<(), RunError> {
+) -> Result<Option<fabkit_ebpf::RoundRobin>, RunError> {
     for q in 0..usize::from(queues) {
         let mask: u64 = match policy {
-            Policy::Hash => 0,
+            Policy::Hash | Policy::Rr => 0,
             Policy::Xps => (0..cpus.min(64))
                 .filter(|c| c % usize::from(queues) == q)
                 .fold(0, |m, c| m | 1 << c),
@@ -619,7 +783,12 @@ fn apply_policy(
         )
         .map_err(|e| RunError::Failed(e.to_string()))?;
     }
-    Ok(())
+    if policy != Policy::Rr {
+        return Ok(None);
+    }
+    fabkit_ebpf::RoundRobin::attach(Some(netns), iface, usize::from(queues))
+        .map(Some)
+        .map_err(|e| RunError::Failed(e.to_string()))
 }
 
 /// Runs one point on a testbed of its own: the server in the `b` host, the
@@ -637,8 +806,8 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
     })
     .map_err(|e| failed(&e))?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    apply_policy(&tb.a.netns, &tb.a.iface, p.queues, p.policy, cpus)?;
-    apply_policy(&tb.b.netns, &tb.b.iface, p.queues, p.policy, cpus)?;
+    let _rr_a = apply_policy(&tb.a.netns, &tb.a.iface, p.queues, p.policy, cpus)?;
+    let _rr_b = apply_policy(&tb.b.netns, &tb.b.iface, p.queues, p.policy, cpus)?;
     let proto = match p.test.proto {
         Proto::Tcp => 6,
         Proto::Udp => 17,
@@ -686,6 +855,7 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
     let client_ns = tb.a.netns.clone();
     let test = p.test.clone();
     let host = tb.b.addr.to_string();
+    let (client_cpus, policy) = (p.client_cpus.clone(), p.policy);
     let report = std::thread::spawn(move || {
         testbed::enter(&client_ns).map_err(|e| RunError::Failed(e.to_string()))?;
         let r = run_client(
@@ -693,6 +863,8 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
             &ClientOpts {
                 host: host.clone(),
                 port,
+                cpus: client_cpus,
+                unconnected_udp: policy == Policy::Rr,
                 ..ClientOpts::default()
             },
         );
@@ -822,6 +994,46 @@ mod tests {
     }
 
     #[test]
+    fn experiments_take_the_common_axes_and_override_them() {
+        let f = SweepFile::parse(
+            "seconds = 1\n[axes]\nqueues = [4]\nproto = [\"udp\"]\n\
+             [[experiment]]\nname = \"queues\"\nqueues = [1, 2, 4, 8]\n\
+             [[experiment]]\nname = \"policy\"\npolicy = [\"hash\", \"xps\", \"rr\"]\n\
+             cpus = [\"any\", \"0:1\"]\n",
+        )
+        .unwrap();
+        let p = f.expand().unwrap();
+        assert_eq!(p.len(), 4 + 3 * 2);
+        let q: Vec<&Point> = p.iter().filter(|x| x.experiment == "queues").collect();
+        assert_eq!(q.iter().map(|x| x.queues).collect::<Vec<_>>(), [1, 2, 4, 8]);
+        assert!(p.iter().all(|x| x.test.proto == Proto::Udp), "common axis");
+        let pol: Vec<&Point> = p.iter().filter(|x| x.experiment == "policy").collect();
+        assert!(pol.iter().all(|x| x.queues == 4), "common axis kept");
+        assert!(pol
+            .iter()
+            .any(|x| x.policy == Policy::Rr && x.client_cpus == [0] && x.test.server_cpus == [1]));
+        assert!(pol
+            .iter()
+            .any(|x| x.cpus == "any" && x.client_cpus.is_empty()));
+        // Experiments name their points: the same settings in two
+        // experiments are two runs.
+        let keys: HashSet<String> = p.iter().map(Point::key).collect();
+        assert_eq!(keys.len(), p.len());
+    }
+
+    #[test]
+    fn round_robin_is_judged_by_the_counts() {
+        assert_eq!(rr_effect(&[250, 251, 249, 250]), "took effect");
+        assert_eq!(rr_effect(&[0, 0, 0, 0]), "no packets seen");
+        let e = rr_effect(&[1000, 0, 0, 0]);
+        assert!(
+            e.starts_with("NOT in effect: queue shares 0.0% to 100.0%"),
+            "{e}"
+        );
+        assert_eq!(rr_effect(&[7]), "took effect");
+    }
+
+    #[test]
     fn the_shuffle_is_a_seeded_permutation() {
         let base = file("queues = [1, 2, 3, 4, 5, 6, 7, 8]\nmtu = [1500, 9000]");
         let plain: Vec<String> = base.expand().unwrap().iter().map(Point::key).collect();
@@ -847,7 +1059,15 @@ mod tests {
             ("[axes]\nqueues = []", "axis queues is empty"),
             ("[axes]\nqueues = [0]", "queues must be 1 to 64"),
             ("[axes]\nmtu = [70000]", "mtu must be"),
-            ("[axes]\npolicy = [\"rr\"]", "policy rr"),
+            ("[axes]\ncpus = [\"0\"]", "cpus `0`"),
+            ("[axes]\ncpus = [\"0:x\"]", "cpus (server)"),
+            ("[[experiment]]\nqueues = [1]", "experiment 1: give it a name"),
+            (
+                "[[experiment]]\nname = \"a\"\n[[experiment]]\nname = \"a\"",
+                "experiment a is named twice",
+            ),
+            ("[[experiment]]\nname = \"x\"\nmtu = [1]", "experiment x: mtu must be"),
+            ("[[experiment]]\nname = \"x y\"", "give it a name"),
             ("[axes]\npolicy = [\"fastest\"]", "policy `fastest`"),
             ("[axes]\nproto = [\"sctp\"]", "proto `sctp`"),
             ("[axes]\noffloads = [\"tso\"]", "offloads `tso`"),
@@ -888,6 +1108,10 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("another header"));
+        // A key with a comma (a CPU list) is quoted, and still found.
+        let pinned = file("cpus = [\"0,1:0\"]").expand().unwrap();
+        let csv = format!("{}\n{},rest\n", csv_header(), csv_settings(&pinned[0]));
+        assert!(done_keys(&csv).unwrap().contains(&pinned[0].key()));
         // The settings columns match their header.
         assert_eq!(
             csv_settings(&p[0]).split(',').count(),

@@ -235,6 +235,11 @@ struct ClientArgs {
     /// Pin the server's stream threads likewise.
     #[arg(long)]
     server_cpus: Option<String>,
+    /// UDP with the `send` path: unconnected sockets and sendto(2), so no
+    /// TX queue is cached per socket (a tc program's queue choice holds per
+    /// packet).
+    #[arg(long)]
+    unconnected: bool,
     /// Seconds any one wait on the peer may take.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
@@ -295,6 +300,11 @@ impl ClientArgs {
             timeout: self.timeout,
         };
         s.validate()?;
+        if self.unconnected && (s.proto != Proto::Udp || s.send != SendPath::Send) {
+            return Err(SpecError(
+                "--unconnected is for UDP with the send path `send`: add -u, drop --send".into(),
+            ));
+        }
         Ok(s)
     }
 }
@@ -353,6 +363,7 @@ fn client(a: &ClientArgs) -> Result<(), RunError> {
             None
         },
         cpus,
+        unconnected_udp: a.unconnected,
         print_intervals: !a.json,
     };
     if !a.json {

@@ -48,7 +48,8 @@ pub trait Sender {
     }
 }
 
-/// The sender for `path` on `sock` (a connected TCP or UDP socket) for
+/// The sender for `path` on `sock` (a connected TCP or UDP socket, or an
+/// unconnected UDP socket sending to `dest` with path `send`) for
 /// messages of `len` bytes on stream `stream`; `timeout` bounds waits for
 /// the kernel (zerocopy completions). The spec was validated, so the
 /// combination is one that exists.
@@ -56,13 +57,20 @@ pub fn sender<'s>(
     path: SendPath,
     proto: Proto,
     sock: &'s Socket,
+    dest: Option<std::net::SocketAddr>,
     len: usize,
     stream: u16,
     timeout: Duration,
 ) -> io::Result<Box<dyn Sender + 's>> {
+    if dest.is_some() && (path, proto) != (SendPath::Send, Proto::Udp) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "only UDP with send path `send` sends on an unconnected socket",
+        ));
+    }
     Ok(match (path, proto) {
         (SendPath::Send, Proto::Tcp) => Box::new(plain::Tcp::new(sock, len)),
-        (SendPath::Send, Proto::Udp) => Box::new(plain::Udp::new(sock, len, stream)),
+        (SendPath::Send, Proto::Udp) => Box::new(plain::Udp::new(sock, len, stream, dest)),
         (SendPath::Sg { iovecs }, _) => {
             Box::new(sg::Sg::new(sock, proto, len, iovecs.into(), stream))
         }

@@ -2,7 +2,9 @@
 
 use std::io;
 
-use socket2::Socket;
+use std::net::SocketAddr;
+
+use socket2::{SockAddr, Socket};
 
 use super::{Sender, Sent, TcpProgress};
 
@@ -31,20 +33,23 @@ impl Sender for Tcp<'_> {
     }
 }
 
-/// UDP: one datagram with its sequence header.
+/// UDP: one datagram with its sequence header; with `dest`, sendto(2) on
+/// an unconnected socket.
 #[derive(Debug)]
 pub struct Udp<'s> {
     sock: &'s Socket,
     buf: Vec<u8>,
     stream: u16,
+    dest: Option<SockAddr>,
 }
 
 impl<'s> Udp<'s> {
-    pub fn new(sock: &'s Socket, len: usize, stream: u16) -> Self {
+    pub fn new(sock: &'s Socket, len: usize, stream: u16, dest: Option<SocketAddr>) -> Self {
         Udp {
             sock,
             buf: vec![0x5a; len],
             stream,
+            dest: dest.map(SockAddr::from),
         }
     }
 }
@@ -52,7 +57,10 @@ impl<'s> Udp<'s> {
 impl Sender for Udp<'_> {
     fn send(&mut self, seq: u64, _max: u64) -> io::Result<Sent> {
         crate::wire::put(&mut self.buf, self.stream, seq);
-        let n = self.sock.send(&self.buf)?;
+        let n = match &self.dest {
+            Some(d) => self.sock.send_to(&self.buf, d)?,
+            None => self.sock.send(&self.buf)?,
+        };
         Ok(Sent {
             msgs: 1,
             bytes: n as u64,
