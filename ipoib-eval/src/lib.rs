@@ -44,6 +44,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod chart;
 pub mod proto;
 pub mod recv;
 pub mod report;
@@ -51,6 +52,7 @@ pub mod run;
 pub mod send;
 pub mod spec;
 pub mod stats;
+pub mod summary;
 pub mod sweep;
 mod sys;
 pub mod testbed;

@@ -75,6 +75,26 @@ fn a_two_point_sweep_writes_rows_with_queue_counters_and_resumes() {
             assert!(per_q[0].abs_diff(per_q[1]) <= pkts / 10 + 8, "{row:?}");
         }
     }
+    // The summary and charts went beside the CSV.
+    let sum: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s/summary.json")).unwrap())
+            .unwrap();
+    let points = sum["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for p in points {
+        assert_eq!(p["repetitions"], 1);
+        assert!(
+            p["figures"]["gbit_s"]["median"].as_f64().unwrap() > 0.0,
+            "{p}"
+        );
+    }
+    for chart in ["xps-gbit.svg", "rr-queues.svg", "rr-sizes.svg"] {
+        let svg = std::fs::read_to_string(dir.path().join("s").join(chart)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.ends_with("</svg>\n"),
+            "{chart}"
+        );
+    }
     let o = bin()
         .arg("sweep")
         .arg(&file)

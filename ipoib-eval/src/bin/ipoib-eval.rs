@@ -75,6 +75,19 @@ enum Cmd {
         /// List the runs and the time estimate, run nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Where the summary and charts go (default: beside the CSV, in a
+        /// directory named after it).
+        #[arg(long, value_name = "DIR")]
+        plots: Option<PathBuf>,
+    },
+    /// Summarise a sweep CSV: medians and ranges per point (summary.json)
+    /// and SVG charts per experiment.
+    Summary {
+        /// The sweep's CSV.
+        csv: PathBuf,
+        /// Output directory (default: beside the CSV, named after it).
+        #[arg(short, long, value_name = "DIR")]
+        output: Option<PathBuf>,
     },
 }
 
@@ -520,7 +533,24 @@ fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
     }
 }
 
-fn sweep(file: &std::path::Path, output: &std::path::Path, dry_run: bool) -> Result<(), RunError> {
+/// `results/x.csv` -> `results/x/`.
+fn plots_dir(csv: &std::path::Path) -> PathBuf {
+    csv.with_extension("")
+}
+
+fn summary(csv: &std::path::Path, dir: Option<&std::path::Path>) -> Result<(), RunError> {
+    let dir = dir.map_or_else(|| plots_dir(csv), PathBuf::from);
+    let files = ipoib_eval::summary::write(csv, &dir).map_err(|e| RunError::Failed(e.0))?;
+    out!("{} files in {}", files.len(), dir.display());
+    Ok(())
+}
+
+fn sweep(
+    file: &std::path::Path,
+    output: &std::path::Path,
+    dry_run: bool,
+    plots: Option<&std::path::Path>,
+) -> Result<(), RunError> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| RunError::Usage(SpecError(format!("cannot read {}: {e}", file.display()))))?;
     let f = ipoib_eval::sweep::SweepFile::parse(&text)?;
@@ -536,7 +566,8 @@ fn sweep(file: &std::path::Path, output: &std::path::Path, dry_run: bool) -> Res
         );
         return Ok(());
     }
-    ipoib_eval::sweep::run(&f, output, |line| eprintln!("{line}")).map(drop)
+    ipoib_eval::sweep::run(&f, output, |line| eprintln!("{line}"))?;
+    summary(output, plots)
 }
 
 fn main() -> ExitCode {
@@ -572,7 +603,9 @@ fn main() -> ExitCode {
             file,
             output,
             dry_run,
-        } => sweep(file, output, *dry_run),
+            plots,
+        } => sweep(file, output, *dry_run, plots.as_deref()),
+        Cmd::Summary { csv, output } => summary(csv, output.as_deref()),
     };
     let _ = std::io::stdout().flush();
     match r {

@@ -1,0 +1,329 @@
+//! SVG charts with a categorical x axis (the values a sweep tried, evenly
+//! spaced whatever their magnitude) and a linear y axis from zero: lines
+//! with min-max whiskers, and grouped bars. No dependency; the output is
+//! plain SVG any browser shows.
+
+use std::fmt::Write as _;
+
+/// Colours of the series, in turn.
+pub const COLORS: &[&str] = &[
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
+/// Escapes text for SVG.
+pub fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// One line: per category, the median and the lowest and highest value
+/// (`None`: not measured there).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Line {
+    /// Legend text.
+    pub label: String,
+    /// One entry per category.
+    pub points: Vec<Option<(f64, f64, f64)>>,
+}
+
+/// The frame shared by both kinds of chart.
+struct Frame {
+    w: f64,
+    h: f64,
+    l: f64,
+    r: f64,
+    t: f64,
+    b: f64,
+    ymax: f64,
+    n: usize,
+    /// Category labels too long for their slot are written slanted.
+    slant: bool,
+}
+
+impl Frame {
+    fn new(cats: &[String], ymax: f64) -> Frame {
+        let n = cats.len().max(1);
+        let (w, l, r) = (960.0, 80.0, 300.0);
+        let longest = cats.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+        let slant = longest as f64 * 7.0 > (w - l - r) / n as f64;
+        Frame {
+            w,
+            h: if slant { 640.0 } else { 540.0 },
+            l,
+            r,
+            t: 50.0,
+            b: if slant { 170.0 } else { 70.0 },
+            ymax: nice_ceiling(ymax),
+            n,
+            slant,
+        }
+    }
+
+    fn plot_w(&self) -> f64 {
+        self.w - self.l - self.r
+    }
+
+    /// The centre of category `i`.
+    fn x(&self, i: usize) -> f64 {
+        self.l + (i as f64 + 0.5) / self.n as f64 * self.plot_w()
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        let v = v.clamp(0.0, self.ymax);
+        self.h - self.b - v / self.ymax * (self.h - self.t - self.b)
+    }
+
+    /// Background, title, grid, ticks, axis labels.
+    fn open(&self, s: &mut String, title: &str, xlabel: &str, ylabel: &str, cats: &[String]) {
+        let (w, h, l, t, b) = (self.w, self.h, self.l, self.t, self.b);
+        let _ = writeln!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+        let mid = l + self.plot_w() / 2.0;
+        let _ = writeln!(
+            s,
+            r#"<text x="{mid}" y="28" font-size="15" text-anchor="middle">{}</text>"#,
+            xml(title)
+        );
+        for k in 0..=5 {
+            let v = self.ymax * f64::from(k) / 5.0;
+            let y = self.y(v);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{l}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+                l + self.plot_w(),
+                l - 6.0,
+                y + 4.0,
+                tick(v)
+            );
+        }
+        for (i, c) in cats.iter().enumerate() {
+            let (x, y) = (self.x(i), h - b + 18.0);
+            if self.slant {
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{x:.1}" y="{y:.1}" text-anchor="end" transform="rotate(-35 {x:.1} {y:.1})">{}</text>"#,
+                    xml(c)
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{x:.1}" y="{y:.1}" text-anchor="middle">{}</text>"#,
+                    xml(c)
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            r#"<rect x="{l}" y="{t}" width="{:.1}" height="{:.1}" fill="none" stroke="black"/>"#,
+            self.plot_w(),
+            h - t - b
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{mid}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            h - 20.0,
+            xml(xlabel)
+        );
+        let ym = (t + h - b) / 2.0;
+        let _ = writeln!(
+            s,
+            r#"<text x="20" y="{ym}" text-anchor="middle" transform="rotate(-90 20 {ym})">{}</text>"#,
+            xml(ylabel)
+        );
+    }
+
+    fn legend(&self, s: &mut String, i: usize, label: &str, color: &str) {
+        let (lx, ly) = (self.w - self.r + 15.0, self.t + 10.0 + i as f64 * 18.0);
+        let _ = writeln!(
+            s,
+            r#"<rect x="{lx}" y="{:.1}" width="14" height="8" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            ly - 4.0,
+            lx + 20.0,
+            ly + 4.0,
+            xml(label)
+        );
+    }
+}
+
+/// 1, 2 or 5 times a power of ten, at least `v` (and above zero).
+fn nice_ceiling(v: f64) -> f64 {
+    if !v.is_finite() || v <= 0.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|&c| c >= v)
+        .unwrap_or(10.0 * p)
+}
+
+fn tick(v: f64) -> String {
+    if v == 0.0 || (v.abs() >= 0.01 && v.abs() < 1e6) {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{v:.1e}")
+    }
+}
+
+/// A line chart: one line per series over the categories, a marker at the
+/// median and a whisker from the lowest to the highest value.
+pub fn lines(title: &str, xlabel: &str, ylabel: &str, cats: &[String], series: &[Line]) -> String {
+    let ymax = series
+        .iter()
+        .flat_map(|l| l.points.iter().flatten())
+        .map(|p| p.2)
+        .fold(0.0, f64::max);
+    let f = Frame::new(cats, ymax);
+    let mut s = String::new();
+    f.open(&mut s, title, xlabel, ylabel, cats);
+    for (k, line) in series.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        // A run of measured categories is one polyline; a gap breaks it.
+        let mut run: Vec<String> = Vec::new();
+        let flush = |run: &mut Vec<String>, s: &mut String| {
+            if run.len() > 1 {
+                let _ = writeln!(
+                    s,
+                    r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"/>"#,
+                    run.join(" ")
+                );
+            }
+            run.clear();
+        };
+        for (i, p) in line.points.iter().enumerate() {
+            let Some((med, lo, hi)) = *p else {
+                flush(&mut run, &mut s);
+                continue;
+            };
+            let x = f.x(i);
+            run.push(format!("{x:.1},{:.1}", f.y(med)));
+            let _ = writeln!(
+                s,
+                r#"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="{c}"/><circle cx="{x:.1}" cy="{:.1}" r="3.5" fill="{c}"/>"#,
+                f.y(lo),
+                f.y(hi),
+                f.y(med)
+            );
+        }
+        flush(&mut run, &mut s);
+        f.legend(&mut s, k, &line.label, c);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// A grouped bar chart: per category, one bar per series.
+pub fn bars(
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    cats: &[String],
+    series: &[(String, Vec<f64>)],
+) -> String {
+    let ymax = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .fold(0.0, f64::max);
+    let f = Frame::new(cats, ymax);
+    let mut s = String::new();
+    f.open(&mut s, title, xlabel, ylabel, cats);
+    let slot = f.plot_w() / f.n as f64 * 0.8;
+    let bw = slot / series.len().max(1) as f64;
+    for (k, (label, vals)) in series.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        for (i, &v) in vals.iter().enumerate().take(cats.len()) {
+            let x = f.x(i) - slot / 2.0 + k as f64 * bw;
+            let y = f.y(v);
+            let _ = writeln!(
+                s,
+                r#"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{c}"/>"#,
+                bw.max(1.0),
+                (f.y(0.0) - y).max(0.0)
+            );
+        }
+        f.legend(&mut s, k, label, c);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn num(svg: &str, tag: &str, attr: &str) -> Vec<f64> {
+        svg.split(tag)
+            .skip(1)
+            .map(|c| {
+                let i = c.find(attr).unwrap() + attr.len();
+                c[i..].split('"').next().unwrap().parse().unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lines_put_medians_inside_the_frame_and_break_at_gaps() {
+        let cats: Vec<String> = ["1", "2", "4", "8"].map(String::from).to_vec();
+        let s = lines(
+            "a < b",
+            "queues",
+            "Gbit/s",
+            &cats,
+            &[
+                Line {
+                    label: "hash".into(),
+                    points: vec![
+                        Some((10.0, 9.0, 11.0)),
+                        Some((20.0, 19.0, 23.0)),
+                        None,
+                        Some((30.0, 30.0, 30.0)),
+                    ],
+                },
+                Line {
+                    label: "rr".into(),
+                    points: vec![Some((5.0, 5.0, 5.0)); 4],
+                },
+            ],
+        );
+        assert!(s.contains("a &lt; b"));
+        // hash: the gap leaves one two-point run (a lone point draws no
+        // line); rr: one line.
+        assert_eq!(s.matches("<polyline").count(), 2);
+        assert_eq!(s.matches("<circle").count(), 7);
+        for y in num(&s, "<circle ", "cy=\"") {
+            assert!((50.0..=470.0).contains(&y), "{y}");
+        }
+        // y runs from 0 to 50 (the whisker top, 23... no: 30, rounded up).
+        assert!(s.contains(">50<"), "{s}");
+        let xs = num(&s, "<circle ", "cx=\"");
+        assert!(xs.windows(2).take(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn bars_are_as_tall_as_their_values() {
+        let cats = vec!["q=2".to_string()];
+        let s = bars(
+            "t",
+            "x",
+            "%",
+            &cats,
+            &[("q0".into(), vec![75.0]), ("q1".into(), vec![25.0])],
+        );
+        let h = num(&s, "<rect x=", "height=\"");
+        // The frame, then two bars (legend swatches are 8 high).
+        let bars: Vec<f64> = h.into_iter().filter(|&v| v != 8.0).skip(1).collect();
+        assert_eq!(bars.len(), 2, "{s}");
+        assert!((bars[0] / bars[1] - 3.0).abs() < 0.01, "{bars:?}");
+        assert_eq!(nice_ceiling(0.0), 1.0);
+        assert_eq!(nice_ceiling(23.0), 50.0);
+        assert_eq!(nice_ceiling(f64::NAN), 1.0);
+        assert_eq!(tick(0.5), "0.5");
+    }
+}

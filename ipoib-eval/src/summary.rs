@@ -1,0 +1,555 @@
+//! A sweep's CSV summarised: the repetitions of each point folded into a
+//! median with the lowest and highest value (JSON), and per experiment the
+//! charts: throughput and message rate against the swept axis, one line
+//! per other setting; how each point spread its packets over the TX
+//! queues; the sizes of the packets handed to the driver.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::chart::{self, Line};
+use crate::spec::SpecError;
+use crate::sweep::csv_header;
+
+/// The settings that make a point, in the order a chart prefers them on
+/// its x axis.
+pub const AXIS_COLUMNS: &[&str] = &[
+    "queues",
+    "mtu",
+    "streams",
+    "len",
+    "send",
+    "txqueuelen",
+    "qdisc",
+    "offloads",
+    "policy",
+    "cpus",
+    "recv",
+    "rate_bps",
+    "proto",
+];
+
+/// The figures summarised, with their chart labels.
+pub const METRICS: &[(&str, &str)] = &[
+    ("gbit_s", "Gbit/s"),
+    ("msgs_per_s", "messages/s"),
+    ("client_tx_pps", "client TX packets/s"),
+    ("server_rx_pps", "server RX packets/s"),
+    ("loss", "lost messages"),
+    ("reordered", "reordered messages"),
+    ("retransmits", "TCP retransmits"),
+    ("cycles_per_msg", "cycles per message"),
+];
+
+/// The median, lowest and highest of a figure over the repetitions.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Spread {
+    /// Values (repetitions that reported the figure).
+    pub n: usize,
+    /// Median (the mean of the middle two for an even count).
+    pub median: f64,
+    /// Lowest.
+    pub min: f64,
+    /// Highest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `v`; `None` when empty.
+    pub fn of(v: &[f64]) -> Option<Spread> {
+        let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Spread {
+            n,
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
+    }
+}
+
+/// One point (all its repetitions) in one direction.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Group {
+    /// Experiment name.
+    pub experiment: String,
+    /// Direction of the rows (`client->server`).
+    pub direction: String,
+    /// The point's settings ([`AXIS_COLUMNS`]).
+    pub settings: BTreeMap<String, String>,
+    /// Repetitions found.
+    pub repetitions: usize,
+    /// Figures by name ([`METRICS`]).
+    pub figures: BTreeMap<String, Spread>,
+    /// Share of the TX packets each queue carried, percent, over all
+    /// repetitions.
+    pub tx_queue_share: Vec<f64>,
+    /// Packets handed to the driver per log2 size bucket, summed.
+    pub tx_size_log2: Vec<u64>,
+    /// What the counters said of the policy, each distinct verdict once.
+    pub policy_effect: Vec<String>,
+}
+
+/// Splits one CSV line into fields (quotes as RFC 4180 has them).
+pub fn csv_fields(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            ('"', true) => quoted = false,
+            ('"', false) if cur.is_empty() => quoted = true,
+            (',', false) => out.push(std::mem::take(&mut cur)),
+            (c, _) => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
+fn numbers(s: &str) -> Vec<u64> {
+    s.split(' ').filter_map(|x| x.parse().ok()).collect()
+}
+
+/// Folds a sweep CSV into groups, in the order the points first appear.
+pub fn summarize(csv: &str) -> Result<Vec<Group>, SpecError> {
+    let mut lines = csv.lines();
+    if lines.next() != Some(csv_header().as_str()) {
+        return Err(SpecError(
+            "not a sweep CSV of this version (the header differs): give the file \
+             `ipoib-eval sweep -o` wrote"
+                .into(),
+        ));
+    }
+    let header: Vec<String> = csv_fields(&csv_header());
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let need = |name: &str| {
+        col(name).ok_or_else(|| SpecError(format!("the sweep CSV lacks column {name}")))
+    };
+    let (key, exp, dir) = (need("key")?, need("experiment")?, need("direction")?);
+    // Rows of one point differ only in their `rep=` word.
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut rows: BTreeMap<(String, String), Vec<Vec<String>>> = BTreeMap::new();
+    for (i, l) in lines.enumerate().filter(|(_, l)| !l.is_empty()) {
+        let f = csv_fields(l);
+        if f.len() != header.len() {
+            return Err(SpecError(format!(
+                "sweep CSV line {}: {} fields, the header has {}: the file is damaged",
+                i + 2,
+                f.len(),
+                header.len()
+            )));
+        }
+        let point = f[key]
+            .split(' ')
+            .filter(|w| !w.starts_with("rep="))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let id = (point, f[dir].clone());
+        if !rows.contains_key(&id) {
+            order.push(id.clone());
+        }
+        rows.entry(id).or_default().push(f);
+    }
+    let mut out = Vec::new();
+    for id in order {
+        let rs = &rows[&id];
+        let first = &rs[0];
+        let settings = AXIS_COLUMNS
+            .iter()
+            .filter_map(|c| col(c).map(|i| (c.to_string(), first[i].clone())))
+            .collect();
+        let mut figures = BTreeMap::new();
+        for (m, _) in METRICS {
+            if let Some(i) = col(m) {
+                let v: Vec<f64> = rs.iter().filter_map(|r| r[i].parse().ok()).collect();
+                if let Some(s) = Spread::of(&v) {
+                    figures.insert(m.to_string(), s);
+                }
+            }
+        }
+        let sum_lists = |name: &str| -> Vec<u64> {
+            let Some(i) = col(name) else {
+                return Vec::new();
+            };
+            rs.iter().fold(Vec::new(), |mut acc: Vec<u64>, r| {
+                let v = numbers(&r[i]);
+                if acc.len() < v.len() {
+                    acc.resize(v.len(), 0);
+                }
+                for (a, x) in acc.iter_mut().zip(v) {
+                    *a = a.saturating_add(x);
+                }
+                acc
+            })
+        };
+        let per_q = sum_lists("tx_queue_packets");
+        let total: u64 = per_q.iter().sum();
+        let mut effects: Vec<String> = Vec::new();
+        if let Some(i) = col("policy_effect") {
+            for r in rs {
+                if !effects.contains(&r[i]) {
+                    effects.push(r[i].clone());
+                }
+            }
+        }
+        out.push(Group {
+            experiment: first[exp].clone(),
+            direction: id.1.clone(),
+            settings,
+            repetitions: rs.len(),
+            figures,
+            tx_queue_share: per_q
+                .iter()
+                .map(|&p| {
+                    if total == 0 {
+                        0.0
+                    } else {
+                        p as f64 * 100.0 / total as f64
+                    }
+                })
+                .collect(),
+            tx_size_log2: sum_lists("tx_size_log2"),
+            policy_effect: effects,
+        });
+    }
+    Ok(out)
+}
+
+/// Orders category values: numerically when they all are numbers.
+fn sort_values(v: &mut [String]) {
+    if v.iter().all(|x| x.parse::<f64>().is_ok()) {
+        v.sort_by(|a, b| {
+            a.parse::<f64>()
+                .unwrap_or(0.0)
+                .total_cmp(&b.parse::<f64>().unwrap_or(0.0))
+        });
+    } else {
+        v.sort();
+    }
+}
+
+/// The charts of one experiment's groups: `(file name, SVG)`.
+pub fn charts(experiment: &str, groups: &[&Group]) -> Vec<(String, String)> {
+    let varying: Vec<&str> = AXIS_COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| {
+            let mut v: Vec<&String> = groups.iter().filter_map(|g| g.settings.get(*c)).collect();
+            v.sort();
+            v.dedup();
+            v.len() > 1
+        })
+        .collect();
+    let x_axis = varying.first().copied();
+    let mut cats: Vec<String> = match x_axis {
+        Some(x) => groups
+            .iter()
+            .filter_map(|g| g.settings.get(x).cloned())
+            .collect(),
+        None => vec![experiment.to_string()],
+    };
+    sort_values(&mut cats);
+    cats.dedup();
+    let cat_of = |g: &Group| match x_axis {
+        Some(x) => g.settings.get(x).cloned().unwrap_or_default(),
+        None => experiment.to_string(),
+    };
+    // Every other varying setting (and the direction) tells lines apart.
+    let line_of = |g: &Group| {
+        let mut parts: Vec<String> = varying
+            .iter()
+            .skip(1)
+            .map(|c| format!("{c}={}", g.settings.get(*c).map_or("", |s| s.as_str())))
+            .collect();
+        if g.direction != "client->server" {
+            parts.push(g.direction.clone());
+        }
+        if parts.is_empty() {
+            experiment.to_string()
+        } else {
+            parts.join(" ")
+        }
+    };
+    let mut line_names: Vec<String> = groups.iter().map(|g| line_of(g)).collect();
+    line_names.sort();
+    line_names.dedup();
+    let xlabel = x_axis.unwrap_or("experiment");
+    let mut out = Vec::new();
+    for (metric, label, file) in [
+        ("gbit_s", "Gbit/s", "gbit"),
+        ("msgs_per_s", "messages/s (datagrams for UDP)", "rate"),
+    ] {
+        let series: Vec<Line> = line_names
+            .iter()
+            .map(|name| Line {
+                label: name.clone(),
+                points: cats
+                    .iter()
+                    .map(|c| {
+                        groups
+                            .iter()
+                            .find(|g| line_of(g) == *name && cat_of(g) == *c)
+                            .and_then(|g| g.figures.get(metric))
+                            .map(|s| (s.median, s.min, s.max))
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.push((
+            format!("{experiment}-{file}.svg"),
+            chart::lines(
+                &format!("{experiment}: {label}, median and range of the repetitions"),
+                xlabel,
+                label,
+                &cats,
+                &series,
+            ),
+        ));
+    }
+    // Queue balance: per point, the share of each TX queue.
+    let names: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            let mut n = format!("{} {}", xlabel, cat_of(g));
+            let l = line_of(g);
+            if l != experiment {
+                n = format!("{n} {l}");
+            }
+            n
+        })
+        .collect();
+    let queues = groups
+        .iter()
+        .map(|g| g.tx_queue_share.len())
+        .max()
+        .unwrap_or(0)
+        .min(chart::COLORS.len());
+    if queues > 0 {
+        let series: Vec<(String, Vec<f64>)> = (0..queues)
+            .map(|q| {
+                (
+                    format!("TX queue {q}"),
+                    groups
+                        .iter()
+                        .map(|g| g.tx_queue_share.get(q).copied().unwrap_or(0.0))
+                        .collect(),
+                )
+            })
+            .collect();
+        out.push((
+            format!("{experiment}-queues.svg"),
+            chart::bars(
+                &format!("{experiment}: share of TX packets per queue (eBPF)"),
+                "point",
+                "% of TX packets",
+                &names,
+                &series,
+            ),
+        ));
+    }
+    // Sizes handed to the driver: GSO super-packets show above the MTU.
+    let buckets = groups
+        .iter()
+        .map(|g| g.tx_size_log2.len())
+        .max()
+        .unwrap_or(0);
+    if buckets > 6 {
+        let cats: Vec<String> = (6..buckets)
+            .map(|b| {
+                let v = 1u64 << b;
+                if v >= 1024 {
+                    format!("{}K", v >> 10)
+                } else {
+                    v.to_string()
+                }
+            })
+            .collect();
+        let series: Vec<Line> = groups
+            .iter()
+            .zip(&names)
+            .take(chart::COLORS.len())
+            .map(|(g, n)| {
+                let total: u64 = g.tx_size_log2.iter().sum();
+                Line {
+                    label: n.clone(),
+                    points: (6..buckets)
+                        .map(|b| {
+                            let share = g.tx_size_log2.get(b).map_or(0.0, |&c| {
+                                if total == 0 {
+                                    0.0
+                                } else {
+                                    c as f64 * 100.0 / total as f64
+                                }
+                            });
+                            Some((share, share, share))
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        out.push((
+            format!("{experiment}-sizes.svg"),
+            chart::lines(
+                &format!("{experiment}: sizes of the TX packets handed to the driver (eBPF)"),
+                "packet size from (bytes, log2 buckets; above the MTU: GSO super-packets)",
+                "% of TX packets",
+                &cats,
+                &series,
+            ),
+        ));
+    }
+    out
+}
+
+/// Writes `summary.json` and every experiment's charts into `dir`;
+/// returns the files written.
+pub fn write(csv_path: &Path, dir: &Path) -> Result<Vec<PathBuf>, SpecError> {
+    let io = |what: &Path, e: std::io::Error| SpecError(format!("{}: {e}", what.display()));
+    let text = std::fs::read_to_string(csv_path).map_err(|e| io(csv_path, e))?;
+    let groups = summarize(&text)?;
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let mut written = Vec::new();
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "source": csv_path.display().to_string(),
+        "points": groups,
+    }))
+    .map_err(|e| SpecError(format!("summary: {e}")))?;
+    let p = dir.join("summary.json");
+    std::fs::write(&p, json + "\n").map_err(|e| io(&p, e))?;
+    written.push(p);
+    let mut experiments: Vec<&str> = Vec::new();
+    for g in &groups {
+        if !experiments.contains(&g.experiment.as_str()) {
+            experiments.push(&g.experiment);
+        }
+    }
+    for e in experiments {
+        let of: Vec<&Group> = groups.iter().filter(|g| g.experiment == e).collect();
+        for (name, svg) in charts(e, &of) {
+            let p = dir.join(name);
+            std::fs::write(&p, svg).map_err(|err| io(&p, err))?;
+            written.push(p);
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_unquote_as_written() {
+        assert_eq!(
+            csv_fields("a,\"b,c\",\"d\"\"e\","),
+            ["a", "b,c", "d\"e", ""]
+        );
+        let f = crate::report::csv_field("x,\"y\"");
+        assert_eq!(csv_fields(&format!("{f},z")), ["x,\"y\"", "z"]);
+    }
+
+    #[test]
+    fn spreads() {
+        assert_eq!(Spread::of(&[]), None);
+        let s = Spread::of(&[3.0, 1.0, 2.0, f64::NAN]).unwrap();
+        assert_eq!((s.n, s.median, s.min, s.max), (3, 2.0, 1.0, 3.0));
+        assert_eq!(Spread::of(&[1.0, 4.0]).unwrap().median, 2.5);
+    }
+
+    /// A synthetic sweep CSV: the real header, rows filled in by name.
+    fn csv(rows: &[&[(&str, &str)]]) -> String {
+        let header = csv_fields(&csv_header());
+        let mut s = csv_header() + "\n";
+        for r in rows {
+            let line: Vec<String> = header
+                .iter()
+                .map(|h| {
+                    let v = r.iter().find(|(k, _)| k == h).map_or("", |(_, v)| *v);
+                    crate::report::csv_field(v)
+                })
+                .collect();
+            s += &(line.join(",") + "\n");
+        }
+        s
+    }
+
+    #[test]
+    fn repetitions_fold_into_one_point_with_its_spread() {
+        let row = |q: &'static str, rep: &'static str, gbit: &'static str, per_q: &'static str| {
+            vec![
+                (
+                    "key",
+                    if q == "1" {
+                        "exp=e q=1 rep=X"
+                    } else {
+                        "exp=e q=2 rep=X"
+                    },
+                ),
+                ("experiment", "e"),
+                ("rep", rep),
+                ("queues", q),
+                ("policy", "rr"),
+                ("direction", "client->server"),
+                ("gbit_s", gbit),
+                ("tx_queue_packets", per_q),
+                ("tx_size_log2", "0 0 0 0 0 0 0 0 0 0 4"),
+                ("policy_effect", "took effect"),
+            ]
+        };
+        let mk = |v: Vec<(&'static str, &'static str)>| v;
+        let rows = [
+            mk(row("1", "0", "10", "100")),
+            mk(row("2", "0", "18", "50 50")),
+            mk(row("1", "1", "12", "100")),
+            mk(row("2", "1", "20", "70 30")),
+            mk(row("1", "2", "11", "100")),
+        ];
+        // The key's rep word differs per row in a real file.
+        let text =
+            csv(&rows.iter().map(|r| r.as_slice()).collect::<Vec<_>>()).replace("rep=X", "rep=0");
+        let g = summarize(&text).unwrap();
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].settings["queues"], "1");
+        assert_eq!(g[0].repetitions, 3);
+        let s = g[0].figures["gbit_s"];
+        assert_eq!((s.median, s.min, s.max), (11.0, 10.0, 12.0));
+        assert_eq!(g[1].tx_queue_share, [60.0, 40.0]);
+        assert_eq!(g[1].tx_size_log2[10], 8);
+        assert_eq!(g[0].policy_effect, ["took effect"]);
+        let ch = charts("e", &g.iter().collect::<Vec<_>>());
+        let names: Vec<&str> = ch.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["e-gbit.svg", "e-rate.svg", "e-queues.svg", "e-sizes.svg"]
+        );
+        // Queues on x: categories 1 and 2, one line, two medians.
+        assert!(ch[0].1.contains(">queues<"));
+        assert_eq!(ch[0].1.matches("<circle").count(), 2);
+        assert!(summarize("a,b\n1,2\n")
+            .unwrap_err()
+            .to_string()
+            .contains("not a sweep CSV"));
+        let damaged = csv_header() + "\n1,2\n";
+        assert!(summarize(&damaged)
+            .unwrap_err()
+            .to_string()
+            .contains("line 2"));
+    }
+}
