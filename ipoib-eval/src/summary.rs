@@ -26,6 +26,8 @@ pub const AXIS_COLUMNS: &[&str] = &[
     "offloads",
     "policy",
     "cpus",
+    "gateway",
+    "direction",
     "recv",
     "rate_bps",
     "proto",

@@ -130,6 +130,14 @@ pub struct Axes {
     /// the stream threads are pinned to.
     #[serde(default = "Axes::cpus")]
     pub cpus: Vec<String>,
+    /// `none` (one link), or the MTU of a second link behind a gateway
+    /// namespace (the first link has `mtu`): traffic routed between two
+    /// MTU domains.
+    #[serde(default = "Axes::gateway")]
+    pub gateway: Vec<String>,
+    /// `forward` (the client, host a, sends) or `reverse` (host b sends).
+    #[serde(default = "Axes::direction")]
+    pub direction: Vec<String>,
 }
 
 impl Axes {
@@ -166,6 +174,12 @@ impl Axes {
     fn cpus() -> Vec<String> {
         one("any".into())
     }
+    fn gateway() -> Vec<String> {
+        one("none".into())
+    }
+    fn direction() -> Vec<String> {
+        one("forward".into())
+    }
 }
 
 impl Default for Axes {
@@ -184,6 +198,8 @@ impl Default for Axes {
             streams: Axes::streams(),
             rate: Axes::rate(),
             cpus: Axes::cpus(),
+            gateway: Axes::gateway(),
+            direction: Axes::direction(),
         }
     }
 }
@@ -243,6 +259,8 @@ pub struct Point {
     /// CPUs the client's stream threads are pinned to (the server's are in
     /// `test.server_cpus`).
     pub client_cpus: Vec<usize>,
+    /// MTU of the far link behind a gateway (`None`: one direct link).
+    pub gateway: Option<u32>,
     /// Queues per veth.
     pub queues: u16,
     /// Queue-selection policy.
@@ -266,12 +284,13 @@ impl Point {
     pub fn key(&self) -> String {
         let t = &self.test;
         let mut k = format!(
-            "exp={} q={} policy={} mtu={} offloads={} qdisc={} txqlen={} proto={} len={} send={} \
-             recv={} streams={} rate={} cpus={} rep={}",
+            "exp={} q={} policy={} mtu={} gw={} offloads={} qdisc={} txqlen={} proto={} len={} \
+             send={} recv={} streams={} rate={} cpus={} dir={} rep={}",
             self.experiment,
             self.queues,
             self.policy,
             self.mtu,
+            gateway_str(self.gateway),
             offload_str(&self.offloads),
             self.qdisc.as_deref().unwrap_or("default"),
             self.txqueuelen,
@@ -282,12 +301,25 @@ impl Point {
             t.streams,
             t.rate_bps,
             self.cpus,
+            direction_str(t.direction),
             self.rep
         );
         if let spec::Amount::Seconds(s) = t.amount {
             let _ = write!(k, " seconds={s}");
         }
         k
+    }
+}
+
+fn gateway_str(g: Option<u32>) -> String {
+    g.map_or("none".into(), |m| m.to_string())
+}
+
+fn direction_str(d: spec::Direction) -> &'static str {
+    match d {
+        spec::Direction::Forward => "forward",
+        spec::Direction::Reverse => "reverse",
+        spec::Direction::Bidir => "bidir",
     }
 }
 
@@ -462,6 +494,8 @@ impl SweepFile {
             ("streams", a.streams.len()),
             ("rate", a.rate.len()),
             ("cpus", a.cpus.len()),
+            ("gateway", a.gateway.len()),
+            ("direction", a.direction.len()),
         ];
         for (name, n) in lens {
             nonempty(name, n)?;
@@ -520,73 +554,92 @@ impl SweepFile {
             .iter()
             .map(|r| spec::parse_rate(r))
             .collect::<Result<Vec<_>, _>>()?;
+        let gateways = a
+            .gateway
+            .iter()
+            .map(|g| match g.as_str() {
+                "none" => Ok(None),
+                m => m
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|m| (68..=65535).contains(m))
+                    .map(Some)
+                    .ok_or_else(|| {
+                        SpecError(format!(
+                            "gateway `{g}`: give none, or the far link's MTU (68 to 65535)"
+                        ))
+                    }),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let directions = a
+            .direction
+            .iter()
+            .map(|d| match d.as_str() {
+                "forward" => Ok(spec::Direction::Forward),
+                "reverse" => Ok(spec::Direction::Reverse),
+                other => Err(SpecError(format!(
+                    "direction `{other}`: use forward (host a sends) or reverse (host b sends)"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let placements = a
             .cpus
             .iter()
             .map(|c| parse_placement(c).map(|p| (c.clone(), p)))
             .collect::<Result<Vec<_>, _>>()?;
+        // Every combination, the first axis varying slowest: combination n
+        // is n written in the mixed radix of the axes' lengths.
+        let dims: Vec<usize> = lens.iter().map(|(_, n)| *n).collect();
+        let combos: usize = dims.iter().product();
         let mut out = Vec::new();
-        for &queues in &a.queues {
-            for &policy in &policies {
-                for &mtu in &a.mtu {
-                    for off in &offloads {
-                        for qd in &a.qdisc {
-                            for &txq in &a.txqueuelen {
-                                for &proto in &protos {
-                                    for len in &a.len {
-                                        for send in &sends {
-                                            for recv in &recvs {
-                                                for &streams in &a.streams {
-                                                    for (&rate, (cpus, (ccpus, scpus))) in
-                                                        rates.iter().flat_map(|r| {
-                                                            placements.iter().map(move |p| (r, p))
-                                                        })
-                                                    {
-                                                        let len = match (len.as_str(), proto) {
-                                                            ("default", Proto::Udp) => 1472,
-                                                            ("default", Proto::Tcp) => 128 * 1024,
-                                                            (l, _) => spec::parse_bytes("len", l)?,
-                                                        };
-                                                        let test = spec::TestSpec {
-                                                            proto,
-                                                            len,
-                                                            streams,
-                                                            amount: spec::Amount::Seconds(
-                                                                self.seconds,
-                                                            ),
-                                                            rate_bps: rate,
-                                                            send: *send,
-                                                            recv: *recv,
-                                                            server_cpus: scpus.clone(),
-                                                            ..spec::TestSpec::default()
-                                                        };
-                                                        test.validate()?;
-                                                        for rep in 0..self.repetitions {
-                                                            out.push(Point {
-                                                                experiment: name.to_string(),
-                                                                cpus: cpus.clone(),
-                                                                client_cpus: ccpus.clone(),
-                                                                queues,
-                                                                policy,
-                                                                mtu,
-                                                                offloads: off.clone(),
-                                                                qdisc: (qd != "default")
-                                                                    .then(|| qd.clone()),
-                                                                txqueuelen: txq,
-                                                                test: test.clone(),
-                                                                rep,
-                                                            });
-                                                        }
-                                                    }
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+        for n in 0..combos {
+            let mut ix = vec![0usize; dims.len()];
+            let mut rest = n;
+            for (slot, d) in ix.iter_mut().zip(&dims).rev() {
+                *slot = rest % d;
+                rest /= d;
+            }
+            let [queues, policy, mtu, off, qd, txq, proto, len, send, recv, streams, rate, cpus, gw, dir] =
+                ix[..]
+            else {
+                unreachable!("one index per axis of `lens`")
+            };
+            let proto = protos[proto];
+            let len = match (a.len[len].as_str(), proto) {
+                ("default", Proto::Udp) => 1472,
+                ("default", Proto::Tcp) => 128 * 1024,
+                (l, _) => spec::parse_bytes("len", l)?,
+            };
+            let (cpus, (client_cpus, server_cpus)) = &placements[cpus];
+            let test = spec::TestSpec {
+                proto,
+                len,
+                streams: a.streams[streams],
+                amount: spec::Amount::Seconds(self.seconds),
+                rate_bps: rates[rate],
+                send: sends[send],
+                recv: recvs[recv],
+                server_cpus: server_cpus.clone(),
+                direction: directions[dir],
+                ..spec::TestSpec::default()
+            };
+            test.validate()?;
+            let qd = &a.qdisc[qd];
+            for rep in 0..self.repetitions {
+                out.push(Point {
+                    experiment: name.to_string(),
+                    cpus: cpus.clone(),
+                    client_cpus: client_cpus.clone(),
+                    gateway: gateways[gw],
+                    queues: a.queues[queues],
+                    policy: policies[policy],
+                    mtu: a.mtu[mtu],
+                    offloads: offloads[off].clone(),
+                    qdisc: (qd != "default").then(|| qd.clone()),
+                    txqueuelen: a.txqueuelen[txq],
+                    test: test.clone(),
+                    rep,
+                });
             }
         }
         Ok(out)
@@ -601,7 +654,7 @@ impl SweepFile {
 
 /// The settings columns that precede [`crate::report::Report::CSV_HEADER`]'s.
 pub const CSV_SETTINGS: &str =
-    "key,experiment,rep,queues,policy,mtu,offloads,qdisc,txqueuelen,cpus";
+    "key,experiment,rep,queues,policy,mtu,gateway,offloads,qdisc,txqueuelen,cpus";
 
 /// The per-queue columns that follow the report's (space-separated lists,
 /// one number per queue or bucket).
@@ -625,6 +678,7 @@ pub fn csv_settings(p: &Point) -> String {
         p.queues.to_string(),
         p.policy.to_string(),
         p.mtu.to_string(),
+        gateway_str(p.gateway),
         offload_str(&p.offloads),
         p.qdisc.clone().unwrap_or_else(|| "default".into()),
         p.txqueuelen.to_string(),
@@ -797,6 +851,8 @@ fn apply_policy(
 pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
     let failed = |e: &dyn std::fmt::Display| RunError::Failed(e.to_string());
     let tb = Testbed::up(TestbedSpec {
+        gateway: p.gateway.is_some(),
+        mtu_b: p.gateway.unwrap_or(p.mtu),
         queues: p.queues,
         mtu: p.mtu,
         offloads: p.offloads.clone(),
@@ -888,8 +944,14 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
         .map_err(|_| failed(&"the sweep's server panicked"))?;
     let report = report?;
     served?;
-    let tx = tx_view.read().map_err(|e| failed(&e))?;
-    let rx = rx_view.read().map_err(|e| failed(&e))?;
+    let (mut tx, mut rx) = (
+        tx_view.read().map_err(|e| failed(&e))?,
+        rx_view.read().map_err(|e| failed(&e))?,
+    );
+    if p.test.direction == spec::Direction::Reverse {
+        // Host b sent: its view has the TX queues, a's the RX queues.
+        std::mem::swap(&mut tx, &mut rx);
+    }
     let queues = queue_fields(p, &tx, &rx, cpus)
         .iter()
         .map(|f| csv_field(f))
@@ -1060,6 +1122,8 @@ mod tests {
             ("[axes]\nqueues = [0]", "queues must be 1 to 64"),
             ("[axes]\nmtu = [70000]", "mtu must be"),
             ("[axes]\ncpus = [\"0\"]", "cpus `0`"),
+            ("[axes]\ngateway = [\"9\"]", "gateway `9`"),
+            ("[axes]\ndirection = [\"bidir\"]", "direction `bidir`"),
             ("[axes]\ncpus = [\"0:x\"]", "cpus (server)"),
             ("[[experiment]]\nqueues = [1]", "experiment 1: give it a name"),
             (
