@@ -9,10 +9,13 @@
 // cached route: TCP, connected UDP) keeps it unless the packet is marked
 // free to move (ooo_okay). Unconnected UDP sockets cache nothing, so they
 // follow packet by packet. TCP marks a packet free to move when none of
-// its earlier data is still held by the host; veth hands each packet on
-// as it sends it, so on veth TCP follows per (super-)packet too, while on
-// a NIC it moves only after idle moments. Connected UDP never moves. The
-// per-queue counters of queues.c show which happened.
+// its earlier data is still charged to the socket; across a veth the charge
+// goes when the receiving side takes the packet (ip_rcv orphans it), which
+// on this testbed is mostly before the next send, so TCP follows nearly per
+// (super-)packet there; on a NIC it moves only after idle moments, as TX
+// completions come back. Connected UDP never moves. All of this holds for
+// drivers without a queue selector of their own (ndo_select_queue), veth
+// among them. The per-queue counters of queues.c show which happened.
 //
 // Built by build.rs: clang -O2 -g -target bpf.
 

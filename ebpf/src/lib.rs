@@ -495,10 +495,21 @@ impl RoundRobin {
             .try_into()
             .map_err(|e: aya::programs::ProgramError| kernel(&what)(e.to_string()))?;
         p.load().map_err(|e| kernel(&what)(verifier(e)))?;
+        // TCX (Linux 6.6+) only: its link is a file descriptor, gone with
+        // this value or the process. The netlink filters of older kernels
+        // would outlive both, and be detached from the wrong namespace.
         in_netns(netns, || {
-            p.attach(name, TcAttachType::Egress)
-                .map(|_| ())
-                .map_err(|e| kernel(&what)(e.to_string()))
+            p.attach_with_options(
+                name,
+                TcAttachType::Egress,
+                aya::programs::tc::TcAttachOptions::TcxOrder(aya::programs::LinkOrder::default()),
+            )
+            .map(|_| ())
+            .map_err(|e| {
+                kernel(&what)(format!(
+                    "{e} (round-robin needs TCX links, Linux 6.6 or later, and root)"
+                ))
+            })
         })?;
         Ok(RoundRobin { _bpf: bpf })
     }

@@ -185,13 +185,19 @@ pub fn lines(title: &str, xlabel: &str, ylabel: &str, cats: &[String], series: &
     f.open(&mut s, title, xlabel, ylabel, cats);
     for (k, line) in series.iter().enumerate() {
         let c = COLORS[k % COLORS.len()];
+        // Past the colours, lines repeat them dashed.
+        let dash = if k >= COLORS.len() {
+            r#" stroke-dasharray="6 3""#
+        } else {
+            ""
+        };
         // A run of measured categories is one polyline; a gap breaks it.
         let mut run: Vec<String> = Vec::new();
         let flush = |run: &mut Vec<String>, s: &mut String| {
             if run.len() > 1 {
                 let _ = writeln!(
                     s,
-                    r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"/>"#,
+                    r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"{dash}/>"#,
                     run.join(" ")
                 );
             }

@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use crate::chart::{self, Line};
 use crate::spec::SpecError;
-use crate::sweep::csv_header;
 
 /// The settings that make a point, in the order a chart prefers them on
 /// its x axis.
@@ -27,7 +26,7 @@ pub const AXIS_COLUMNS: &[&str] = &[
     "policy",
     "cpus",
     "gateway",
-    "direction",
+    "udp_socket",
     "recv",
     "rate_bps",
     "proto",
@@ -103,6 +102,16 @@ pub struct Group {
     pub policy_effect: Vec<String>,
 }
 
+/// Experiment names become file names: letters, digits, `-`, `_`, `.`,
+/// not starting with a dot.
+pub fn valid_experiment(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && !n.starts_with('.')
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
 /// Splits one CSV line into fields (quotes as RFC 4180 has them).
 pub fn csv_fields(line: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -131,20 +140,18 @@ fn numbers(s: &str) -> Vec<u64> {
 
 /// Folds a sweep CSV into groups, in the order the points first appear.
 pub fn summarize(csv: &str) -> Result<Vec<Group>, SpecError> {
+    // Columns are found by name, so files of earlier layouts still read.
     let mut lines = csv.lines();
-    if lines.next() != Some(csv_header().as_str()) {
+    let header: Vec<String> = csv_fields(lines.next().unwrap_or(""));
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let (Some(key), Some(exp), Some(dir)) = (col("key"), col("experiment"), col("direction"))
+    else {
         return Err(SpecError(
-            "not a sweep CSV of this version (the header differs): give the file \
+            "not a sweep CSV (no key, experiment and direction columns): give the file \
              `ipoib-eval sweep -o` wrote"
                 .into(),
         ));
-    }
-    let header: Vec<String> = csv_fields(&csv_header());
-    let col = |name: &str| header.iter().position(|h| h == name);
-    let need = |name: &str| {
-        col(name).ok_or_else(|| SpecError(format!("the sweep CSV lacks column {name}")))
     };
-    let (key, exp, dir) = (need("key")?, need("experiment")?, need("direction")?);
     // Rows of one point differ only in their `rep=` word.
     let mut order: Vec<(String, String)> = Vec::new();
     let mut rows: BTreeMap<(String, String), Vec<Vec<String>>> = BTreeMap::new();
@@ -156,6 +163,13 @@ pub fn summarize(csv: &str) -> Result<Vec<Group>, SpecError> {
                 i + 2,
                 f.len(),
                 header.len()
+            )));
+        }
+        if !valid_experiment(&f[exp]) {
+            return Err(SpecError(format!(
+                "sweep CSV line {}: experiment `{}` is not a name of letters, digits, - _ or .",
+                i + 2,
+                f[exp].escape_default()
             )));
         }
         let point = f[key]
@@ -202,7 +216,7 @@ pub fn summarize(csv: &str) -> Result<Vec<Group>, SpecError> {
             })
         };
         let per_q = sum_lists("tx_queue_packets");
-        let total: u64 = per_q.iter().sum();
+        let total: u128 = per_q.iter().map(|&x| u128::from(x)).sum();
         let mut effects: Vec<String> = Vec::new();
         if let Some(i) = col("policy_effect") {
             for r in rs {
@@ -383,61 +397,77 @@ pub fn charts(experiment: &str, groups: &[&Group]) -> Vec<(String, String)> {
                 }
             })
             .collect();
-        let series: Vec<Line> = groups
+        // At most one colour per line: eight points to a chart.
+        let chunks: Vec<Vec<(&&Group, &String)>> = groups
             .iter()
             .zip(&names)
-            .take(chart::COLORS.len())
-            .map(|(g, n)| {
-                let total: u64 = g.tx_size_log2.iter().sum();
-                Line {
-                    label: n.clone(),
-                    points: (6..buckets)
-                        .map(|b| {
-                            let share = g.tx_size_log2.get(b).map_or(0.0, |&c| {
-                                if total == 0 {
-                                    0.0
-                                } else {
-                                    c as f64 * 100.0 / total as f64
-                                }
-                            });
-                            Some((share, share, share))
-                        })
-                        .collect(),
-                }
-            })
+            .collect::<Vec<_>>()
+            .chunks(chart::COLORS.len())
+            .map(<[_]>::to_vec)
             .collect();
-        out.push((
-            format!("{experiment}-sizes.svg"),
-            chart::lines(
-                &format!("{experiment}: sizes of the TX packets handed to the driver (eBPF)"),
-                "packet size from (bytes, log2 buckets; above the MTU: GSO super-packets)",
-                "% of TX packets",
-                &cats,
-                &series,
-            ),
-        ));
+        for (k, chunk) in chunks.iter().enumerate() {
+            let series: Vec<Line> = chunk
+                .iter()
+                .map(|(g, n)| {
+                    let total: u128 = g.tx_size_log2.iter().map(|&x| u128::from(x)).sum();
+                    Line {
+                        label: (*n).clone(),
+                        points: (6..buckets)
+                            .map(|b| {
+                                let share = g.tx_size_log2.get(b).map_or(0.0, |&c| {
+                                    if total == 0 {
+                                        0.0
+                                    } else {
+                                        c as f64 * 100.0 / total as f64
+                                    }
+                                });
+                                Some((share, share, share))
+                            })
+                            .collect(),
+                    }
+                })
+                .collect();
+            let (file, part) = if chunks.len() == 1 {
+                (format!("{experiment}-sizes.svg"), String::new())
+            } else {
+                (
+                    format!("{experiment}-sizes-{}.svg", k + 1),
+                    format!(" ({} of {})", k + 1, chunks.len()),
+                )
+            };
+            out.push((
+                file,
+                chart::lines(
+                    &format!(
+                        "{experiment}: sizes of the TX packets handed to the driver (eBPF){part}"
+                    ),
+                    "packet size from (bytes, log2 buckets; above the MTU: GSO super-packets)",
+                    "% of TX packets",
+                    &cats,
+                    &series,
+                ),
+            ));
+        }
     }
     out
 }
 
-/// Writes `summary.json` and every experiment's charts into `dir`;
-/// returns the files written.
-pub fn write(csv_path: &Path, dir: &Path) -> Result<Vec<PathBuf>, SpecError> {
-    let io = |what: &Path, e: std::io::Error| SpecError(format!("{}: {e}", what.display()));
-    let text = std::fs::read_to_string(csv_path).map_err(|e| io(csv_path, e))?;
-    let groups = summarize(&text)?;
+/// Writes `summary.json` and every experiment's charts of `groups` (read
+/// from `csv_path`) into `dir`; returns the files written.
+pub fn write(csv_path: &Path, groups: &[Group], dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let io = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let mut written = Vec::new();
     let json = serde_json::to_string_pretty(&serde_json::json!({
         "source": csv_path.display().to_string(),
         "points": groups,
     }))
-    .map_err(|e| SpecError(format!("summary: {e}")))?;
+    .map_err(|e| format!("summary: {e}"))?;
     let p = dir.join("summary.json");
     std::fs::write(&p, json + "\n").map_err(|e| io(&p, e))?;
     written.push(p);
     let mut experiments: Vec<&str> = Vec::new();
-    for g in &groups {
+    for g in groups {
         if !experiments.contains(&g.experiment.as_str()) {
             experiments.push(&g.experiment);
         }
@@ -456,6 +486,7 @@ pub fn write(csv_path: &Path, dir: &Path) -> Result<Vec<PathBuf>, SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::csv_header;
 
     #[test]
     fn fields_unquote_as_written() {
@@ -548,6 +579,15 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a sweep CSV"));
+        assert!(summarize("")
+            .unwrap_err()
+            .to_string()
+            .contains("not a sweep CSV"));
+        let escaping = text.replacen(",e,", ",../x,", 1);
+        assert!(summarize(&escaping)
+            .unwrap_err()
+            .to_string()
+            .contains("experiment `../x`"));
         let damaged = csv_header() + "\n1,2\n";
         assert!(summarize(&damaged)
             .unwrap_err()

@@ -2,30 +2,39 @@
 //! point, each point runs `repetitions` times on a testbed built with its
 //! settings, and each run appends one CSV row per direction with every
 //! setting and every measured figure, the per-queue counters included.
+//! Experiments are products of their own over the common axes, so one file
+//! holds several studies.
 //!
 //! ```toml
 //! seconds = 3          # per run
 //! repetitions = 3
 //! shuffle = true       # run the points in a seeded random order
 //! seed = 1
-//! [axes]
-//! queues = [1, 2, 4, 8]
-//! policy = ["hash", "xps"]
-//! mtu = [1500, 9000]
-//! offloads = ["default", "tso=off,gso=off"]
-//! qdisc = ["default", "pfifo_fast"]
+//! [axes]               # common to every experiment; each has a default
+//! queues = [4]
+//! policy = ["hash"]    # hash, xps, rr
+//! mtu = [1500]
+//! gateway = ["none"]   # or the MTU of a link behind a gateway
+//! offloads = ["default"]
+//! qdisc = ["default"]
 //! txqueuelen = [1000]
-//! proto = ["tcp", "udp"]
+//! proto = ["tcp"]
 //! len = ["default"]    # 128K for TCP, 1472 for UDP
-//! send = ["send", "gso:44"]
+//! send = ["send"]
 //! recv = ["recv"]
-//! streams = [1, 4]
+//! streams = [1]
 //! rate = ["0"]         # bit/s; 0 unlimited
+//! cpus = ["any"]       # or CLIENT:SERVER CPU lists
+//! direction = ["forward"]
+//!
+//! [[experiment]]
+//! name = "queues"
+//! queues = [1, 2, 4, 8]
+//! streams = [1, 4, 16]
 //! ```
 //!
-//! An axis left out takes its one default. Points are named by their
-//! settings ([`Point::key`]), so a sweep resumed over an existing CSV skips
-//! the runs already there.
+//! Points are named by their settings ([`Point::key`]), so a sweep resumed
+//! over an existing CSV skips the runs already there.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -280,6 +289,13 @@ pub struct Point {
 }
 
 impl Point {
+    /// Whether the client sends UDP on unconnected sockets (round-robin's
+    /// need: such sockets cache no TX queue; each datagram also looks its
+    /// route up).
+    pub fn unconnected(&self) -> bool {
+        self.policy == Policy::Rr && self.test.proto == Proto::Udp
+    }
+
     /// The point's name: every setting, in a fixed order (the resume key).
     pub fn key(&self) -> String {
         let t = &self.test;
@@ -333,6 +349,13 @@ fn offload_str(o: &[(String, bool)]) -> String {
         .join(";")
 }
 
+/// An ethtool feature name: lower-case letters, digits and `-`.
+fn feature_name(f: &str) -> bool {
+    !f.is_empty()
+        && f.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
 /// Parses `default` or `FEATURE=on|off,...`.
 pub fn parse_offloads(s: &str) -> Result<Vec<(String, bool)>, SpecError> {
     if s == "default" {
@@ -340,8 +363,8 @@ pub fn parse_offloads(s: &str) -> Result<Vec<(String, bool)>, SpecError> {
     }
     s.split(',')
         .map(|kv| match kv.trim().split_once('=') {
-            Some((f, "on")) if !f.is_empty() => Ok((f.to_string(), true)),
-            Some((f, "off")) if !f.is_empty() => Ok((f.to_string(), false)),
+            Some((f, "on")) if feature_name(f) => Ok((f.to_string(), true)),
+            Some((f, "off")) if feature_name(f) => Ok((f.to_string(), false)),
             _ => Err(SpecError(format!(
                 "offloads `{s}`: give `default` or FEATURE=on|off,... such as tso=off,gro=on"
             ))),
@@ -385,10 +408,18 @@ fn parse_placement(s: &str) -> Result<(Vec<usize>, Vec<usize>), SpecError> {
             "cpus `{s}`: give `any` or CLIENT:SERVER CPU lists such as 0:1 or 0-1:0"
         )));
     };
-    Ok((
+    let (c, sv) = (
         spec::parse_cpus("cpus (client)", c)?,
         spec::parse_cpus("cpus (server)", sv)?,
-    ))
+    );
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(bad) = c.iter().chain(&sv).find(|&&x| x >= n) {
+        return Err(SpecError(format!(
+            "cpus `{s}` names CPU {bad}, but this machine has {n} (0-{})",
+            n - 1
+        )));
+    }
+    Ok((c, sv))
 }
 
 impl SweepFile {
@@ -404,20 +435,15 @@ impl SweepFile {
             })
         };
         if self.experiment.is_empty() {
-            return Ok(vec![("main".into(), axes("main", self.axes.clone())?)]);
+            let a = axes("main", self.axes.clone())
+                .map_err(|e| SpecError(e.0.replacen("experiment main", "[axes]", 1)))?;
+            return Ok(vec![("main".into(), a)]);
         }
         let mut out: Vec<(String, Axes)> = Vec::new();
         for (i, e) in self.experiment.iter().enumerate() {
             let mut t = e.clone();
             let name = match t.remove("name") {
-                Some(toml::Value::String(n))
-                    if !n.is_empty()
-                        && n.len() <= 64
-                        && n.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
-                {
-                    n
-                }
+                Some(toml::Value::String(n)) if crate::summary::valid_experiment(&n) => n,
                 _ => {
                     return Err(SpecError(format!(
                         "experiment {}: give it a name of letters, digits, - _ or . \
@@ -510,6 +536,22 @@ impl SweepFile {
                 "the sweep has more than {MAX_RUNS} runs: trim an axis"
             )));
         };
+        for q in &a.qdisc {
+            if q.is_empty() || !q.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(SpecError(format!(
+                    "qdisc `{}`: give default or a qdisc name such as pfifo_fast",
+                    q.escape_default()
+                )));
+            }
+        }
+        for c in &a.cpus {
+            if c.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
+                return Err(SpecError(format!(
+                    "cpus `{}`: write CPU lists without spaces, such as 0:1",
+                    c.escape_default()
+                )));
+            }
+        }
         for &q in &a.queues {
             if q == 0 || q > 64 {
                 return Err(SpecError(format!("queues must be 1 to 64, got {q}")));
@@ -624,15 +666,35 @@ impl SweepFile {
                 ..spec::TestSpec::default()
             };
             test.validate()?;
+            let policy = policies[policy];
+            let gateway = gateways[gw];
+            if policy != Policy::Hash && gateway.is_some() {
+                return Err(SpecError(format!(
+                    "policy {policy} with a gateway: the policy is set on the hosts' links, and \
+                     the gateway picks the forwarded link's queue itself; use policy hash"
+                )));
+            }
+            if policy == Policy::Rr
+                && proto == Proto::Udp
+                && (test.send != SendPath::Send || test.direction != spec::Direction::Forward)
+            {
+                return Err(SpecError(format!(
+                    "policy rr with UDP needs send = \"send\" and direction = \"forward\" (only \
+                     the client's unconnected sockets take a queue per datagram), got send \
+                     {} and direction {}",
+                    test.send,
+                    direction_str(test.direction)
+                )));
+            }
             let qd = &a.qdisc[qd];
             for rep in 0..self.repetitions {
                 out.push(Point {
                     experiment: name.to_string(),
                     cpus: cpus.clone(),
                     client_cpus: client_cpus.clone(),
-                    gateway: gateways[gw],
+                    gateway,
                     queues: a.queues[queues],
-                    policy: policies[policy],
+                    policy,
                     mtu: a.mtu[mtu],
                     offloads: offloads[off].clone(),
                     qdisc: (qd != "default").then(|| qd.clone()),
@@ -654,7 +716,7 @@ impl SweepFile {
 
 /// The settings columns that precede [`crate::report::Report::CSV_HEADER`]'s.
 pub const CSV_SETTINGS: &str =
-    "key,experiment,rep,queues,policy,mtu,gateway,offloads,qdisc,txqueuelen,cpus";
+    "key,experiment,rep,queues,policy,mtu,gateway,offloads,qdisc,txqueuelen,cpus,udp_socket";
 
 /// The per-queue columns that follow the report's (space-separated lists,
 /// one number per queue or bucket).
@@ -683,6 +745,12 @@ pub fn csv_settings(p: &Point) -> String {
         p.qdisc.clone().unwrap_or_else(|| "default".into()),
         p.txqueuelen.to_string(),
         p.cpus.clone(),
+        if p.unconnected() {
+            "unconnected"
+        } else {
+            "connected"
+        }
+        .to_string(),
     ]
     .iter()
     .map(|f| csv_field(f))
@@ -823,6 +891,11 @@ fn apply_policy(
     policy: Policy,
     cpus: usize,
 ) -> Result<Option<fabkit_ebpf::RoundRobin>, RunError> {
+    if queues == 1 {
+        // One queue: every policy is the same, and the kernel refuses XPS
+        // maps on a single-queue device (EIO).
+        return Ok(None);
+    }
     for q in 0..usize::from(queues) {
         let mask: u64 = match policy {
             Policy::Hash | Policy::Rr => 0,
@@ -911,7 +984,7 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
     let client_ns = tb.a.netns.clone();
     let test = p.test.clone();
     let host = tb.b.addr.to_string();
-    let (client_cpus, policy) = (p.client_cpus.clone(), p.policy);
+    let (client_cpus, unconnected_udp) = (p.client_cpus.clone(), p.unconnected());
     let report = std::thread::spawn(move || {
         testbed::enter(&client_ns).map_err(|e| RunError::Failed(e.to_string()))?;
         let r = run_client(
@@ -920,7 +993,7 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
                 host: host.clone(),
                 port,
                 cpus: client_cpus,
-                unconnected_udp: policy == Policy::Rr,
+                unconnected_udp,
                 ..ClientOpts::default()
             },
         );
@@ -978,6 +1051,18 @@ pub fn run(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(RunError::Failed(format!("reading {}: {e}", out.display()))),
     };
+    // A sweep killed mid-write leaves a partial last line: cut it off, so
+    // the next row starts a line of its own (that run is done again).
+    let existing = match existing.rfind('\n') {
+        Some(i) if i + 1 < existing.len() => {
+            let keep = &existing[..=i];
+            std::fs::write(out, keep)
+                .map_err(|e| RunError::Failed(format!("repairing {}: {e}", out.display())))?;
+            keep.to_string()
+        }
+        None if !existing.is_empty() => String::new(),
+        _ => existing,
+    };
     let done = done_keys(&existing)?;
     let todo: Vec<&Point> = points.iter().filter(|p| !done.contains(&p.key())).collect();
     say(&format!(
@@ -993,18 +1078,27 @@ pub fn run(
         .open(out)
         .map_err(|e| RunError::Failed(format!("opening {}: {e}", out.display())))?;
     if existing.is_empty() {
-        writeln!(f, "{}", csv_header())
+        f.set_len(0)
+            .and_then(|()| f.write_all(format!("{}\n", csv_header()).as_bytes()))
             .map_err(|e| RunError::Failed(format!("writing {}: {e}", out.display())))?;
     }
     let start = Instant::now();
+    let mut failed: Vec<String> = Vec::new();
     for (i, p) in todo.iter().enumerate() {
-        let rows = run_point(p).map_err(|e| match e {
-            RunError::Failed(m) => RunError::Failed(format!("run `{}`: {m}", p.key())),
-            other => other,
-        })?;
-        for r in rows {
-            writeln!(f, "{r}")
-                .map_err(|e| RunError::Failed(format!("writing {}: {e}", out.display())))?;
+        match run_point(p) {
+            Ok(rows) => {
+                // One write per run: a kill leaves at most one partial line.
+                let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+                f.write_all(text.as_bytes())
+                    .map_err(|e| RunError::Failed(format!("writing {}: {e}", out.display())))?;
+            }
+            Err(e) => {
+                // The other points still run; this one is missing from
+                // the file, so a resume tries it again.
+                let e = format!("run `{}` failed: {e}", p.key());
+                say(&e);
+                failed.push(e);
+            }
         }
         let per = start.elapsed().as_secs_f64() / (i + 1) as f64;
         say(&format!(
@@ -1014,6 +1108,15 @@ pub fn run(
             p.key(),
             per * (todo.len() - i - 1) as f64
         ));
+    }
+    if let Some(first) = failed.first() {
+        return Err(RunError::Failed(format!(
+            "{} of {} runs failed and are not in {} (run the sweep again to retry them); \
+             the first: {first}",
+            failed.len(),
+            todo.len(),
+            out.display()
+        )));
     }
     Ok(todo.len())
 }
@@ -1123,6 +1226,20 @@ mod tests {
             ("[axes]\nmtu = [70000]", "mtu must be"),
             ("[axes]\ncpus = [\"0\"]", "cpus `0`"),
             ("[axes]\ngateway = [\"9\"]", "gateway `9`"),
+            ("[axes]\ngateway = [\"1500\"]\npolicy = [\"xps\"]", "with a gateway"),
+            (
+                "[axes]\nproto = [\"udp\"]\npolicy = [\"rr\"]\nsend = [\"gso:8\"]",
+                "policy rr with UDP needs",
+            ),
+            (
+                "[axes]\nproto = [\"udp\"]\npolicy = [\"rr\"]\ndirection = [\"reverse\"]",
+                "policy rr with UDP needs",
+            ),
+            ("[axes]\nqdisc = [\"pfifo\\nx\"]", "qdisc `pfifo\\nx`"),
+            ("[axes]\noffloads = [\"Bogus Name=off\"]", "offloads"),
+            ("[axes]\ncpus = [\"0:99\"]", "names CPU 99"),
+            ("[axes]\ncpus = [\" 0:1\"]", "without spaces"),
+            ("[axes]\nbogus = [1]", "[axes]: unknown field"),
             ("[axes]\ndirection = [\"bidir\"]", "direction `bidir`"),
             ("[axes]\ncpus = [\"0:x\"]", "cpus (server)"),
             ("[[experiment]]\nqueues = [1]", "experiment 1: give it a name"),

@@ -11,18 +11,12 @@ fn bin() -> Command {
 
 fn rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
     let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let header = ipoib_eval::summary::csv_fields(lines.next().unwrap());
     lines
         .map(|l| {
-            // Our fields hold no quoted commas except policy_effect's text,
-            // which has none either.
-            let f: Vec<&str> = l.split(',').collect();
+            let f = ipoib_eval::summary::csv_fields(l);
             assert_eq!(f.len(), header.len(), "{l}");
-            header
-                .iter()
-                .zip(f)
-                .map(|(h, v)| (h.to_string(), v.to_string()))
-                .collect()
+            header.iter().zip(f).map(|(h, v)| (h.clone(), v)).collect()
         })
         .collect()
 }

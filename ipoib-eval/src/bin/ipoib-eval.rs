@@ -313,9 +313,15 @@ impl ClientArgs {
             timeout: self.timeout,
         };
         s.validate()?;
-        if self.unconnected && (s.proto != Proto::Udp || s.send != SendPath::Send) {
+        if self.unconnected
+            && (s.proto != Proto::Udp
+                || s.send != SendPath::Send
+                || s.direction != Direction::Forward)
+        {
             return Err(SpecError(
-                "--unconnected is for UDP with the send path `send`: add -u, drop --send".into(),
+                "--unconnected is for the client's UDP sends with the path `send`: add -u, \
+                 drop --send, -R and --bidir"
+                    .into(),
             ));
         }
         Ok(s)
@@ -533,14 +539,24 @@ fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
     }
 }
 
-/// `results/x.csv` -> `results/x/`.
+/// `results/x.csv` -> `results/x/`; a name without an extension gets
+/// `.plots` added (the directory must not be the CSV itself).
 fn plots_dir(csv: &std::path::Path) -> PathBuf {
-    csv.with_extension("")
+    if csv.extension().is_some() {
+        csv.with_extension("")
+    } else {
+        let mut s = csv.as_os_str().to_owned();
+        s.push(".plots");
+        PathBuf::from(s)
+    }
 }
 
 fn summary(csv: &std::path::Path, dir: Option<&std::path::Path>) -> Result<(), RunError> {
     let dir = dir.map_or_else(|| plots_dir(csv), PathBuf::from);
-    let files = ipoib_eval::summary::write(csv, &dir).map_err(|e| RunError::Failed(e.0))?;
+    let text = std::fs::read_to_string(csv)
+        .map_err(|e| RunError::Usage(SpecError(format!("cannot read {}: {e}", csv.display()))))?;
+    let groups = ipoib_eval::summary::summarize(&text)?;
+    let files = ipoib_eval::summary::write(csv, &groups, &dir).map_err(RunError::Failed)?;
     out!("{} files in {}", files.len(), dir.display());
     Ok(())
 }
