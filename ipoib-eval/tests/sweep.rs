@@ -60,8 +60,12 @@ fn a_two_point_sweep_writes_rows_with_queue_counters_and_resumes() {
         // gso:8 sends trains of 8 datagrams: one super-packet each.
         let per_packet = if row["send"] == "gso:8" { 8 } else { 1 };
         assert_eq!(segs, per_packet * pkts, "{row:?}");
+        // Every datagram the client sent passed the TX hook (veth has no
+        // qdisc to drop in); the receiver may still drop some under load.
+        let sent: u64 = row["sent_msgs"].parse().unwrap();
         let received: u64 = row["received_msgs"].parse().unwrap();
-        assert_eq!(received, segs, "every datagram arrived at 200 Mbit/s");
+        assert_eq!(sent, segs, "{row:?}");
+        assert!(received <= sent && received > 0, "{row:?}");
         assert_eq!(row["policy"], row["experiment"]);
         assert_eq!(row["policy_effect"], "took effect", "{row:?}");
         if row["policy"] == "rr" {
