@@ -12,6 +12,7 @@ fn main() {
         _ => "x86_64-linux-gnu",
     };
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    println!("cargo:rerun-if-changed=bpf/common.h");
     for prog in ["queues", "rr"] {
         let src = format!("bpf/{prog}.c");
         println!("cargo:rerun-if-changed={src}");

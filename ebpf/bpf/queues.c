@@ -17,27 +17,12 @@
 // the loader relocates every field offset against the running kernel's BTF,
 // so one object serves kernels whose layouts differ.
 //
-// Built by build.rs: clang -O2 -g -target bpf. No libbpf headers: the helper
-// declarations below use the numbers of <linux/bpf.h>.
+// Built by build.rs: clang -O2 -g -target bpf.
 
-#include <linux/bpf.h>
-#include <linux/types.h>
+#include "common.h"
 
-#define SEC(name) __attribute__((section(name), used))
-
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) =
-    (void *)BPF_FUNC_map_lookup_elem;
 static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *src) =
     (void *)BPF_FUNC_probe_read_kernel;
-
-// The legacy map definition aya-obj reads from the "maps" section.
-struct map_def {
-	__u32 type;
-	__u32 key_size;
-	__u32 value_size;
-	__u32 max_entries;
-	__u32 map_flags;
-};
 
 // Queues counted one by one; higher queue numbers share the last slot.
 #define QUEUES 64

@@ -19,21 +19,7 @@
 //
 // Built by build.rs: clang -O2 -g -target bpf.
 
-#include <linux/bpf.h>
-#include <linux/types.h>
-
-#define SEC(name) __attribute__((section(name), used))
-
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) =
-    (void *)BPF_FUNC_map_lookup_elem;
-
-struct map_def {
-	__u32 type;
-	__u32 key_size;
-	__u32 value_size;
-	__u32 max_entries;
-	__u32 map_flags;
-};
+#include "common.h"
 
 // One per CPU: each CPU deals its packets out over the queues in turn (no
 // atomic shared by all CPUs, and one sender thread sees plain round-robin).

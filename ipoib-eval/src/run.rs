@@ -975,11 +975,13 @@ fn buffer_warning(b: &BufSize, role: Role) -> Option<String> {
     })
 }
 
-/// A data stream of this end, its socket prepared.
+/// A data stream of this end, its socket prepared (`dest`: where an
+/// unconnected UDP socket sends to).
 fn stream(
     plan: StreamPlan,
     role: Role,
     sock: Socket,
+    dest: Option<SocketAddr>,
     spec: &TestSpec,
     dev: Option<&str>,
     warnings: &mut Vec<String>,
@@ -989,7 +991,7 @@ fn stream(
         plan,
         role,
         sock,
-        dest: None,
+        dest,
         buffer,
     })
 }
@@ -1224,9 +1226,15 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
                 s
             }
         };
-        let mut st = stream(*p, role, sock, spec, opts.dev.as_deref(), &mut warnings)?;
-        st.dest = dest;
-        streams.push(st);
+        streams.push(stream(
+            *p,
+            role,
+            sock,
+            dest,
+            spec,
+            opts.dev.as_deref(),
+            &mut warnings,
+        )?);
     }
     let ph = Phase {
         spec: Arc::new(spec.clone()),
@@ -1619,7 +1627,7 @@ fn session(
     for (p, s) in plan.iter().zip(socks) {
         let sock = s.ok_or_else(|| failed("missing data socket"))?;
         let role = role_of(p, false);
-        streams.push(stream(*p, role, sock, &spec, dev, &mut warnings)?);
+        streams.push(stream(*p, role, sock, None, &spec, dev, &mut warnings)?);
     }
     let ph = Phase {
         spec: Arc::new(spec.clone()),

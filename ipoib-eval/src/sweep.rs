@@ -776,30 +776,10 @@ pub fn done_keys(csv: &str) -> Result<HashSet<String>, SpecError> {
     }
     let mut done = HashSet::new();
     for l in lines.filter(|l| !l.is_empty()) {
-        done.insert(first_field(l));
+        // Keys are quoted when a CPU list puts a comma in them.
+        done.insert(crate::summary::csv_fields(l).swap_remove(0));
     }
     Ok(done)
-}
-
-/// The first field of a CSV line, unquoted (keys are quoted when a CPU
-/// list puts a comma in them).
-fn first_field(line: &str) -> String {
-    let Some(rest) = line.strip_prefix('"') else {
-        return line.split(',').next().unwrap_or("").to_string();
-    };
-    let mut out = String::new();
-    let mut chars = rest.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if chars.peek() == Some(&'"') => {
-                out.push('"');
-                chars.next();
-            }
-            '"' => break,
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// How packets of one run spread over the queues, as the eBPF views saw

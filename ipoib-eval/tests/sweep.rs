@@ -5,8 +5,15 @@
 
 use std::process::Command;
 
-fn bin() -> Command {
+/// `ipoib-eval sweep FILE -o OUT`, run to the end.
+fn sweep(file: &std::path::Path, out: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ipoib-eval"))
+        .arg("sweep")
+        .arg(file)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap()
 }
 
 fn rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
@@ -33,13 +40,7 @@ fn a_two_point_sweep_writes_rows_with_queue_counters_and_resumes() {
          [[experiment]]\nname = \"rr\"\npolicy = [\"rr\"]\n",
     )
     .unwrap();
-    let o = bin()
-        .arg("sweep")
-        .arg(&file)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = sweep(&file, &out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("sweep: 2 runs (0 already"), "{err}");
@@ -93,26 +94,14 @@ fn a_two_point_sweep_writes_rows_with_queue_counters_and_resumes() {
             "{chart}"
         );
     }
-    let o = bin()
-        .arg("sweep")
-        .arg(&file)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = sweep(&file, &out);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("sweep: 0 runs (2 already"));
     assert_eq!(rows(&std::fs::read_to_string(&out).unwrap()).len(), 2);
     // Bad input: one line, exit 2, nothing written.
     std::fs::write(&file, "[axes]\npolicy = [\"fastest\"]\n").unwrap();
     let bad = dir.path().join("bad.csv");
-    let o = bin()
-        .arg("sweep")
-        .arg(&file)
-        .arg("-o")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let o = sweep(&file, &bad);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
     assert!(!bad.exists());
