@@ -45,6 +45,7 @@
 #![deny(missing_docs)]
 
 pub mod chart;
+pub mod iperf3;
 pub mod proto;
 pub mod recv;
 pub mod report;

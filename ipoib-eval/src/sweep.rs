@@ -286,6 +286,9 @@ pub struct Point {
     pub test: spec::TestSpec,
     /// Which repetition (0-based).
     pub rep: u32,
+    /// iperf3 measures this point, not our client and server (send path
+    /// `iperf3`; `test.send` and `test.recv` are then unused).
+    pub iperf3: bool,
 }
 
 impl Point {
@@ -294,6 +297,24 @@ impl Point {
     /// route up).
     pub fn unconnected(&self) -> bool {
         self.policy == Policy::Rr && self.test.proto == Proto::Udp
+    }
+
+    /// The send path as the sweep file names it.
+    pub fn send_str(&self) -> String {
+        if self.iperf3 {
+            IPERF3.into()
+        } else {
+            self.test.send.to_string()
+        }
+    }
+
+    /// The receive path as the sweep file names it.
+    pub fn recv_str(&self) -> String {
+        if self.iperf3 {
+            IPERF3.into()
+        } else {
+            self.test.recv.to_string()
+        }
     }
 
     /// The point's name: every setting, in a fixed order (the resume key).
@@ -312,8 +333,8 @@ impl Point {
             self.txqueuelen,
             format!("{:?}", t.proto).to_lowercase(),
             t.len,
-            t.send,
-            t.recv,
+            self.send_str(),
+            self.recv_str(),
             t.streams,
             t.rate_bps,
             self.cpus,
@@ -326,6 +347,9 @@ impl Point {
         k
     }
 }
+
+/// The send path that runs iperf3 instead of our client and server.
+pub const IPERF3: &str = "iperf3";
 
 fn gateway_str(g: Option<u32>) -> String {
     g.map_or("none".into(), |m| m.to_string())
@@ -581,11 +605,21 @@ impl SweepFile {
                 other => Err(SpecError(format!("proto `{other}`: use tcp or udp"))),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // `None`: iperf3's own.
         let sends = a
             .send
             .iter()
-            .map(|s| s.parse::<SendPath>())
+            .map(|s| match s.as_str() {
+                IPERF3 => Ok(None),
+                s => s.parse::<SendPath>().map(Some),
+            })
             .collect::<Result<Vec<_>, _>>()?;
+        if sends.contains(&None) && self.seconds.fract() != 0.0 {
+            return Err(SpecError(format!(
+                "send iperf3 runs whole seconds: give seconds = {:.0} or so",
+                self.seconds.ceil()
+            )));
+        }
         let recvs = a
             .recv
             .iter()
@@ -653,14 +687,20 @@ impl SweepFile {
                 (l, _) => spec::parse_bytes("len", l)?,
             };
             let (cpus, (client_cpus, server_cpus)) = &placements[cpus];
+            let iperf3 = sends[send].is_none();
+            if iperf3 && recv > 0 {
+                // iperf3 has one receive path: the first recv value stands
+                // for all.
+                continue;
+            }
             let test = spec::TestSpec {
                 proto,
                 len,
                 streams: a.streams[streams],
                 amount: spec::Amount::Seconds(self.seconds),
                 rate_bps: rates[rate],
-                send: sends[send],
-                recv: recvs[recv],
+                send: sends[send].unwrap_or(SendPath::Send),
+                recv: if iperf3 { RecvPath::PLAIN } else { recvs[recv] },
                 server_cpus: server_cpus.clone(),
                 direction: directions[dir],
                 ..spec::TestSpec::default()
@@ -686,6 +726,9 @@ impl SweepFile {
                     direction_str(test.direction)
                 )));
             }
+            if iperf3 {
+                iperf3_fits(&test, client_cpus, policy)?;
+            }
             let qd = &a.qdisc[qd];
             for rep in 0..self.repetitions {
                 out.push(Point {
@@ -701,6 +744,7 @@ impl SweepFile {
                     txqueuelen: a.txqueuelen[txq],
                     test: test.clone(),
                     rep,
+                    iperf3,
                 });
             }
         }
@@ -712,6 +756,34 @@ impl SweepFile {
     pub fn estimate_s(&self, runs: usize, overhead_s: f64) -> f64 {
         runs as f64 * (self.seconds + overhead_s)
     }
+}
+
+/// Refuses iperf3 points whose settings iperf3 cannot carry out.
+fn iperf3_fits(
+    test: &spec::TestSpec,
+    client_cpus: &[usize],
+    policy: Policy,
+) -> Result<(), SpecError> {
+    if client_cpus.len() > 1 || test.server_cpus.len() > 1 {
+        return Err(SpecError(
+            "send iperf3 pins each end to one CPU at most: give cpus such as 0:1".into(),
+        ));
+    }
+    if test.len > crate::iperf3::MAX_LEN {
+        return Err(SpecError(format!(
+            "send iperf3 takes len up to {} bytes, got {}",
+            crate::iperf3::MAX_LEN,
+            test.len
+        )));
+    }
+    if policy == Policy::Rr && test.proto == Proto::Udp {
+        return Err(SpecError(
+            "policy rr with send iperf3 and UDP: iperf3's UDP sockets are connected and keep \
+             one queue; measure rr with send = \"send\""
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The settings columns that precede [`crate::report::Report::CSV_HEADER`]'s.
@@ -937,6 +1009,48 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
     };
     let tx_view = view(&tb.a.netns, &tb.a.iface)?;
     let rx_view = view(&tb.b.netns, &tb.b.iface)?;
+    let rows = if p.iperf3 {
+        let ends = crate::iperf3::Ends {
+            server_ns: &tb.b.netns,
+            client_ns: &tb.a.netns,
+            server_addr: tb.b.addr.to_string(),
+            client_cpu: p.client_cpus.first().copied(),
+        };
+        let (m, busy) = crate::iperf3::run(&p.test, &ends)?;
+        vec![crate::iperf3::row(&p.test, &m, busy, &kernel())]
+    } else {
+        measure(p, &tb)?
+    };
+    let (mut tx, mut rx) = (
+        tx_view.read().map_err(|e| failed(&e))?,
+        rx_view.read().map_err(|e| failed(&e))?,
+    );
+    if p.test.direction == spec::Direction::Reverse {
+        // Host b sent: its view has the TX queues, a's the RX queues.
+        std::mem::swap(&mut tx, &mut rx);
+    }
+    let queues = queue_fields(p, &tx, &rx, cpus)
+        .iter()
+        .map(|f| csv_field(f))
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok(rows
+        .into_iter()
+        .map(|r| format!("{},{r},{queues}", csv_settings(p)))
+        .collect())
+}
+
+/// The running kernel's release.
+fn kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Runs our server in host b and our client in host a: the report's CSV
+/// rows (one per direction).
+fn measure(p: &Point, tb: &Testbed) -> Result<Vec<String>, RunError> {
+    let failed = |e: &dyn std::fmt::Display| RunError::Failed(e.to_string());
     let (port_tx, port_rx) = std::sync::mpsc::channel();
     let server_ns = tb.b.netns.clone();
     let server = std::thread::spawn(move || -> Result<(), RunError> {
@@ -997,24 +1111,7 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
         .map_err(|_| failed(&"the sweep's server panicked"))?;
     let report = report?;
     served?;
-    let (mut tx, mut rx) = (
-        tx_view.read().map_err(|e| failed(&e))?,
-        rx_view.read().map_err(|e| failed(&e))?,
-    );
-    if p.test.direction == spec::Direction::Reverse {
-        // Host b sent: its view has the TX queues, a's the RX queues.
-        std::mem::swap(&mut tx, &mut rx);
-    }
-    let queues = queue_fields(p, &tx, &rx, cpus)
-        .iter()
-        .map(|f| csv_field(f))
-        .collect::<Vec<_>>()
-        .join(",");
-    Ok(report
-        .csv_rows()
-        .into_iter()
-        .map(|r| format!("{},{r},{queues}", csv_settings(p)))
-        .collect())
+    Ok(report.csv_rows())
 }
 
 /// Runs every point of `file` not yet in `out` (a CSV it appends to),
@@ -1164,6 +1261,43 @@ mod tests {
         // experiments are two runs.
         let keys: HashSet<String> = p.iter().map(Point::key).collect();
         assert_eq!(keys.len(), p.len());
+    }
+
+    #[test]
+    fn iperf3_points_are_one_per_receive_axis_and_checked() {
+        let f = file(
+            "proto = [\"udp\"]\nsend = [\"send\", \"iperf3\"]\nrecv = [\"recv\", \"mmsg:8\"]\n",
+        );
+        let p = f.expand().unwrap();
+        // Two of ours (one per recv), one iperf3 for both recv values.
+        assert_eq!(p.len(), 3);
+        let i: Vec<&Point> = p.iter().filter(|x| x.iperf3).collect();
+        assert_eq!(i.len(), 1);
+        assert!(
+            i[0].key().contains("send=iperf3 recv=iperf3"),
+            "{}",
+            i[0].key()
+        );
+        let bad = |t: &str, want: &str| {
+            let e = SweepFile::parse(t).unwrap().expand().unwrap_err().0;
+            assert!(e.contains(want), "{t}: {e}");
+        };
+        bad(
+            "seconds = 1.5\n[axes]\nsend = [\"iperf3\"]\n",
+            "whole seconds",
+        );
+        bad(
+            "seconds = 1\n[axes]\nsend = [\"iperf3\"]\ncpus = [\"0,1:1\"]\n",
+            "one CPU",
+        );
+        bad(
+            "seconds = 1\n[axes]\nsend = [\"iperf3\"]\nproto = [\"udp\"]\npolicy = [\"rr\"]\n",
+            "connected",
+        );
+        bad(
+            "seconds = 1\n[axes]\nsend = [\"iperf3\"]\nlen = [\"2M\"]\n",
+            "len up to",
+        );
     }
 
     #[test]

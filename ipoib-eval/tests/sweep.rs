@@ -106,3 +106,41 @@ fn a_two_point_sweep_writes_rows_with_queue_counters_and_resumes() {
     assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
     assert!(!bad.exists());
 }
+
+#[test]
+fn an_iperf3_point_runs_on_the_testbed_under_the_same_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("i.toml");
+    let out = dir.path().join("i.csv");
+    std::fs::write(
+        &file,
+        "seconds = 1\n[axes]\nqueues = [2]\npolicy = [\"xps\"]\nproto = [\"udp\"]\n\
+         rate = [\"100M\"]\nsend = [\"iperf3\"]\ncpus = [\"0:1\"]\n",
+    )
+    .unwrap();
+    let o = sweep(&file, &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = rows(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(r.len(), 1);
+    let row = &r[0];
+    assert_eq!(
+        (row["send"].as_str(), row["recv"].as_str()),
+        ("iperf3", "iperf3")
+    );
+    let sent: u64 = row["sent_msgs"].parse().unwrap();
+    let received: u64 = row["received_msgs"].parse().unwrap();
+    assert!(received > 0 && received <= sent, "{row:?}");
+    // 100 Mbit/s of 1472 B datagrams for 1 s is about 8500 of them.
+    assert!((4000..=17000).contains(&sent), "{row:?}");
+    let segs: u64 = row["tx_queue_segments"]
+        .split(' ')
+        .map(|x| x.parse::<u64>().unwrap())
+        .sum();
+    // The TX hook saw iperf3's datagrams, plus the few of its UDP handshake.
+    assert!(segs >= sent && segs <= sent + 8, "{row:?}");
+    assert_eq!(row["policy_effect"], "took effect", "{row:?}");
+    assert!(
+        row["cycles_per_msg"].parse::<f64>().unwrap() > 0.0,
+        "{row:?}"
+    );
+}
