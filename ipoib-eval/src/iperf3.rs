@@ -183,11 +183,15 @@ impl Drop for Reaped {
 /// Runs one iperf3 test between the ends and returns its figures and the
 /// machine's busy CPU seconds over the client's run.
 pub fn run(test: &TestSpec, e: &Ends<'_>) -> Result<(Measured, f64), RunError> {
-    let server = Command::new("ip")
+    let mut server = Command::new("ip");
+    server
         .args(["netns", "exec", e.server_ns, "iperf3", "-s", "-1"])
         .args(["-p", &PORT.to_string(), "--forceflush"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::null());
+    // Killed with us: an interrupted sweep leaves no iperf3 behind.
+    crate::sys::child_dies_with_us(&mut server);
+    let server = server
         .spawn()
         .map_err(|x| failed(format!("starting iperf3 -s: {x} (apt-get install iperf3)")))?;
     let mut server = Reaped(server);
@@ -211,11 +215,14 @@ pub fn run(test: &TestSpec, e: &Ends<'_>) -> Result<(Measured, f64), RunError> {
         ))
     })?;
     let proc0 = ProcStat::now();
-    let mut client = Command::new("ip")
+    let mut client = Command::new("ip");
+    client
         .args(["netns", "exec", e.client_ns])
         .args(client_args(test, e))
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    crate::sys::child_dies_with_us(&mut client);
+    let mut client = client
         .spawn()
         .map_err(|x| failed(format!("starting iperf3 -c: {x} (apt-get install iperf3)")))?;
     // Both pipes drained on threads; stdout's end (the client exited or

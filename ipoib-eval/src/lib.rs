@@ -45,6 +45,8 @@
 #![deny(missing_docs)]
 
 pub mod chart;
+pub mod cleanup;
+pub mod iface;
 pub mod iperf3;
 pub mod proto;
 pub mod recv;

@@ -15,7 +15,8 @@
 //! A test runs: client `Hello` → server `Ready` (or `Refused`) → client
 //! connects its data sockets and sends `Start` → server `Go` → data flows →
 //! each end sends `Sent` when its senders stop → client `Report` → server
-//! `Report`.
+//! `Report`. A sweep on a real interface first opens a connection of its
+//! own: `Configure` → `Configured` (or `Refused`).
 
 use std::io::{self, Read, Write};
 
@@ -98,6 +99,18 @@ pub enum Msg {
         /// One line.
         message: String,
     },
+    /// Client → server, instead of `Hello` (a sweep on a real interface):
+    /// set your interface so. Only a server started with `--sweep-iface`
+    /// does; it records the settings first and restores them when it ends.
+    Configure {
+        /// The point's settings.
+        wanted: crate::iface::Wanted,
+    },
+    /// Server → client: the interface is set and up.
+    Configured {
+        /// Its name.
+        iface: String,
+    },
 }
 
 /// Kind byte of [`Msg::Report`], the one large message.
@@ -114,6 +127,8 @@ impl Msg {
             Msg::Sent { .. } => 6,
             Msg::Report(_) => REPORT_KIND,
             Msg::Error { .. } => 8,
+            Msg::Configure { .. } => 9,
+            Msg::Configured { .. } => 10,
         }
     }
 
@@ -128,6 +143,8 @@ impl Msg {
             Msg::Sent { .. } => "Sent",
             Msg::Report(_) => "Report",
             Msg::Error { .. } => "Error",
+            Msg::Configure { .. } => "Configure",
+            Msg::Configured { .. } => "Configured",
         }
     }
 }

@@ -1293,6 +1293,9 @@ pub struct ServerOpts {
     pub handshake_timeout: Duration,
     /// Print a summary line per test.
     pub verbose: bool,
+    /// Let sweeps set this interface (`Configure`): recorded before the
+    /// first change, restored when the server ends.
+    pub sweep_iface: Option<String>,
 }
 
 impl Default for ServerOpts {
@@ -1304,6 +1307,7 @@ impl Default for ServerOpts {
             max_sessions: 16,
             handshake_timeout: Duration::from_secs(10),
             verbose: true,
+            sweep_iface: None,
         }
     }
 }
@@ -1314,7 +1318,13 @@ pub struct Server {
     listener: TcpListener,
     opts: Arc<ServerOpts>,
     active: Arc<AtomicUsize>,
+    /// `--sweep-iface`'s record, taken at the first `Configure`; dropped
+    /// (restored) with the server.
+    held: Held,
 }
+
+/// The interface a server lets sweeps set, once recorded.
+type Held = Arc<Mutex<Option<crate::iface::Held>>>;
 
 /// One running test's place in the server's count, given back on drop (also
 /// when the session fails or panics).
@@ -1408,6 +1418,7 @@ impl Server {
             listener: sock.into(),
             opts: Arc::new(opts),
             active: Arc::new(AtomicUsize::new(0)),
+            held: Arc::default(),
         })
     }
 
@@ -1436,7 +1447,7 @@ impl Server {
             if one_off {
                 self.active.fetch_add(1, Ordering::Relaxed);
                 let _slot = Slot(self.active.clone());
-                return session(&self.opts, &self.active, conn, from).map(|_| ());
+                return session(&self.opts, &self.active, &self.held, conn, from).map(|_| ());
             }
             if self.active.load(Ordering::Relaxed) >= self.opts.max_sessions {
                 let mut c = conn;
@@ -1450,12 +1461,12 @@ impl Server {
             }
             self.active.fetch_add(1, Ordering::Relaxed);
             let slot = Slot(self.active.clone());
-            let (opts, active) = (self.opts.clone(), self.active.clone());
+            let (opts, active, held) = (self.opts.clone(), self.active.clone(), self.held.clone());
             let started = std::thread::Builder::new()
                 .name(format!("session-{from}"))
                 .spawn(move || {
                     let _slot = slot;
-                    if let Err(e) = session(&opts, &active, conn, from) {
+                    if let Err(e) = session(&opts, &active, &held, conn, from) {
                         if opts.verbose {
                             eprintln!("ipoib-eval server: {from}: {e}");
                         }
@@ -1483,10 +1494,99 @@ fn refuse(ctl: &TcpStream, peer: &str, reason: String) -> RunError {
     failed(format!("{peer}: {reason}"))
 }
 
-/// One test with one client.
+/// Sets the server's `--sweep-iface` as a sweep point asks, recording it
+/// first; answers `Configured` or `Refused`.
+fn configure(
+    opts: &ServerOpts,
+    held: &Held,
+    ctl: &TcpStream,
+    peer: &str,
+    wanted: &crate::iface::Wanted,
+) -> Result<Option<Report>, RunError> {
+    let Some(iface) = &opts.sweep_iface else {
+        return Err(refuse(
+            ctl,
+            peer,
+            "this server does not change its interface: start it with --sweep-iface IFACE".into(),
+        ));
+    };
+    let mut h = held.lock().unwrap_or_else(|p| p.into_inner());
+    if h.is_none() {
+        match crate::iface::hold(iface) {
+            Ok((x, earlier)) => {
+                if earlier && opts.verbose {
+                    eprintln!(
+                        "ipoib-eval server: {iface}: restoring to the record an earlier run left"
+                    );
+                }
+                *h = Some(x);
+            }
+            Err(e) => return Err(refuse(ctl, peer, e.0)),
+        }
+    }
+    let saved = h.as_ref().map(|x| x.saved().clone()).unwrap_or_default();
+    if let Err(e) = crate::iface::apply(&saved, wanted) {
+        return Err(refuse(ctl, peer, e.0));
+    }
+    let mut w = ctl;
+    proto::write_msg(
+        &mut w,
+        &Msg::Configured {
+            iface: iface.clone(),
+        },
+    )
+    .map_err(|e| failed(format!("{peer}: {e}")))?;
+    Ok(None)
+}
+
+/// Asks the server at `host:port` to set its `--sweep-iface` as `wanted`
+/// (waiting up to `timeout`: a driver may reset its link); returns the
+/// interface's name.
+pub fn configure_peer(
+    host: &str,
+    port: u16,
+    wanted: &crate::iface::Wanted,
+    timeout: Duration,
+) -> Result<String, RunError> {
+    let addr = resolve(host, port, None)?;
+    let ctl: TcpStream = connect(addr, None, None, timeout)
+        .map_err(|e| {
+            failed(format!(
+                "cannot reach the server at {addr}: {e} (is `ipoib-eval server -p {port} \
+                 --sweep-iface IFACE` running there?)"
+            ))
+        })?
+        .into();
+    ctl.set_write_timeout(Some(timeout))
+        .map_err(|e| failed(e.to_string()))?;
+    let mut w = &ctl;
+    proto::write_msg(
+        &mut w,
+        &Msg::Configure {
+            wanted: wanted.clone(),
+        },
+    )
+    .map_err(|e| failed(format!("sending settings to server {addr}: {e}")))?;
+    match proto::read_msg_within(&ctl, timeout) {
+        Ok(Msg::Configured { iface }) => Ok(iface),
+        Ok(Msg::Refused { reason }) => Err(failed(format!(
+            "server {addr} did not set its interface: {reason}"
+        ))),
+        Ok(other) => Err(failed(format!(
+            "server {addr} answered {} instead of Configured",
+            other.name()
+        ))),
+        Err(e) => Err(failed(format!(
+            "waiting for server {addr} to set its interface: {e}"
+        ))),
+    }
+}
+
+/// One test with one client (or a sweep's `Configure`).
 fn session(
     opts: &ServerOpts,
     running: &AtomicUsize,
+    held: &Held,
     ctl: TcpStream,
     from: SocketAddr,
 ) -> Result<Option<Report>, RunError> {
@@ -1496,6 +1596,7 @@ fn session(
     ctl.set_nodelay(true).map_err(|e| failed(e.to_string()))?;
     let spec = match proto::read_msg_within(&ctl, opts.handshake_timeout) {
         Ok(Msg::Hello { spec, .. }) => spec,
+        Ok(Msg::Configure { wanted }) => return configure(opts, held, &ctl, &peer, &wanted),
         Ok(other) => {
             return Err(failed(format!(
                 "{peer} opened with {} instead of Hello",

@@ -855,60 +855,86 @@ pub fn done_keys(csv: &str) -> Result<HashSet<String>, SpecError> {
 }
 
 /// How packets of one run spread over the queues, as the eBPF views saw
-/// them, in CSV fields (see [`CSV_QUEUES`]).
+/// them, in CSV fields (see [`CSV_QUEUES`]). A side with no view (the
+/// peer's, on a real interface) has empty fields.
 fn queue_fields(
     p: &Point,
-    tx: &fabkit_ebpf::QueueCounts,
-    rx: &fabkit_ebpf::QueueCounts,
+    tx: Option<&fabkit_ebpf::QueueCounts>,
+    rx: Option<&fabkit_ebpf::QueueCounts>,
     cpus: usize,
 ) -> Vec<String> {
     let list =
         |v: &mut dyn Iterator<Item = u64>| v.map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
-    let total = tx.tx_total().packets;
-    let used = tx
-        .tx
-        .iter()
-        .filter(|q| total > 0 && q.packets * 100 >= total)
-        .count();
-    let effect = match p.policy {
-        Policy::Hash => "kernel flow hash".to_string(),
-        Policy::Xps => {
-            let mapped: Vec<usize> = (0..cpus).map(|c| c % usize::from(p.queues)).collect();
-            let outside: u64 = tx
+    let (tx_fields, effect) = match tx {
+        None => (
+            vec![String::new(); 5],
+            "not seen (the peer sent: its queues are not watched)".to_string(),
+        ),
+        Some(tx) => {
+            let total = tx.tx_total().packets;
+            let used = tx
                 .tx
                 .iter()
-                .enumerate()
-                .filter(|(i, _)| !mapped.contains(i))
-                .map(|(_, q)| q.packets)
-                .sum();
-            if total == 0 {
-                "no packets seen".into()
-            } else if outside == 0 {
-                "took effect".into()
-            } else {
-                format!(
-                    "NOT in effect: {:.1}% of packets on queues outside the XPS map",
-                    outside as f64 * 100.0 / total as f64
-                )
-            }
+                .filter(|q| total > 0 && q.packets * 100 >= total)
+                .count();
+            let effect = match p.policy {
+                Policy::Hash => "kernel flow hash".to_string(),
+                Policy::Xps => {
+                    let mapped: Vec<usize> = (0..cpus).map(|c| c % usize::from(p.queues)).collect();
+                    let outside: u64 = tx
+                        .tx
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| !mapped.contains(i))
+                        .map(|(_, q)| q.packets)
+                        .sum();
+                    if total == 0 {
+                        "no packets seen".into()
+                    } else if outside == 0 {
+                        "took effect".into()
+                    } else {
+                        format!(
+                            "NOT in effect: {:.1}% of packets on queues outside the XPS map",
+                            outside as f64 * 100.0 / total as f64
+                        )
+                    }
+                }
+                Policy::Rr => rr_effect(&tx.tx.iter().map(|q| q.packets).collect::<Vec<_>>()),
+            };
+            (
+                vec![
+                    list(&mut tx.tx.iter().map(|q| q.packets)),
+                    list(&mut tx.tx.iter().map(|q| q.segments)),
+                    list(&mut tx.tx_size_log2.iter().copied()),
+                    list(&mut tx.tx_segs_log2.iter().copied()),
+                    used.to_string(),
+                ],
+                effect,
+            )
         }
-        Policy::Rr => rr_effect(&tx.tx.iter().map(|q| q.packets).collect::<Vec<_>>()),
     };
+    let rx_fields = match rx {
+        None => vec![String::new(); 3],
+        Some(rx) => vec![
+            list(&mut rx.rx.iter().map(|q| q.packets)),
+            rx.rx_unrecorded.packets.to_string(),
+            list(&mut rx.rx_size_log2.iter().copied()),
+        ],
+    };
+    // In CSV_QUEUES's order.
     vec![
-        list(&mut tx.tx.iter().map(|q| q.packets)),
-        list(&mut tx.tx.iter().map(|q| q.segments)),
-        list(&mut rx.rx.iter().map(|q| q.packets)),
-        rx.rx_unrecorded.packets.to_string(),
-        list(&mut tx.tx_size_log2.iter().copied()),
-        list(&mut tx.tx_segs_log2.iter().copied()),
-        list(&mut rx.rx_size_log2.iter().copied()),
-        used.to_string(),
+        tx_fields[0].clone(),
+        tx_fields[1].clone(),
+        rx_fields[0].clone(),
+        rx_fields[1].clone(),
+        tx_fields[2].clone(),
+        tx_fields[3].clone(),
+        rx_fields[2].clone(),
+        tx_fields[4].clone(),
         effect,
     ]
 }
 
-/// Whether round-robin took effect: every queue carried its share of the
-/// packets, within 10% of it (and a few packets, for short runs).
 fn rr_effect(per_queue: &[u64]) -> String {
     let total: u64 = per_queue.iter().sum();
     if total == 0 {
@@ -1029,12 +1055,150 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
         // Host b sent: its view has the TX queues, a's the RX queues.
         std::mem::swap(&mut tx, &mut rx);
     }
-    let queues = queue_fields(p, &tx, &rx, cpus)
+    let queues = queue_fields(p, Some(&tx), Some(&rx), cpus)
         .iter()
         .map(|f| csv_field(f))
         .collect::<Vec<_>>()
         .join(",");
     Ok(rows
+        .into_iter()
+        .map(|r| format!("{},{r},{queues}", csv_settings(p)))
+        .collect())
+}
+
+/// Where a sweep's points run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// On a testbed of their own each (namespaces and veth pairs).
+    Testbed,
+    /// Over this host's interface to a peer that runs
+    /// `ipoib-eval server --sweep-iface IFACE`, which sets its own side.
+    Iface {
+        /// The interface here.
+        iface: String,
+        /// The peer's address on it.
+        peer: String,
+        /// The peer server's control port.
+        port: u16,
+    },
+}
+
+/// Refuses points a real interface cannot run.
+fn check_for_iface(points: &[Point]) -> Result<(), SpecError> {
+    for p in points {
+        if p.gateway.is_some() {
+            return Err(SpecError(format!(
+                "experiment {}: gateway points need the testbed (the sweep builds the gateway); \
+                 drop the gateway axis to run on a real interface",
+                p.experiment
+            )));
+        }
+        if p.iperf3 {
+            return Err(SpecError(format!(
+                "experiment {}: send iperf3 runs on the testbed only; run `iperf3 -c` by hand \
+                 on a real interface",
+                p.experiment
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What a point asks of each end's interface.
+fn wanted(p: &Point) -> crate::iface::Wanted {
+    crate::iface::Wanted {
+        queues: p.queues,
+        mtu: p.mtu,
+        offloads: p.offloads.clone(),
+        qdisc: p.qdisc.clone(),
+        txqueuelen: p.txqueuelen,
+        xps: p.policy == Policy::Xps,
+    }
+}
+
+/// Runs one point over a real interface: sets this end (from its record
+/// `saved`) and the peer's, watches this end's queues, runs our client
+/// against the peer's server. The peer's queues are not watched: forward
+/// points have TX columns, reverse points RX columns.
+fn run_point_iface(
+    p: &Point,
+    saved: &crate::iface::Saved,
+    peer: &str,
+    port: u16,
+) -> Result<Vec<String>, RunError> {
+    let failed = |e: &dyn std::fmt::Display| RunError::Failed(e.to_string());
+    let iface = &saved.iface;
+    let w = wanted(p);
+    crate::iface::apply(saved, &w).map_err(|e| failed(&e))?;
+    crate::run::configure_peer(peer, port, &w, Duration::from_secs(60))?;
+    let _rr = match p.policy {
+        Policy::Rr => Some(
+            fabkit_ebpf::RoundRobin::attach(None, iface, usize::from(p.queues))
+                .map_err(|e| failed(&e))?,
+        ),
+        Policy::Hash | Policy::Xps => None,
+    };
+    // The flow's two addresses: ours is the one the kernel picks toward the peer.
+    let peer_ip: IpAddr = peer.parse().map_err(|_| {
+        failed(&format!(
+            "--peer {peer}: give the peer's address, not a name"
+        ))
+    })?;
+    let local = std::net::UdpSocket::bind((
+        if peer_ip.is_ipv4() {
+            IpAddr::from([0, 0, 0, 0])
+        } else {
+            IpAddr::from([0u16; 8])
+        },
+        0,
+    ))
+    .and_then(|s| s.connect((peer_ip, port)).and_then(|()| s.local_addr()))
+    .map_err(|e| failed(&format!("finding the local address toward {peer}: {e}")))?
+    .ip();
+    let rule = match (local, peer_ip) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => fabkit_ebpf::Rule {
+            proto: match p.test.proto {
+                Proto::Tcp => 6,
+                Proto::Udp => 17,
+            },
+            addr_a: Some(a),
+            addr_b: Some(b),
+            ..fabkit_ebpf::Rule::default()
+        },
+        // IPv6 flows count by protocol alone on this interface.
+        _ => fabkit_ebpf::Rule {
+            proto: match p.test.proto {
+                Proto::Tcp => 6,
+                Proto::Udp => 17,
+            },
+            ..fabkit_ebpf::Rule::default()
+        },
+    };
+    let view = fabkit_ebpf::Iface::lookup(None, iface)
+        .and_then(|i| fabkit_ebpf::QueueView::attach(i, &[rule], usize::from(p.queues)))
+        .map_err(|e| failed(&e))?;
+    let report = run_client(
+        &p.test,
+        &ClientOpts {
+            host: peer.to_string(),
+            port,
+            cpus: p.client_cpus.clone(),
+            unconnected_udp: p.unconnected(),
+            ..ClientOpts::default()
+        },
+    )?;
+    let counts = view.read().map_err(|e| failed(&e))?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let queues = match p.test.direction {
+        spec::Direction::Reverse => queue_fields(p, None, Some(&counts), cpus),
+        _ => queue_fields(p, Some(&counts), None, cpus),
+    }
+    .iter()
+    .map(|f| csv_field(f))
+    .collect::<Vec<_>>()
+    .join(",");
+    Ok(report
+        .csv_rows()
         .into_iter()
         .map(|r| format!("{},{r},{queues}", csv_settings(p)))
         .collect())
@@ -1120,9 +1284,26 @@ fn measure(p: &Point, tb: &Testbed) -> Result<Vec<String>, RunError> {
 pub fn run(
     file: &SweepFile,
     out: &std::path::Path,
+    target: &Target,
     mut say: impl FnMut(&str),
 ) -> Result<usize, RunError> {
     let points = file.expand()?;
+    // On a real interface: its settings recorded before anything changes,
+    // restored when this value goes (also on SIGINT or SIGTERM).
+    let held = match target {
+        Target::Testbed => None,
+        Target::Iface { iface, .. } => {
+            check_for_iface(&points)?;
+            let (h, earlier) = crate::iface::hold(iface).map_err(|e| RunError::Failed(e.0))?;
+            if earlier {
+                say(&format!(
+                    "{iface}: a record from an earlier run that did not finish is kept; \
+                     the settings go back to it at the end"
+                ));
+            }
+            Some(h)
+        }
+    };
     let existing = match std::fs::read_to_string(out) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -1162,7 +1343,13 @@ pub fn run(
     let start = Instant::now();
     let mut failed: Vec<String> = Vec::new();
     for (i, p) in todo.iter().enumerate() {
-        match run_point(p) {
+        let r = match (target, &held) {
+            (Target::Iface { peer, port, .. }, Some(h)) => {
+                run_point_iface(p, h.saved(), peer, *port)
+            }
+            _ => run_point(p),
+        };
+        match r {
             Ok(rows) => {
                 // One write per run: a kill leaves at most one partial line.
                 let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
@@ -1185,6 +1372,13 @@ pub fn run(
             p.key(),
             per * (todo.len() - i - 1) as f64
         ));
+    }
+    if let Some(mut h) = held {
+        h.restore().map_err(|e| {
+            RunError::Failed(format!(
+                "{e} (the record stays: `ipoib-eval restore` tries again)"
+            ))
+        })?;
     }
     if let Some(first) = failed.first() {
         return Err(RunError::Failed(format!(

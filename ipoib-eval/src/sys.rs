@@ -445,6 +445,71 @@ pub fn lock_file(path: &str, wait: std::time::Duration) -> io::Result<std::fs::F
     }
 }
 
+/// The signals that end a run early and should leave nothing behind.
+const TERMINATING: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+fn terminating_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
+    unsafe {
+        let mut set: libc::sigset_t = zeroed();
+        libc::sigemptyset(&mut set);
+        for s in TERMINATING {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread; threads it
+/// starts later inherit the mask, so only [`wait_terminating`] takes them.
+pub fn block_terminating() -> io::Result<()> {
+    let set = terminating_set();
+    // SAFETY: set is initialised; the old mask is not asked for.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Waits for one of the blocked terminating signals; returns its number.
+pub fn wait_terminating() -> libc::c_int {
+    let set = terminating_set();
+    loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: set is initialised and sig is a valid out pointer.
+        if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+            return sig;
+        }
+    }
+}
+
+/// Makes a child started by `cmd` take signals normally (a blocked mask is
+/// inherited across exec) and be killed when the thread that started it
+/// ends, so an interrupted run leaves no such process behind.
+pub fn child_dies_with_us(cmd: &mut std::process::Command) {
+    // SAFETY: sigprocmask and prctl are async-signal-safe; the closure runs
+    // in the child between fork and exec and touches only a local set.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            let set = terminating_set();
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The inode of the calling thread's network namespace (what
+/// `/proc/self/ns/net` names), to tell namespaces apart.
+pub fn netns_inode() -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    // Of the thread, not the process: setns moves one thread.
+    Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
+}
+
 /// Moves the calling thread into the network namespace `/run/netns/NAME`
 /// (threads it starts afterwards inherit it).
 pub fn enter_netns(name: &str) -> io::Result<()> {

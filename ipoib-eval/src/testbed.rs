@@ -270,6 +270,8 @@ pub struct Testbed {
     /// The gateway's namespace, when there is one.
     pub gateway: Option<String>,
     up: bool,
+    /// Removes the testbed if the process is interrupted (SIGINT, SIGTERM).
+    undo: Option<crate::cleanup::Registered>,
 }
 
 fn ns(name: &str, side: &str) -> String {
@@ -402,6 +404,9 @@ impl Testbed {
             gateway: spec.gateway.then(|| g.clone()),
             spec,
             up: true,
+            undo: Some(crate::cleanup::register(move || {
+                let _ = down(&name);
+            })),
         };
         // From here on, a failure drops `tb`, which removes what exists.
         tb.build()?;
@@ -413,7 +418,14 @@ impl Testbed {
         let mut all = vec![self.a.netns.clone(), self.b.netns.clone()];
         all.extend(self.gateway.clone());
         for n in &all {
+            // Under the gate: an interrupt's undo (removing the testbed's
+            // namespaces) sees every namespace made, and none is made after.
+            let gate = crate::cleanup::gate().map_err(|e| TestbedError::Command {
+                cmd: format!("ip netns add {n}"),
+                msg: e.to_string(),
+            })?;
             run(&["ip", "netns", "add", n])?;
+            drop(gate);
             if !s.ipv6 {
                 // Before any link exists, so no link-local address appears.
                 for k in ["all", "default"] {
@@ -559,6 +571,7 @@ impl Testbed {
     /// Leaves the testbed up after this value is gone (for `testbed up`).
     pub fn keep(mut self) {
         self.up = false;
+        self.undo = None;
     }
 }
 

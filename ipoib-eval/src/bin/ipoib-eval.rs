@@ -79,6 +79,26 @@ enum Cmd {
         /// directory named after it).
         #[arg(long, value_name = "DIR")]
         plots: Option<PathBuf>,
+        /// Run over this interface instead of testbeds: its settings are
+        /// recorded, set per point and restored at the end (needs --peer).
+        #[arg(long, value_name = "IFACE", requires = "peer")]
+        iface: Option<String>,
+        /// The peer's address on --iface; it runs
+        /// `ipoib-eval server --sweep-iface IFACE`.
+        #[arg(long, value_name = "ADDR", requires = "iface")]
+        peer: Option<String>,
+        /// The peer server's control port.
+        #[arg(short, long, default_value_t = ipoib_eval::DEFAULT_PORT)]
+        port: u16,
+    },
+    /// Put back interface settings a sweep or server recorded and could not
+    /// restore (it crashed or was killed): every record of this network
+    /// namespace, or IFACE's.
+    /// (In a named namespace: `ip netns exec NS ipoib-eval restore`, which
+    /// also shows that namespace's /sys.)
+    Restore {
+        /// Only this interface.
+        iface: Option<String>,
     },
     /// Summarise a sweep CSV: medians and ranges per point (summary.json)
     /// and SVG charts per experiment.
@@ -170,6 +190,11 @@ struct ServerArgs {
     /// No line per test (the "listening" line is still printed).
     #[arg(short, long)]
     quiet: bool,
+    /// Let sweeps set this interface (queues, MTU, offloads, qdisc, XPS,
+    /// txqueuelen): recorded before the first change, restored when the
+    /// server ends (also on Ctrl-C; after a crash: `ipoib-eval restore`).
+    #[arg(long, value_name = "IFACE")]
+    sweep_iface: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -438,7 +463,18 @@ fn server(a: &ServerArgs) -> Result<(), RunError> {
         ))
         .into());
     }
+    if let (Some(_), Some(ns)) = (&a.sweep_iface, &a.netns) {
+        return Err(SpecError(format!(
+            "--sweep-iface with --netns: /sys would still show the first namespace; run \
+             `ip netns exec {ns} ipoib-eval server --sweep-iface ...` instead"
+        ))
+        .into());
+    }
     enter(a.netns.as_deref())?;
+    if let Some(i) = &a.sweep_iface {
+        // Said now, not at a sweep's first point.
+        ipoib_eval::iface::read(i).map_err(|e| SpecError(format!("--sweep-iface: {e}")))?;
+    }
     let s = Server::bind(ServerOpts {
         port: a.port,
         bind: a.bind,
@@ -446,6 +482,7 @@ fn server(a: &ServerArgs) -> Result<(), RunError> {
         max_sessions: a.max_sessions,
         handshake_timeout: Duration::from_secs_f64(a.idle_timeout),
         verbose: !a.quiet,
+        sweep_iface: a.sweep_iface.clone(),
     })?;
     // Always said, even with -q: scripts wait for this line, not a sleep.
     out!(
@@ -566,6 +603,7 @@ fn sweep(
     output: &std::path::Path,
     dry_run: bool,
     plots: Option<&std::path::Path>,
+    target: &ipoib_eval::sweep::Target,
 ) -> Result<(), RunError> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| RunError::Usage(SpecError(format!("cannot read {}: {e}", file.display()))))?;
@@ -582,11 +620,48 @@ fn sweep(
         );
         return Ok(());
     }
-    ipoib_eval::sweep::run(&f, output, |line| eprintln!("{line}"))?;
+    if let ipoib_eval::sweep::Target::Iface { iface, peer, .. } = target {
+        ipoib_eval::iface::valid_name(iface).map_err(|e| SpecError(format!("--iface: {e}")))?;
+        peer.parse::<IpAddr>().map_err(|_| {
+            SpecError(format!(
+                "--peer `{}`: give the peer's address on {iface} (such as 10.0.0.2)",
+                peer.escape_default()
+            ))
+        })?;
+    }
+    // A closed stderr (a reader that left) does not stop the sweep.
+    ipoib_eval::sweep::run(&f, output, target, |line| {
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    })?;
     summary(output, plots)
 }
 
+fn restore(iface: Option<&str>) -> Result<(), RunError> {
+    if let Some(i) = iface {
+        ipoib_eval::iface::valid_name(i).map_err(|e| SpecError(e.0))?;
+    }
+    let done = ipoib_eval::iface::restore_recorded(iface).map_err(|e| RunError::Failed(e.0))?;
+    if done.is_empty() {
+        out!(
+            "nothing to restore: no record in {}",
+            ipoib_eval::iface::RECORD_DIR
+        );
+    }
+    for i in done {
+        out!("{i}: settings restored");
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
+    // Before any thread starts: an interrupted sweep or server removes its
+    // testbeds and restores the interfaces it changed.
+    if let Err(e) = ipoib_eval::cleanup::on_signals(|l| {
+        let _ = writeln!(std::io::stderr().lock(), "ipoib-eval: {l}");
+    }) {
+        eprintln!("ipoib-eval: error: cannot take signals: {e}");
+        return ExitCode::from(1);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {
@@ -620,7 +695,21 @@ fn main() -> ExitCode {
             output,
             dry_run,
             plots,
-        } => sweep(file, output, *dry_run, plots.as_deref()),
+            iface,
+            peer,
+            port,
+        } => {
+            let target = match (iface, peer) {
+                (Some(iface), Some(peer)) => ipoib_eval::sweep::Target::Iface {
+                    iface: iface.clone(),
+                    peer: peer.clone(),
+                    port: *port,
+                },
+                _ => ipoib_eval::sweep::Target::Testbed,
+            };
+            sweep(file, output, *dry_run, plots.as_deref(), &target)
+        }
+        Cmd::Restore { iface } => restore(iface.as_deref()),
         Cmd::Summary { csv, output } => summary(csv, output.as_deref()),
     };
     let _ = std::io::stdout().flush();

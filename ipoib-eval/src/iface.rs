@@ -1,0 +1,668 @@
+//! A real interface's settings, changed by a sweep and put back: MTU,
+//! `txqueuelen`, channels (`ethtool -L`), offload features (`ethtool -K`),
+//! the root qdisc and XPS maps.
+//!
+//! Before the first change, [`hold`] reads the interface and writes the
+//! record to `/run/ipoib-eval/<netns inode>-<iface>.json`; dropping the
+//! [`Held`] value (also on SIGINT or SIGTERM, through [`crate::cleanup`])
+//! puts every setting back and removes the record. After a crash the record
+//! stays, and `ipoib-eval restore` replays it ([`restore_recorded`]); a
+//! sweep that finds a record keeps it, since it holds the settings from
+//! before the crashed run.
+//!
+//! A root qdisc the kernel made (handle `0:`) is put back by deleting ours;
+//! one an administrator configured is replaced with its kind and the
+//! options `tc` printed, or its kind alone if `tc` refuses them.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Where records live (tmpfs: a reboot resets the interfaces too).
+pub const RECORD_DIR: &str = "/run/ipoib-eval";
+
+/// What a point wants of an interface.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wanted {
+    /// TX (and RX) queues.
+    pub queues: u16,
+    /// MTU.
+    pub mtu: u32,
+    /// `ethtool -K` settings over the recorded features.
+    pub offloads: Vec<(String, bool)>,
+    /// Root qdisc (`None`: the recorded one).
+    pub qdisc: Option<String>,
+    /// `txqueuelen`.
+    pub txqueuelen: u32,
+    /// XPS: CPU c sends on queue c mod queues; `false` clears the maps
+    /// (the kernel's flow hash).
+    pub xps: bool,
+}
+
+/// Channel counts (`ethtool -l`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Channels {
+    /// RX-only channels.
+    pub rx: u32,
+    /// TX-only channels.
+    pub tx: u32,
+    /// Combined channels.
+    pub combined: u32,
+}
+
+/// An interface's settings as they were before a sweep changed them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Saved {
+    /// Interface name.
+    pub iface: String,
+    /// Inode of its network namespace.
+    pub netns: u64,
+    /// MTU.
+    pub mtu: u32,
+    /// `txqueuelen`.
+    pub txqueuelen: u32,
+    /// Current channels, and the driver's maximums (`None`: the driver
+    /// cannot change them).
+    pub channels: Option<(Channels, Channels)>,
+    /// Every feature `ethtool -k` lists as changeable, by the name it
+    /// printed (groups such as `scatter-gather` left out: their members are
+    /// listed).
+    pub features: Vec<(String, bool)>,
+    /// Root qdisc an administrator configured (`kind options...`); `None`:
+    /// the kernel's own.
+    pub qdisc: Option<String>,
+    /// `xps_cpus` of each TX queue, as read (empty: unreadable).
+    pub xps_cpus: Vec<String>,
+}
+
+/// Why settings could not be read, changed or put back: one line with the
+/// command and what it said.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct IfaceError(pub String);
+
+fn cmd(args: &[&str]) -> Result<String, IfaceError> {
+    let line = args.join(" ");
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| IfaceError(format!("{line}: {e} (install iproute2 and ethtool)")))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(IfaceError(format!(
+            "{line}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Parses `ethtool -l`: (maximums, current). Pure.
+pub fn parse_channels(text: &str) -> Option<(Channels, Channels)> {
+    let mut sets = [Channels::default(), Channels::default()];
+    let mut which = None;
+    for l in text.lines() {
+        if l.starts_with("Pre-set maximums") {
+            which = Some(0);
+        } else if l.starts_with("Current hardware settings") {
+            which = Some(1);
+        } else if let (Some(w), Some((k, v))) = (which, l.split_once(':')) {
+            // "n/a" is zero: that kind of channel does not exist.
+            let n = v.trim().parse::<u32>().unwrap_or(0);
+            match k.trim() {
+                "RX" => sets[w].rx = n,
+                "TX" => sets[w].tx = n,
+                "Combined" => sets[w].combined = n,
+                _ => {}
+            }
+        }
+    }
+    which.map(|_| (sets[0], sets[1]))
+}
+
+/// Parses `ethtool -k`: the changeable features (not `[fixed]`), members
+/// rather than the groups above them. Pure.
+pub fn parse_features(text: &str) -> Vec<(String, bool)> {
+    let lines: Vec<&str> = text.lines().skip(1).collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let indented = l.starts_with(['\t', ' ']);
+        let group = !indented && lines.get(i + 1).is_some_and(|n| n.starts_with(['\t', ' ']));
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
+        let v = v.trim();
+        if group || v.contains("[fixed]") {
+            continue;
+        }
+        let on = match v.split_whitespace().next() {
+            Some("on") => true,
+            Some("off") => false,
+            _ => continue,
+        };
+        out.push((k.trim().to_string(), on));
+    }
+    out
+}
+
+/// Parses `tc qdisc show dev X root`: `None` for the kernel's own (handle
+/// `0:`, or nothing shown), else `kind options...` without the handle and
+/// refcount. Pure.
+pub fn parse_root_qdisc(text: &str) -> Option<String> {
+    let l = text.lines().next()?;
+    let mut w = l.split_whitespace();
+    if w.next() != Some("qdisc") {
+        return None;
+    }
+    let kind = w.next()?;
+    if w.next()? == "0:" {
+        return None;
+    }
+    let mut rest: Vec<&str> = Vec::new();
+    let mut skip = false;
+    for x in w {
+        match x {
+            _ if skip => skip = false,
+            "root" => {}
+            "refcnt" => skip = true,
+            _ => rest.push(x),
+        }
+    }
+    Some(
+        std::iter::once(kind)
+            .chain(rest)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+fn sys_path(iface: &str, rest: &str) -> PathBuf {
+    PathBuf::from(format!("/sys/class/net/{iface}/{rest}"))
+}
+
+fn read_sys(iface: &str, rest: &str) -> Result<String, IfaceError> {
+    std::fs::read_to_string(sys_path(iface, rest))
+        .map(|s| s.trim().to_string())
+        .map_err(|e| IfaceError(format!("reading /sys/class/net/{iface}/{rest}: {e}")))
+}
+
+fn write_sys(iface: &str, rest: &str, value: &str) -> Result<(), IfaceError> {
+    std::fs::write(sys_path(iface, rest), value).map_err(|e| {
+        IfaceError(format!(
+            "writing {value} to /sys/class/net/{iface}/{rest}: {e}"
+        ))
+    })
+}
+
+/// TX queues in use now.
+fn tx_queues(iface: &str) -> Result<usize, IfaceError> {
+    let dir = sys_path(iface, "queues");
+    let rd = std::fs::read_dir(&dir)
+        .map_err(|e| IfaceError(format!("reading {}: {e}", dir.display())))?;
+    Ok(rd
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tx-"))
+        .count())
+}
+
+/// A name `ip`, `ethtool` and `tc` take, and that cannot leave `/sys`.
+pub fn valid_name(iface: &str) -> Result<(), IfaceError> {
+    let ok = !iface.is_empty()
+        && iface.len() < 16
+        && iface != "."
+        && iface != ".."
+        && iface
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(IfaceError(format!(
+            "interface name `{}`: give one that `ip link` lists (up to 15 letters, digits, - _ .)",
+            iface.escape_default()
+        )))
+    }
+}
+
+/// Reads `iface`'s settings in this network namespace.
+pub fn read(iface: &str) -> Result<Saved, IfaceError> {
+    valid_name(iface)?;
+    if !sys_path(iface, "").exists() {
+        return Err(IfaceError(format!(
+            "no interface {iface} in this network namespace (see `ip link`)"
+        )));
+    }
+    let num = |rest: &str| -> Result<u32, IfaceError> {
+        read_sys(iface, rest)?
+            .parse()
+            .map_err(|_| IfaceError(format!("/sys/class/net/{iface}/{rest} is not a number")))
+    };
+    let queues = tx_queues(iface)?;
+    Ok(Saved {
+        iface: iface.to_string(),
+        netns: crate::sys::netns_inode()
+            .map_err(|e| IfaceError(format!("reading /proc/thread-self/ns/net: {e}")))?,
+        mtu: num("mtu")?,
+        txqueuelen: num("tx_queue_len")?,
+        channels: cmd(&["ethtool", "-l", iface])
+            .ok()
+            .and_then(|t| parse_channels(&t)),
+        features: parse_features(&cmd(&["ethtool", "-k", iface])?),
+        qdisc: parse_root_qdisc(&cmd(&["tc", "qdisc", "show", "dev", iface, "root"])?),
+        xps_cpus: (0..queues)
+            .map(|q| read_sys(iface, &format!("queues/tx-{q}/xps_cpus")).unwrap_or_default())
+            .collect(),
+    })
+}
+
+/// Sets the channels so that `queues` TX queues are in use.
+fn set_queues(s: &Saved, queues: u16) -> Result<(), IfaceError> {
+    let q = queues.to_string();
+    let now = tx_queues(&s.iface)?;
+    let Some((max, _)) = s.channels else {
+        if now == usize::from(queues) {
+            return Ok(());
+        }
+        return Err(IfaceError(format!(
+            "{} cannot change its queues (ethtool -l): it has {now}; give queues = [{now}]",
+            s.iface
+        )));
+    };
+    if max.combined > 0 {
+        if u32::from(queues) > max.combined {
+            return Err(IfaceError(format!(
+                "{} has at most {} combined channels, asked for {queues}",
+                s.iface, max.combined
+            )));
+        }
+        cmd(&["ethtool", "-L", &s.iface, "combined", &q]).map(drop)
+    } else {
+        if u32::from(queues) > max.tx.min(max.rx) {
+            return Err(IfaceError(format!(
+                "{} has at most {} TX and {} RX channels, asked for {queues}",
+                s.iface, max.tx, max.rx
+            )));
+        }
+        cmd(&["ethtool", "-L", &s.iface, "rx", &q, "tx", &q]).map(drop)
+    }
+}
+
+fn set_features(iface: &str, f: &[(String, bool)]) -> Result<(), IfaceError> {
+    if f.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec!["ethtool".to_string(), "-K".into(), iface.to_string()];
+    for (k, on) in f {
+        args.push(k.clone());
+        args.push(if *on { "on" } else { "off" }.into());
+    }
+    cmd(&args.iter().map(String::as_str).collect::<Vec<_>>()).map(drop)
+}
+
+/// Puts the recorded root qdisc back.
+fn restore_qdisc(s: &Saved) -> Result<(), IfaceError> {
+    let now = parse_root_qdisc(&cmd(&["tc", "qdisc", "show", "dev", &s.iface, "root"])?);
+    match &s.qdisc {
+        None if now.is_none() => Ok(()),
+        None => cmd(&["tc", "qdisc", "del", "dev", &s.iface, "root"]).map(drop),
+        Some(q) => {
+            let mut args = vec!["tc", "qdisc", "replace", "dev", s.iface.as_str(), "root"];
+            args.extend(q.split_whitespace());
+            cmd(&args).map(drop).or_else(|e| {
+                // Options as shown are not always options tc takes.
+                let kind = q.split_whitespace().next().unwrap_or_default();
+                cmd(&["tc", "qdisc", "replace", "dev", &s.iface, "root", kind])
+                    .map(drop)
+                    .map_err(|_| IfaceError(format!("{e} (was: qdisc {q})")))
+            })
+        }
+    }
+}
+
+/// Waits (up to 30 s: a driver may reset the link on a channel change)
+/// until `iface` is up again.
+fn wait_up(iface: &str) -> Result<(), IfaceError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = read_sys(iface, "operstate")?;
+        // "unknown": drivers without carrier reporting (also tun, lo).
+        if state == "up" || state == "unknown" {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(IfaceError(format!(
+                "{iface} is {state} 30 s after its settings changed"
+            )));
+        }
+        // Polling the kernel's link state: no event to wait on here.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sets `iface` as `w` asks, starting from the recorded settings `s` (a
+/// setting the point leaves at default is the recorded one).
+pub fn apply(s: &Saved, w: &Wanted) -> Result<(), IfaceError> {
+    {
+        // Under the gate: an interrupt restores after these, not among them.
+        let _gate = crate::cleanup::gate().map_err(|e| IfaceError(format!("{}: {e}", s.iface)))?;
+        set(s, w)?;
+    }
+    wait_up(&s.iface)
+}
+
+fn set(s: &Saved, w: &Wanted) -> Result<(), IfaceError> {
+    set_queues(s, w.queues)?;
+    cmd(&[
+        "ip",
+        "link",
+        "set",
+        "dev",
+        &s.iface,
+        "mtu",
+        &w.mtu.to_string(),
+    ])?;
+    cmd(&[
+        "ip",
+        "link",
+        "set",
+        "dev",
+        &s.iface,
+        "txqueuelen",
+        &w.txqueuelen.to_string(),
+    ])?;
+    set_features(&s.iface, &s.features)?;
+    set_features(&s.iface, &w.offloads)?;
+    match &w.qdisc {
+        Some(q) => cmd(&["tc", "qdisc", "replace", "dev", &s.iface, "root", q]).map(drop)?,
+        None => restore_qdisc(s)?,
+    }
+    let queues = tx_queues(&s.iface)?;
+    if queues > 1 {
+        // The kernel refuses XPS maps on one queue (EIO).
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for q in 0..queues {
+            let mask: u64 = if w.xps {
+                (0..cpus.min(64))
+                    .filter(|c| c % queues == q)
+                    .fold(0, |m, c| m | 1 << c)
+            } else {
+                0
+            };
+            write_sys(
+                &s.iface,
+                &format!("queues/tx-{q}/xps_cpus"),
+                &format!("{mask:x}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Puts every recorded setting back; tries them all, and reports the ones
+/// that failed.
+pub fn restore(s: &Saved) -> Result<(), IfaceError> {
+    let mut errs: Vec<String> = Vec::new();
+    let mut note = |r: Result<(), IfaceError>| {
+        if let Err(e) = r {
+            errs.push(e.0);
+        }
+    };
+    if let Some((_, now)) = s.channels {
+        let r = if now.combined > 0 {
+            cmd(&[
+                "ethtool",
+                "-L",
+                &s.iface,
+                "combined",
+                &now.combined.to_string(),
+            ])
+        } else {
+            cmd(&[
+                "ethtool",
+                "-L",
+                &s.iface,
+                "rx",
+                &now.rx.to_string(),
+                "tx",
+                &now.tx.to_string(),
+            ])
+        };
+        note(r.map(drop));
+    }
+    note(
+        cmd(&[
+            "ip",
+            "link",
+            "set",
+            "dev",
+            &s.iface,
+            "mtu",
+            &s.mtu.to_string(),
+        ])
+        .map(drop),
+    );
+    note(
+        cmd(&[
+            "ip",
+            "link",
+            "set",
+            "dev",
+            &s.iface,
+            "txqueuelen",
+            &s.txqueuelen.to_string(),
+        ])
+        .map(drop),
+    );
+    note(set_features(&s.iface, &s.features));
+    note(restore_qdisc(s));
+    match tx_queues(&s.iface) {
+        Ok(n) if n == s.xps_cpus.len() && n > 1 => {
+            for (q, mask) in s.xps_cpus.iter().enumerate() {
+                if !mask.is_empty() {
+                    note(write_sys(
+                        &s.iface,
+                        &format!("queues/tx-{q}/xps_cpus"),
+                        mask,
+                    ));
+                }
+            }
+        }
+        Ok(_) => {}
+        Err(e) => note(Err(e)),
+    }
+    note(wait_up(&s.iface));
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(IfaceError(format!(
+            "{}: {} setting(s) not restored: {}",
+            s.iface,
+            errs.len(),
+            errs.join("; ")
+        )))
+    }
+}
+
+/// The record's path for `iface` in the namespace with inode `netns`.
+pub fn record_path(netns: u64, iface: &str) -> PathBuf {
+    PathBuf::from(format!("{RECORD_DIR}/{netns}-{iface}.json"))
+}
+
+fn load(path: &std::path::Path) -> Result<Saved, IfaceError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| IfaceError(format!("reading {}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| {
+        IfaceError(format!(
+            "{} is not an ipoib-eval record ({e}): remove it after checking the interface",
+            path.display()
+        ))
+    })
+}
+
+/// An interface whose settings are recorded; dropping it restores them.
+#[derive(Debug)]
+pub struct Held {
+    saved: Saved,
+    path: PathBuf,
+    restored: bool,
+    _undo: crate::cleanup::Registered,
+}
+
+impl Held {
+    /// The settings from before.
+    pub fn saved(&self) -> &Saved {
+        &self.saved
+    }
+
+    /// Restores now, removing the record if everything went back.
+    pub fn restore(&mut self) -> Result<(), IfaceError> {
+        if self.restored {
+            return Ok(());
+        }
+        self.restored = true;
+        restore(&self.saved)?;
+        std::fs::remove_file(&self.path)
+            .map_err(|e| IfaceError(format!("removing {}: {e}", self.path.display())))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Err(e) = self.restore() {
+            eprintln!("ipoib-eval: {e} (the record stays: `ipoib-eval restore` tries again)");
+        }
+    }
+}
+
+/// Records `iface`'s settings (or takes the record a crashed run left)
+/// before anything changes them. The second value says the record was
+/// left by an earlier run.
+pub fn hold(iface: &str) -> Result<(Held, bool), IfaceError> {
+    let now = read(iface)?;
+    let path = record_path(now.netns, iface);
+    let (saved, earlier) = if path.exists() {
+        (load(&path)?, true)
+    } else {
+        std::fs::create_dir_all(RECORD_DIR)
+            .map_err(|e| IfaceError(format!("creating {RECORD_DIR}: {e}")))?;
+        let tmp = path.with_extension("tmp");
+        let text = serde_json::to_string_pretty(&now).unwrap_or_default();
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| IfaceError(format!("writing {}: {e}", path.display())))?;
+        (now, false)
+    };
+    let (s, p) = (saved.clone(), path.clone());
+    let undo = crate::cleanup::register(move || match restore(&s) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&p);
+        }
+        Err(e) => eprintln!("ipoib-eval: {e} (`ipoib-eval restore` tries again)"),
+    });
+    Ok((
+        Held {
+            saved,
+            path,
+            restored: false,
+            _undo: undo,
+        },
+        earlier,
+    ))
+}
+
+/// Replays the records of this network namespace (all, or `iface`'s),
+/// removing each that went back; returns the interfaces restored.
+pub fn restore_recorded(iface: Option<&str>) -> Result<Vec<String>, IfaceError> {
+    if let Some(i) = iface {
+        valid_name(i)?;
+    }
+    let netns = crate::sys::netns_inode()
+        .map_err(|e| IfaceError(format!("reading /proc/thread-self/ns/net: {e}")))?;
+    let prefix = format!("{netns}-");
+    let entries = match std::fs::read_dir(RECORD_DIR) {
+        Ok(rd) => rd.filter_map(Result::ok).collect::<Vec<_>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(IfaceError(format!("reading {RECORD_DIR}: {e}"))),
+    };
+    let mut done = Vec::new();
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".json"))
+        else {
+            continue;
+        };
+        if iface.is_some_and(|i| i != rest) {
+            continue;
+        }
+        let s = load(&e.path())?;
+        restore(&s)?;
+        std::fs::remove_file(e.path())
+            .map_err(|x| IfaceError(format!("removing {}: {x}", e.path().display())))?;
+        done.push(s.iface);
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_parse_with_missing_kinds_as_zero() {
+        let t = "Channel parameters for va:\nPre-set maximums:\nRX:\t\t4\nTX:\t\t4\n\
+                 Other:\t\tn/a\nCombined:\tn/a\nCurrent hardware settings:\nRX:\t\t2\n\
+                 TX:\t\t3\nOther:\t\tn/a\nCombined:\tn/a\n";
+        let (max, now) = parse_channels(t).unwrap();
+        assert_eq!((max.rx, max.tx, max.combined), (4, 4, 0));
+        assert_eq!((now.rx, now.tx, now.combined), (2, 3, 0));
+        assert_eq!(
+            parse_channels("netlink error: Operation not supported"),
+            None
+        );
+    }
+
+    #[test]
+    fn features_are_the_changeable_members() {
+        let t = "Features for va:\nrx-checksumming: on\ntx-checksumming: on\n\
+                 \ttx-checksum-ipv4: off [fixed]\n\ttx-checksum-ip-generic: on\n\
+                 generic-receive-offload: off\nhighdma: on\nloopback: off [fixed]\n\
+                 rx-udp-gro-forwarding: off [requested on]\n";
+        assert_eq!(
+            parse_features(t),
+            [
+                ("rx-checksumming".to_string(), true),
+                ("tx-checksum-ip-generic".to_string(), true),
+                ("generic-receive-offload".to_string(), false),
+                ("highdma".to_string(), true),
+                ("rx-udp-gro-forwarding".to_string(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn root_qdiscs_of_the_kernel_are_none() {
+        assert_eq!(parse_root_qdisc(""), None);
+        assert_eq!(parse_root_qdisc("qdisc noqueue 0: root refcnt 2\n"), None);
+        assert_eq!(parse_root_qdisc("qdisc mq 0: root\n"), None);
+        assert_eq!(
+            parse_root_qdisc("qdisc fq 8001: root refcnt 5 limit 10000p flow_limit 100p\n")
+                .as_deref(),
+            Some("fq limit 10000p flow_limit 100p")
+        );
+    }
+
+    #[test]
+    fn names_that_could_leave_sys_are_refused() {
+        for bad in ["", "..", "a/b", "x y", "0123456789abcdef", "a\n"] {
+            assert!(valid_name(bad).is_err(), "{bad:?}");
+        }
+        for good in ["ib0", "hsn0", "va", "eth0.100", "ptl0"] {
+            assert!(valid_name(good).is_ok(), "{good}");
+        }
+    }
+}
