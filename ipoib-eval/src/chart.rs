@@ -43,9 +43,12 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(cats: &[String], ymax: f64) -> Frame {
+    /// `legend` is the longest legend label, in characters: the legend
+    /// column widens to hold it, the plot keeps its width.
+    fn new(cats: &[String], ymax: f64, legend: usize) -> Frame {
         let n = cats.len().max(1);
-        let (w, l, r) = (960.0, 80.0, 300.0);
+        let r = (40.0 + legend as f64 * 7.0).clamp(300.0, 900.0);
+        let (w, l) = (660.0 + r, 80.0);
         let longest = cats.iter().map(|c| c.chars().count()).max().unwrap_or(0);
         let slant = longest as f64 * 7.0 > (w - l - r) / n as f64;
         Frame {
@@ -180,7 +183,8 @@ pub fn lines(title: &str, xlabel: &str, ylabel: &str, cats: &[String], series: &
         .flat_map(|l| l.points.iter().flatten())
         .map(|p| p.2)
         .fold(0.0, f64::max);
-    let f = Frame::new(cats, ymax);
+    let legend = series.iter().map(|l| l.label.chars().count()).max();
+    let f = Frame::new(cats, ymax, legend.unwrap_or(0));
     let mut s = String::new();
     f.open(&mut s, title, xlabel, ylabel, cats);
     for (k, line) in series.iter().enumerate() {
@@ -237,7 +241,8 @@ pub fn bars(
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
         .fold(0.0, f64::max);
-    let f = Frame::new(cats, ymax);
+    let legend = series.iter().map(|(l, _)| l.chars().count()).max();
+    let f = Frame::new(cats, ymax, legend.unwrap_or(0));
     let mut s = String::new();
     f.open(&mut s, title, xlabel, ylabel, cats);
     let slot = f.plot_w() / f.n as f64 * 0.8;
@@ -310,6 +315,24 @@ mod tests {
         assert!(s.contains(">50<"), "{s}");
         let xs = num(&s, "<circle ", "cx=\"");
         assert!(xs.windows(2).take(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn long_legends_widen_the_chart_not_shrink_the_plot() {
+        let cats = vec!["1".to_string(), "4".to_string()];
+        let label = "len=131072 send=iperf3 recv=iperf3 proto=tcp streams=4".to_string();
+        let width = |l: &str| {
+            let s = bars("t", "x", "y", &cats, &[(l.to_string(), vec![1.0, 2.0])]);
+            let w = num(&s, "<svg ", "width=\"");
+            let frame = num(&s, "<rect x=\"80\"", "width=\"");
+            (w[0], frame[0])
+        };
+        let (short, plot_short) = width("hash");
+        let (long, plot_long) = width(&label);
+        assert_eq!(plot_short, plot_long);
+        // 7 px per character past the swatch: the text ends inside.
+        assert!(long >= 660.0 + 40.0 + 7.0 * label.len() as f64, "{long}");
+        assert!(short < long);
     }
 
     #[test]

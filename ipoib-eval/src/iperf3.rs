@@ -289,7 +289,13 @@ pub fn csv_row(fields: &[(&str, String)]) -> String {
 pub fn row(test: &TestSpec, m: &Measured, busy_s: f64, kernel: &str) -> String {
     let hz = Clock::detect().hz;
     let c = crate::stats::cycles(busy_s, hz, m.received_msgs, m.received_bytes);
-    let dir = format!("{:?}", test.direction).to_lowercase();
+    // The words of our own rows' direction column.
+    let dir = match test.direction {
+        Direction::Forward => "client->server",
+        Direction::Reverse => "server->client",
+        Direction::Bidir => "both",
+    }
+    .to_string();
     let opt = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
     csv_row(&[
         (
@@ -397,6 +403,7 @@ mod tests {
         assert_eq!(get("msgs_per_s"), "392.0");
         assert_eq!(get("loss"), "0.020000");
         assert_eq!(get("client_iface"), "");
+        assert_eq!(get("direction"), "client->server");
     }
 
     #[test]
