@@ -90,7 +90,9 @@ pub struct Interrupted;
 /// (hold it for the change only; never take a second one while holding
 /// one).
 #[derive(Debug)]
-pub struct Gate(#[allow(dead_code)] RwLockReadGuard<'static, ()>);
+pub struct Gate {
+    _shared: RwLockReadGuard<'static, ()>,
+}
 
 /// Takes the gate for one change, unless the process is being interrupted.
 pub fn gate() -> Result<Gate, Interrupted> {
@@ -98,7 +100,7 @@ pub fn gate() -> Result<Gate, Interrupted> {
     if INTERRUPTED.load(Ordering::SeqCst) {
         return Err(Interrupted);
     }
-    Ok(Gate(g))
+    Ok(Gate { _shared: g })
 }
 
 /// From now on, SIGINT, SIGTERM and SIGHUP undo what is registered and end
@@ -112,8 +114,20 @@ pub fn on_signals(say: fn(&str)) -> std::io::Result<()> {
         .spawn(move || {
             let sig = crate::sys::wait_terminating();
             say(&format!(
-                "interrupted (signal {sig}): removing testbeds and restoring interfaces"
+                "interrupted (signal {sig}): removing testbeds and restoring interfaces \
+                 (again to stop at once)"
             ));
+            // A second signal ends the process without waiting for the undo.
+            let _ = std::thread::Builder::new()
+                .name("signals-2".into())
+                .spawn(move || {
+                    let again = crate::sys::wait_terminating();
+                    say(
+                        "stopped before everything was undone: `ipoib-eval restore` puts \
+                         interfaces back; the next sweep removes the testbed",
+                    );
+                    std::process::exit(128 + again);
+                });
             // No change starts from now on; the ones under way finish first.
             INTERRUPTED.store(true, Ordering::SeqCst);
             let _all = GATE.write().unwrap_or_else(|p| p.into_inner());

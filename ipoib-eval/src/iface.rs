@@ -41,6 +41,51 @@ pub struct Wanted {
     pub xps: bool,
 }
 
+impl Wanted {
+    /// Checks every value before anything runs a command with it (a
+    /// server takes them from the network).
+    pub fn validate(&self) -> Result<(), IfaceError> {
+        let word = |w: &str, extra: char| {
+            !w.is_empty()
+                && w.len() <= 64
+                && w.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == extra)
+        };
+        if self.queues == 0 || self.queues > 1024 {
+            return Err(IfaceError(format!(
+                "queues must be 1 to 1024, got {}",
+                self.queues
+            )));
+        }
+        if !(68..=65535).contains(&self.mtu) {
+            return Err(IfaceError(format!(
+                "mtu must be 68 to 65535, got {}",
+                self.mtu
+            )));
+        }
+        if self.txqueuelen > 1 << 20 {
+            return Err(IfaceError(format!(
+                "txqueuelen must be at most {}, got {}",
+                1 << 20,
+                self.txqueuelen
+            )));
+        }
+        if let Some((f, _)) = self.offloads.iter().find(|(f, _)| !word(f, '-')) {
+            return Err(IfaceError(format!(
+                "offload `{}`: give an ethtool -k feature name",
+                f.escape_default()
+            )));
+        }
+        if let Some(q) = self.qdisc.as_deref().filter(|q| !word(q, '_')) {
+            return Err(IfaceError(format!(
+                "qdisc `{}`: give a qdisc name such as pfifo_fast",
+                q.escape_default()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Channel counts (`ethtool -l`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Channels {
@@ -59,6 +104,9 @@ pub struct Saved {
     pub iface: String,
     /// Inode of its network namespace.
     pub netns: u64,
+    /// Its hardware address: a record names one device, not whatever
+    /// later takes the same name in a namespace with a reused inode.
+    pub address: String,
     /// MTU.
     pub mtu: u32,
     /// `txqueuelen`.
@@ -137,9 +185,11 @@ pub fn parse_features(text: &str) -> Vec<(String, bool)> {
         if group || v.contains("[fixed]") {
             continue;
         }
+        // What was asked for is what comes back: `off [requested on]` is
+        // a feature waiting for one it depends on.
         let on = match v.split_whitespace().next() {
             Some("on") => true,
-            Some("off") => false,
+            Some("off") => v.contains("[requested on]"),
             _ => continue,
         };
         out.push((k.trim().to_string(), on));
@@ -244,6 +294,7 @@ pub fn read(iface: &str) -> Result<Saved, IfaceError> {
         iface: iface.to_string(),
         netns: crate::sys::netns_inode()
             .map_err(|e| IfaceError(format!("reading /proc/thread-self/ns/net: {e}")))?,
+        address: read_sys(iface, "address")?,
         mtu: num("mtu")?,
         txqueuelen: num("tx_queue_len")?,
         channels: cmd(&["ethtool", "-l", iface])
@@ -257,9 +308,47 @@ pub fn read(iface: &str) -> Result<Saved, IfaceError> {
     })
 }
 
+/// The `xps_cpus` value mapping CPU c to queue c mod `queues` for queue
+/// `q`, over `cpus` CPUs: hex in comma-separated 32-bit words, highest
+/// first, as the kernel's bitmap parser takes it (one long word overflows
+/// past 32 CPUs).
+pub fn xps_mask(cpus: usize, queues: usize, q: usize) -> String {
+    let mut words = vec![0u32; cpus.div_ceil(32).max(1)];
+    for c in (0..cpus).filter(|c| c % queues.max(1) == q) {
+        words[c / 32] |= 1 << (c % 32);
+    }
+    words
+        .iter()
+        .rev()
+        .map(|w| format!("{w:08x}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `ethtool -L` arguments that set every kind of channel the driver has.
+fn channel_args(max: Channels, want: Channels) -> Vec<String> {
+    let mut a = Vec::new();
+    for (name, m, v) in [
+        ("rx", max.rx, want.rx),
+        ("tx", max.tx, want.tx),
+        ("combined", max.combined, want.combined),
+    ] {
+        if m > 0 {
+            a.push(name.to_string());
+            a.push(v.to_string());
+        }
+    }
+    a
+}
+
+fn set_channels(iface: &str, max: Channels, want: Channels) -> Result<(), IfaceError> {
+    let mut args = vec!["ethtool".to_string(), "-L".into(), iface.to_string()];
+    args.extend(channel_args(max, want));
+    cmd(&args.iter().map(String::as_str).collect::<Vec<_>>()).map(drop)
+}
+
 /// Sets the channels so that `queues` TX queues are in use.
 fn set_queues(s: &Saved, queues: u16) -> Result<(), IfaceError> {
-    let q = queues.to_string();
     let now = tx_queues(&s.iface)?;
     let Some((max, _)) = s.channels else {
         if now == usize::from(queues) {
@@ -270,23 +359,34 @@ fn set_queues(s: &Saved, queues: u16) -> Result<(), IfaceError> {
             s.iface
         )));
     };
-    if max.combined > 0 {
-        if u32::from(queues) > max.combined {
+    let n = u32::from(queues);
+    // Combined channels where the driver has them, else as many RX as TX.
+    let want = if max.combined > 0 {
+        if n > max.combined {
             return Err(IfaceError(format!(
                 "{} has at most {} combined channels, asked for {queues}",
                 s.iface, max.combined
             )));
         }
-        cmd(&["ethtool", "-L", &s.iface, "combined", &q]).map(drop)
+        Channels {
+            rx: 0,
+            tx: 0,
+            combined: n,
+        }
     } else {
-        if u32::from(queues) > max.tx.min(max.rx) {
+        if n > max.tx.min(max.rx) {
             return Err(IfaceError(format!(
                 "{} has at most {} TX and {} RX channels, asked for {queues}",
                 s.iface, max.tx, max.rx
             )));
         }
-        cmd(&["ethtool", "-L", &s.iface, "rx", &q, "tx", &q]).map(drop)
-    }
+        Channels {
+            rx: n,
+            tx: n,
+            combined: 0,
+        }
+    };
+    set_channels(&s.iface, max, want)
 }
 
 fn set_features(iface: &str, f: &[(String, bool)]) -> Result<(), IfaceError> {
@@ -314,7 +414,13 @@ fn restore_qdisc(s: &Saved) -> Result<(), IfaceError> {
                 // Options as shown are not always options tc takes.
                 let kind = q.split_whitespace().next().unwrap_or_default();
                 cmd(&["tc", "qdisc", "replace", "dev", &s.iface, "root", kind])
-                    .map(drop)
+                    .map(|_| {
+                        eprintln!(
+                            "ipoib-eval: {}: root qdisc {kind} restored without its options \
+                             (tc refused them: {e}); they were: {q}",
+                            s.iface
+                        );
+                    })
                     .map_err(|_| IfaceError(format!("{e} (was: qdisc {q})")))
             })
         }
@@ -383,18 +489,12 @@ fn set(s: &Saved, w: &Wanted) -> Result<(), IfaceError> {
         // The kernel refuses XPS maps on one queue (EIO).
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         for q in 0..queues {
-            let mask: u64 = if w.xps {
-                (0..cpus.min(64))
-                    .filter(|c| c % queues == q)
-                    .fold(0, |m, c| m | 1 << c)
+            let mask = if w.xps {
+                xps_mask(cpus, queues, q)
             } else {
-                0
+                "0".into()
             };
-            write_sys(
-                &s.iface,
-                &format!("queues/tx-{q}/xps_cpus"),
-                &format!("{mask:x}"),
-            )?;
+            write_sys(&s.iface, &format!("queues/tx-{q}/xps_cpus"), &mask)?;
         }
     }
     Ok(())
@@ -409,27 +509,8 @@ pub fn restore(s: &Saved) -> Result<(), IfaceError> {
             errs.push(e.0);
         }
     };
-    if let Some((_, now)) = s.channels {
-        let r = if now.combined > 0 {
-            cmd(&[
-                "ethtool",
-                "-L",
-                &s.iface,
-                "combined",
-                &now.combined.to_string(),
-            ])
-        } else {
-            cmd(&[
-                "ethtool",
-                "-L",
-                &s.iface,
-                "rx",
-                &now.rx.to_string(),
-                "tx",
-                &now.tx.to_string(),
-            ])
-        };
-        note(r.map(drop));
+    if let Some((max, now)) = s.channels {
+        note(set_channels(&s.iface, max, now));
     }
     note(
         cmd(&[
@@ -469,6 +550,11 @@ pub fn restore(s: &Saved) -> Result<(), IfaceError> {
                 }
             }
         }
+        Ok(n) if n != s.xps_cpus.len() => note(Err(IfaceError(format!(
+            "XPS maps not restored: {} has {n} TX queues, the record {}",
+            s.iface,
+            s.xps_cpus.len()
+        )))),
         Ok(_) => {}
         Err(e) => note(Err(e)),
     }
@@ -501,13 +587,28 @@ fn load(path: &std::path::Path) -> Result<Saved, IfaceError> {
     })
 }
 
+/// The record and its path, taken by whichever restores first (the owner
+/// or the signal thread), held while it restores.
+type Pending = std::sync::Arc<std::sync::Mutex<Option<(Saved, PathBuf)>>>;
+
+/// Restores a pending record once, removing it if everything went back.
+fn restore_pending(p: &Pending) -> Result<(), IfaceError> {
+    let mut g = p.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((saved, path)) = g.take() else {
+        return Ok(());
+    };
+    restore(&saved)?;
+    std::fs::remove_file(&path).map_err(|e| IfaceError(format!("removing {}: {e}", path.display())))
+}
+
 /// An interface whose settings are recorded; dropping it restores them.
 #[derive(Debug)]
 pub struct Held {
     saved: Saved,
-    path: PathBuf,
-    restored: bool,
+    pending: Pending,
     _undo: crate::cleanup::Registered,
+    /// The record's lock: one sweep or server per interface.
+    lock: (std::fs::File, PathBuf),
 }
 
 impl Held {
@@ -518,13 +619,7 @@ impl Held {
 
     /// Restores now, removing the record if everything went back.
     pub fn restore(&mut self) -> Result<(), IfaceError> {
-        if self.restored {
-            return Ok(());
-        }
-        self.restored = true;
-        restore(&self.saved)?;
-        std::fs::remove_file(&self.path)
-            .map_err(|e| IfaceError(format!("removing {}: {e}", self.path.display())))
+        restore_pending(&self.pending)
     }
 }
 
@@ -533,20 +628,40 @@ impl Drop for Held {
         if let Err(e) = self.restore() {
             eprintln!("ipoib-eval: {e} (the record stays: `ipoib-eval restore` tries again)");
         }
+        // Still locked: nobody waits on it (holders take it or give up).
+        let _ = std::fs::remove_file(&self.lock.1);
     }
 }
 
 /// Records `iface`'s settings (or takes the record a crashed run left)
 /// before anything changes them. The second value says the record was
-/// left by an earlier run.
+/// left by an earlier run. One process at a time holds an interface.
 pub fn hold(iface: &str) -> Result<(Held, bool), IfaceError> {
     let now = read(iface)?;
     let path = record_path(now.netns, iface);
+    std::fs::create_dir_all(RECORD_DIR)
+        .map_err(|e| IfaceError(format!("creating {RECORD_DIR}: {e}")))?;
+    let lock_path = path.with_extension("lock");
+    let lock =
+        crate::sys::lock_file(&lock_path.to_string_lossy(), Duration::ZERO).map_err(|_| {
+            IfaceError(format!(
+                "{iface} is held by another ipoib-eval sweep or server (see `fuser {}`)",
+                lock_path.display()
+            ))
+        })?;
     let (saved, earlier) = if path.exists() {
-        (load(&path)?, true)
+        let old = load(&path)?;
+        if old.address != now.address {
+            return Err(IfaceError(format!(
+                "{}: its record is for another device (address {}, {iface} has {}); remove \
+                 the record if that device is gone",
+                path.display(),
+                old.address,
+                now.address
+            )));
+        }
+        (old, true)
     } else {
-        std::fs::create_dir_all(RECORD_DIR)
-            .map_err(|e| IfaceError(format!("creating {RECORD_DIR}: {e}")))?;
         let tmp = path.with_extension("tmp");
         let text = serde_json::to_string_pretty(&now).unwrap_or_default();
         std::fs::write(&tmp, text)
@@ -555,19 +670,21 @@ pub fn hold(iface: &str) -> Result<(Held, bool), IfaceError> {
             .map_err(|e| IfaceError(format!("writing {}: {e}", path.display())))?;
         (now, false)
     };
-    let (s, p) = (saved.clone(), path.clone());
-    let undo = crate::cleanup::register(move || match restore(&s) {
+    let pending: Pending = std::sync::Arc::new(std::sync::Mutex::new(Some((saved.clone(), path))));
+    let (p, l) = (pending.clone(), lock_path.clone());
+    let undo = crate::cleanup::register(move || match restore_pending(&p) {
+        // The process ends next: its lock goes with it.
         Ok(()) => {
-            let _ = std::fs::remove_file(&p);
+            let _ = std::fs::remove_file(&l);
         }
         Err(e) => eprintln!("ipoib-eval: {e} (`ipoib-eval restore` tries again)"),
     });
     Ok((
         Held {
             saved,
-            path,
-            restored: false,
+            pending,
             _undo: undo,
+            lock: (lock, lock_path),
         },
         earlier,
     ))
@@ -599,10 +716,19 @@ pub fn restore_recorded(iface: Option<&str>) -> Result<Vec<String>, IfaceError> 
         if iface.is_some_and(|i| i != rest) {
             continue;
         }
+        // A record whose owner still runs is not a crash's: leave it.
+        let lock_path = e.path().with_extension("lock");
+        let Ok(_lock) = crate::sys::lock_file(&lock_path.to_string_lossy(), Duration::ZERO) else {
+            return Err(IfaceError(format!(
+                "{rest} is held by a running ipoib-eval sweep or server: stop it instead \
+                 (it restores on exit)"
+            )));
+        };
         let s = load(&e.path())?;
         restore(&s)?;
         std::fs::remove_file(e.path())
             .map_err(|x| IfaceError(format!("removing {}: {x}", e.path().display())))?;
+        let _ = std::fs::remove_file(&lock_path);
         done.push(s.iface);
     }
     Ok(done)
@@ -639,7 +765,7 @@ mod tests {
                 ("tx-checksum-ip-generic".to_string(), true),
                 ("generic-receive-offload".to_string(), false),
                 ("highdma".to_string(), true),
-                ("rx-udp-gro-forwarding".to_string(), false),
+                ("rx-udp-gro-forwarding".to_string(), true),
             ]
         );
     }
@@ -654,6 +780,53 @@ mod tests {
                 .as_deref(),
             Some("fq limit 10000p flow_limit 100p")
         );
+    }
+
+    #[test]
+    fn wanted_values_from_the_network_are_checked() {
+        let ok = Wanted {
+            queues: 2,
+            mtu: 9000,
+            offloads: vec![("rx-udp-gro-forwarding".into(), true)],
+            qdisc: Some("pfifo_fast".into()),
+            txqueuelen: 100,
+            xps: true,
+        };
+        assert!(ok.validate().is_ok());
+        let bad = [
+            Wanted {
+                queues: 0,
+                ..ok.clone()
+            },
+            Wanted {
+                mtu: 67,
+                ..ok.clone()
+            },
+            Wanted {
+                txqueuelen: u32::MAX,
+                ..ok.clone()
+            },
+            Wanted {
+                offloads: vec![("tso; reboot".into(), true)],
+                ..ok.clone()
+            },
+            Wanted {
+                qdisc: Some("fq limit 1".into()),
+                ..ok.clone()
+            },
+        ];
+        for w in bad {
+            assert!(w.validate().is_err(), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn xps_masks_are_32_bit_words() {
+        assert_eq!(xps_mask(2, 2, 1), "00000002");
+        assert_eq!(xps_mask(4, 2, 0), "00000005");
+        // CPU 32 and 34 on queue 0 of 2, over 36 CPUs: a second word.
+        assert_eq!(xps_mask(36, 2, 0), "00000005,55555555");
+        assert_eq!(xps_mask(1, 4, 3), "00000000");
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! connects its data sockets and sends `Start` → server `Go` → data flows →
 //! each end sends `Sent` when its senders stop → client `Report` → server
 //! `Report`. A sweep on a real interface first opens a connection of its
-//! own: `Configure` → `Configured` (or `Refused`).
+//! own: `Configure` → `Configured` (or `Refused`), and at its end
+//! `Restore` → `Configured`.
 
 use std::io::{self, Read, Write};
 
@@ -28,7 +29,7 @@ use crate::spec::TestSpec;
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"IPEV";
 /// Protocol version; both ends must speak the same one.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 12;
 /// Largest body accepted (a report with many interval samples fits).
@@ -106,11 +107,14 @@ pub enum Msg {
         /// The point's settings.
         wanted: crate::iface::Wanted,
     },
-    /// Server → client: the interface is set and up.
+    /// Server → client: the interface is set and up (or restored).
     Configured {
         /// Its name.
         iface: String,
     },
+    /// Client → server, at the end of a sweep on a real interface: put
+    /// your interface back as recorded.
+    Restore,
 }
 
 /// Kind byte of [`Msg::Report`], the one large message.
@@ -129,6 +133,7 @@ impl Msg {
             Msg::Error { .. } => 8,
             Msg::Configure { .. } => 9,
             Msg::Configured { .. } => 10,
+            Msg::Restore => 11,
         }
     }
 
@@ -145,6 +150,7 @@ impl Msg {
             Msg::Error { .. } => "Error",
             Msg::Configure { .. } => "Configure",
             Msg::Configured { .. } => "Configured",
+            Msg::Restore => "Restore",
         }
     }
 }

@@ -1498,10 +1498,11 @@ fn refuse(ctl: &TcpStream, peer: &str, reason: String) -> RunError {
 /// first; answers `Configured` or `Refused`.
 fn configure(
     opts: &ServerOpts,
+    running: &AtomicUsize,
     held: &Held,
     ctl: &TcpStream,
     peer: &str,
-    wanted: &crate::iface::Wanted,
+    wanted: Option<&crate::iface::Wanted>,
 ) -> Result<Option<Report>, RunError> {
     let Some(iface) = &opts.sweep_iface else {
         return Err(refuse(
@@ -1510,6 +1511,48 @@ fn configure(
             "this server does not change its interface: start it with --sweep-iface IFACE".into(),
         ));
     };
+    // Only over the interface itself, and never under a running test.
+    let local = ctl.local_addr().map_err(|e| failed(e.to_string()))?.ip();
+    let came_on = crate::stats::iface::iface_of(unmap(local));
+    if came_on.as_deref() != Some(iface.as_str()) {
+        return Err(refuse(
+            ctl,
+            peer,
+            format!(
+                "settings are taken only over {iface} (this came to {local} on {}): give --peer \
+                 this server's address on {iface}",
+                came_on.as_deref().unwrap_or("no interface")
+            ),
+        ));
+    }
+    if running.load(Ordering::Relaxed) > 1 {
+        return Err(refuse(
+            ctl,
+            peer,
+            "tests are running on this server: change its interface when they end".into(),
+        ));
+    }
+    let Some(wanted) = wanted else {
+        // Restore: put the interface back and forget the record.
+        let taken = held.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut h) = taken {
+            if let Err(e) = h.restore() {
+                return Err(refuse(ctl, peer, e.0));
+            }
+        }
+        let mut w = ctl;
+        proto::write_msg(
+            &mut w,
+            &Msg::Configured {
+                iface: iface.clone(),
+            },
+        )
+        .map_err(|e| failed(format!("{peer}: {e}")))?;
+        return Ok(None);
+    };
+    if let Err(e) = wanted.validate() {
+        return Err(refuse(ctl, peer, e.0));
+    }
     let mut h = held.lock().unwrap_or_else(|p| p.into_inner());
     if h.is_none() {
         match crate::iface::hold(iface) {
@@ -1548,6 +1591,25 @@ pub fn configure_peer(
     wanted: &crate::iface::Wanted,
     timeout: Duration,
 ) -> Result<String, RunError> {
+    ask_peer(
+        host,
+        port,
+        &Msg::Configure {
+            wanted: wanted.clone(),
+        },
+        timeout,
+    )
+}
+
+/// Asks the server at `host:port` to put its `--sweep-iface` back as it
+/// recorded it; returns the interface's name.
+pub fn restore_peer(host: &str, port: u16, timeout: Duration) -> Result<String, RunError> {
+    ask_peer(host, port, &Msg::Restore, timeout)
+}
+
+/// Sends `msg` (`Configure` or `Restore`) on a connection of its own and
+/// waits for `Configured`.
+fn ask_peer(host: &str, port: u16, msg: &Msg, timeout: Duration) -> Result<String, RunError> {
     let addr = resolve(host, port, None)?;
     let ctl: TcpStream = connect(addr, None, None, timeout)
         .map_err(|e| {
@@ -1560,13 +1622,8 @@ pub fn configure_peer(
     ctl.set_write_timeout(Some(timeout))
         .map_err(|e| failed(e.to_string()))?;
     let mut w = &ctl;
-    proto::write_msg(
-        &mut w,
-        &Msg::Configure {
-            wanted: wanted.clone(),
-        },
-    )
-    .map_err(|e| failed(format!("sending settings to server {addr}: {e}")))?;
+    proto::write_msg(&mut w, msg)
+        .map_err(|e| failed(format!("sending {} to server {addr}: {e}", msg.name())))?;
     match proto::read_msg_within(&ctl, timeout) {
         Ok(Msg::Configured { iface }) => Ok(iface),
         Ok(Msg::Refused { reason }) => Err(failed(format!(
@@ -1596,7 +1653,10 @@ fn session(
     ctl.set_nodelay(true).map_err(|e| failed(e.to_string()))?;
     let spec = match proto::read_msg_within(&ctl, opts.handshake_timeout) {
         Ok(Msg::Hello { spec, .. }) => spec,
-        Ok(Msg::Configure { wanted }) => return configure(opts, held, &ctl, &peer, &wanted),
+        Ok(Msg::Configure { wanted }) => {
+            return configure(opts, running, held, &ctl, &peer, Some(&wanted))
+        }
+        Ok(Msg::Restore) => return configure(opts, running, held, &ctl, &peer, None),
         Ok(other) => {
             return Err(failed(format!(
                 "{peer} opened with {} instead of Hello",

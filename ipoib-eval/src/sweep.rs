@@ -289,6 +289,9 @@ pub struct Point {
     /// iperf3 measures this point, not our client and server (send path
     /// `iperf3`; `test.send` and `test.recv` are then unused).
     pub iperf3: bool,
+    /// The real interface and peer it runs over (`IFACE>PEER`); `None`: a
+    /// testbed. Part of the key, so a resume never mixes the two.
+    pub on: Option<String>,
 }
 
 impl Point {
@@ -343,6 +346,9 @@ impl Point {
         );
         if let spec::Amount::Seconds(s) = t.amount {
             let _ = write!(k, " seconds={s}");
+        }
+        if let Some(on) = &self.on {
+            let _ = write!(k, " on={on}");
         }
         k
     }
@@ -487,6 +493,18 @@ impl SweepFile {
             out.push((name, a));
         }
         Ok(out)
+    }
+
+    /// The axes experiment `name` names itself or takes from `[axes]` (the
+    /// others are at their defaults).
+    pub fn given_axes(&self, name: &str) -> HashSet<String> {
+        let mut keys: HashSet<String> = self.axes.keys().cloned().collect();
+        for e in &self.experiment {
+            if e.get("name").and_then(|n| n.as_str()) == Some(name) {
+                keys.extend(e.keys().cloned());
+            }
+        }
+        keys
     }
 
     /// Every run of the sweep, in the order it will run; each value is
@@ -745,6 +763,7 @@ impl SweepFile {
                     test: test.clone(),
                     rep,
                     iperf3,
+                    on: None,
                 });
             }
         }
@@ -935,6 +954,16 @@ fn queue_fields(
     ]
 }
 
+/// The IP protocol number of a test's flows, for the eBPF flow rules.
+fn ip_proto(p: Proto) -> u8 {
+    match p {
+        Proto::Tcp => 6,
+        Proto::Udp => 17,
+    }
+}
+
+/// Whether round-robin dealt the packets out evenly: every queue within
+/// 10 % (and 8 packets) of an equal share.
 fn rr_effect(per_queue: &[u64]) -> String {
     let total: u64 = per_queue.iter().sum();
     if total == 0 {
@@ -975,16 +1004,14 @@ fn apply_policy(
         return Ok(None);
     }
     for q in 0..usize::from(queues) {
-        let mask: u64 = match policy {
-            Policy::Hash | Policy::Rr => 0,
-            Policy::Xps => (0..cpus.min(64))
-                .filter(|c| c % usize::from(queues) == q)
-                .fold(0, |m, c| m | 1 << c),
+        let mask = match policy {
+            Policy::Hash | Policy::Rr => "0".to_string(),
+            Policy::Xps => crate::iface::xps_mask(cpus, usize::from(queues), q),
         };
         testbed::write_sys(
             netns,
             &format!("class/net/{iface}/queues/tx-{q}/xps_cpus"),
-            &format!("{mask:x}"),
+            &mask,
         )
         .map_err(|e| RunError::Failed(e.to_string()))?;
     }
@@ -1015,10 +1042,7 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let _rr_a = apply_policy(&tb.a.netns, &tb.a.iface, p.queues, p.policy, cpus)?;
     let _rr_b = apply_policy(&tb.b.netns, &tb.b.iface, p.queues, p.policy, cpus)?;
-    let proto = match p.test.proto {
-        Proto::Tcp => 6,
-        Proto::Udp => 17,
-    };
+    let proto = ip_proto(p.test.proto);
     let (IpAddr::V4(a4), IpAddr::V4(b4)) = (tb.a.addr, tb.b.addr) else {
         return Err(failed(&"the testbed's addresses are IPv4"));
     };
@@ -1043,7 +1067,12 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
             client_cpu: p.client_cpus.first().copied(),
         };
         let (m, busy) = crate::iperf3::run(&p.test, &ends)?;
-        vec![crate::iperf3::row(&p.test, &m, busy, &kernel())]
+        vec![crate::iperf3::row(
+            &p.test,
+            &m,
+            busy,
+            &crate::run::host_info().kernel,
+        )]
     } else {
         measure(p, &tb)?
     };
@@ -1083,9 +1112,47 @@ pub enum Target {
     },
 }
 
+/// The peer's interface, as a sweep changes it: told to restore when this
+/// value goes, or when the process is interrupted.
+struct PeerHeld {
+    peer: String,
+    port: u16,
+    _undo: crate::cleanup::Registered,
+}
+
+impl PeerHeld {
+    fn new(peer: &str, port: u16) -> PeerHeld {
+        let (p, q) = (peer.to_string(), port);
+        PeerHeld {
+            peer: peer.to_string(),
+            port,
+            _undo: crate::cleanup::register(move || restore_peer_or_say(&p, q)),
+        }
+    }
+}
+
+impl Drop for PeerHeld {
+    fn drop(&mut self) {
+        restore_peer_or_say(&self.peer, self.port);
+    }
+}
+
+fn restore_peer_or_say(peer: &str, port: u16) {
+    if let Err(e) = crate::run::restore_peer(peer, port, Duration::from_secs(60)) {
+        eprintln!("ipoib-eval: {e} (the peer restores its interface when its server ends)");
+    }
+}
+
 /// Refuses points a real interface cannot run.
 fn check_for_iface(points: &[Point]) -> Result<(), SpecError> {
     for p in points {
+        if p.policy == Policy::Rr && p.test.direction != spec::Direction::Forward {
+            return Err(SpecError(format!(
+                "experiment {}: policy rr on a real interface needs direction forward (the \
+                 selector runs on this end's interface only)",
+                p.experiment
+            )));
+        }
         if p.gateway.is_some() {
             return Err(SpecError(format!(
                 "experiment {}: gateway points need the testbed (the sweep builds the gateway); \
@@ -1155,22 +1222,25 @@ fn run_point_iface(
     .and_then(|s| s.connect((peer_ip, port)).and_then(|()| s.local_addr()))
     .map_err(|e| failed(&format!("finding the local address toward {peer}: {e}")))?
     .ip();
+    // The flows must leave through the interface being set.
+    let via = crate::stats::iface::iface_of(local);
+    if via.as_deref() != Some(iface.as_str()) {
+        return Err(RunError::Usage(SpecError(format!(
+            "the route to {peer} leaves through {} ({local}), not {iface}: give --peer the \
+             peer's address on {iface}",
+            via.as_deref().unwrap_or("no interface")
+        ))));
+    }
     let rule = match (local, peer_ip) {
         (IpAddr::V4(a), IpAddr::V4(b)) => fabkit_ebpf::Rule {
-            proto: match p.test.proto {
-                Proto::Tcp => 6,
-                Proto::Udp => 17,
-            },
+            proto: ip_proto(p.test.proto),
             addr_a: Some(a),
             addr_b: Some(b),
             ..fabkit_ebpf::Rule::default()
         },
         // IPv6 flows count by protocol alone on this interface.
         _ => fabkit_ebpf::Rule {
-            proto: match p.test.proto {
-                Proto::Tcp => 6,
-                Proto::Udp => 17,
-            },
+            proto: ip_proto(p.test.proto),
             ..fabkit_ebpf::Rule::default()
         },
     };
@@ -1202,13 +1272,6 @@ fn run_point_iface(
         .into_iter()
         .map(|r| format!("{},{r},{queues}", csv_settings(p)))
         .collect())
-}
-
-/// The running kernel's release.
-fn kernel() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// Runs our server in host b and our client in host a: the report's CSV
@@ -1290,11 +1353,32 @@ pub fn run(
     let points = file.expand()?;
     // On a real interface: its settings recorded before anything changes,
     // restored when this value goes (also on SIGINT or SIGTERM).
+    let mut points = points;
     let held = match target {
         Target::Testbed => None,
-        Target::Iface { iface, .. } => {
+        Target::Iface { iface, peer, .. } => {
             check_for_iface(&points)?;
             let (h, earlier) = crate::iface::hold(iface).map_err(|e| RunError::Failed(e.0))?;
+            // An axis the file leaves out is the interface as it was, not
+            // the testbed's default.
+            let saved = h.saved();
+            for p in &mut points {
+                let given = file.given_axes(&p.experiment);
+                if !given.contains("queues") {
+                    p.queues = u16::try_from(saved.xps_cpus.len()).unwrap_or(u16::MAX);
+                }
+                if !given.contains("mtu") {
+                    p.mtu = saved.mtu;
+                }
+                if !given.contains("txqueuelen") {
+                    p.txqueuelen = saved.txqueuelen;
+                }
+                p.on = Some(format!("{iface}>{peer}"));
+            }
+            say(&format!(
+                "{iface}: settings recorded; they go back when the sweep ends (after a crash: \
+                 ipoib-eval restore)"
+            ));
             if earlier {
                 say(&format!(
                     "{iface}: a record from an earlier run that did not finish is kept; \
@@ -1303,6 +1387,11 @@ pub fn run(
             }
             Some(h)
         }
+    };
+    // The peer's end goes back when the sweep ends, fails or is interrupted.
+    let _peer = match target {
+        Target::Iface { peer, port, .. } => Some(PeerHeld::new(peer, *port)),
+        Target::Testbed => None,
     };
     let existing = match std::fs::read_to_string(out) {
         Ok(t) => t,

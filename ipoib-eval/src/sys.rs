@@ -448,21 +448,38 @@ pub fn lock_file(path: &str, wait: std::time::Duration) -> io::Result<std::fs::F
 /// The signals that end a run early and should leave nothing behind.
 const TERMINATING: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
+/// SIGHUP was ignored when the signals were blocked (`nohup`): it stays
+/// out of the set, so a logout does not end a server.
+static HUP_IGNORED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn terminating_set() -> libc::sigset_t {
+    let skip_hup = HUP_IGNORED.load(std::sync::atomic::Ordering::Relaxed);
     // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
     unsafe {
         let mut set: libc::sigset_t = zeroed();
         libc::sigemptyset(&mut set);
         for s in TERMINATING {
-            libc::sigaddset(&mut set, s);
+            if !(s == libc::SIGHUP && skip_hup) {
+                libc::sigaddset(&mut set, s);
+            }
         }
         set
+    }
+}
+
+/// Whether signal `sig` is ignored now.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread; threads it
 /// starts later inherit the mask, so only [`wait_terminating`] takes them.
 pub fn block_terminating() -> io::Result<()> {
+    HUP_IGNORED.store(ignored(libc::SIGHUP), std::sync::atomic::Ordering::Relaxed);
     let set = terminating_set();
     // SAFETY: set is initialised; the old mask is not asked for.
     let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
@@ -484,9 +501,9 @@ pub fn wait_terminating() -> libc::c_int {
     }
 }
 
-/// Makes a child started by `cmd` take signals normally (a blocked mask is
-/// inherited across exec) and be killed when the thread that started it
-/// ends, so an interrupted run leaves no such process behind.
+/// Makes a child started by `cmd` be killed when the thread that started
+/// it ends, so an interrupted run leaves no such process behind (and takes
+/// signals normally, whatever the mask of the thread that forks).
 pub fn child_dies_with_us(cmd: &mut std::process::Command) {
     // SAFETY: sigprocmask and prctl are async-signal-safe; the closure runs
     // in the child between fork and exec and touches only a local set.
@@ -496,6 +513,10 @@ pub fn child_dies_with_us(cmd: &mut std::process::Command) {
             libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(io::Error::last_os_error());
+            }
+            // The parent may have gone before the prctl: then go too.
+            if libc::getppid() == 1 {
+                libc::_exit(1);
             }
             Ok(())
         });
