@@ -276,6 +276,12 @@ pub fn valid_name(iface: &str) -> Result<(), IfaceError> {
     }
 }
 
+/// The inode of the calling thread's network namespace.
+fn this_netns() -> Result<u64, IfaceError> {
+    crate::sys::netns_inode()
+        .map_err(|e| IfaceError(format!("reading /proc/thread-self/ns/net: {e}")))
+}
+
 /// Reads `iface`'s settings in this network namespace.
 pub fn read(iface: &str) -> Result<Saved, IfaceError> {
     valid_name(iface)?;
@@ -292,8 +298,7 @@ pub fn read(iface: &str) -> Result<Saved, IfaceError> {
     let queues = tx_queues(iface)?;
     Ok(Saved {
         iface: iface.to_string(),
-        netns: crate::sys::netns_inode()
-            .map_err(|e| IfaceError(format!("reading /proc/thread-self/ns/net: {e}")))?,
+        netns: this_netns()?,
         address: read_sys(iface, "address")?,
         mtu: num("mtu")?,
         txqueuelen: num("tx_queue_len")?,
@@ -458,26 +463,15 @@ pub fn apply(s: &Saved, w: &Wanted) -> Result<(), IfaceError> {
     wait_up(&s.iface)
 }
 
+/// `ip link set dev IFACE WHAT VALUE` (`mtu`, `txqueuelen`).
+fn link_set(iface: &str, what: &str, value: u32) -> Result<(), IfaceError> {
+    cmd(&["ip", "link", "set", "dev", iface, what, &value.to_string()]).map(drop)
+}
+
 fn set(s: &Saved, w: &Wanted) -> Result<(), IfaceError> {
     set_queues(s, w.queues)?;
-    cmd(&[
-        "ip",
-        "link",
-        "set",
-        "dev",
-        &s.iface,
-        "mtu",
-        &w.mtu.to_string(),
-    ])?;
-    cmd(&[
-        "ip",
-        "link",
-        "set",
-        "dev",
-        &s.iface,
-        "txqueuelen",
-        &w.txqueuelen.to_string(),
-    ])?;
+    link_set(&s.iface, "mtu", w.mtu)?;
+    link_set(&s.iface, "txqueuelen", w.txqueuelen)?;
     set_features(&s.iface, &s.features)?;
     set_features(&s.iface, &w.offloads)?;
     match &w.qdisc {
@@ -512,30 +506,8 @@ pub fn restore(s: &Saved) -> Result<(), IfaceError> {
     if let Some((max, now)) = s.channels {
         note(set_channels(&s.iface, max, now));
     }
-    note(
-        cmd(&[
-            "ip",
-            "link",
-            "set",
-            "dev",
-            &s.iface,
-            "mtu",
-            &s.mtu.to_string(),
-        ])
-        .map(drop),
-    );
-    note(
-        cmd(&[
-            "ip",
-            "link",
-            "set",
-            "dev",
-            &s.iface,
-            "txqueuelen",
-            &s.txqueuelen.to_string(),
-        ])
-        .map(drop),
-    );
+    note(link_set(&s.iface, "mtu", s.mtu));
+    note(link_set(&s.iface, "txqueuelen", s.txqueuelen));
     note(set_features(&s.iface, &s.features));
     note(restore_qdisc(s));
     match tx_queues(&s.iface) {
@@ -696,8 +668,7 @@ pub fn restore_recorded(iface: Option<&str>) -> Result<Vec<String>, IfaceError> 
     if let Some(i) = iface {
         valid_name(i)?;
     }
-    let netns = crate::sys::netns_inode()
-        .map_err(|e| IfaceError(format!("reading /proc/thread-self/ns/net: {e}")))?;
+    let netns = this_netns()?;
     let prefix = format!("{netns}-");
     let entries = match std::fs::read_dir(RECORD_DIR) {
         Ok(rd) => rd.filter_map(Result::ok).collect::<Vec<_>>(),

@@ -1532,43 +1532,15 @@ fn configure(
             "tests are running on this server: change its interface when they end".into(),
         ));
     }
-    let Some(wanted) = wanted else {
+    let done = match wanted {
         // Restore: put the interface back and forget the record.
-        let taken = held.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(mut h) = taken {
-            if let Err(e) = h.restore() {
-                return Err(refuse(ctl, peer, e.0));
-            }
+        None => {
+            let taken = held.lock().unwrap_or_else(|p| p.into_inner()).take();
+            taken.map_or(Ok(()), |mut h| h.restore())
         }
-        let mut w = ctl;
-        proto::write_msg(
-            &mut w,
-            &Msg::Configured {
-                iface: iface.clone(),
-            },
-        )
-        .map_err(|e| failed(format!("{peer}: {e}")))?;
-        return Ok(None);
+        Some(wanted) => set_sweep_iface(opts, held, iface, wanted),
     };
-    if let Err(e) = wanted.validate() {
-        return Err(refuse(ctl, peer, e.0));
-    }
-    let mut h = held.lock().unwrap_or_else(|p| p.into_inner());
-    if h.is_none() {
-        match crate::iface::hold(iface) {
-            Ok((x, earlier)) => {
-                if earlier && opts.verbose {
-                    eprintln!(
-                        "ipoib-eval server: {iface}: restoring to the record an earlier run left"
-                    );
-                }
-                *h = Some(x);
-            }
-            Err(e) => return Err(refuse(ctl, peer, e.0)),
-        }
-    }
-    let saved = h.as_ref().map(|x| x.saved().clone()).unwrap_or_default();
-    if let Err(e) = crate::iface::apply(&saved, wanted) {
+    if let Err(e) = done {
         return Err(refuse(ctl, peer, e.0));
     }
     let mut w = ctl;
@@ -1580,6 +1552,30 @@ fn configure(
     )
     .map_err(|e| failed(format!("{peer}: {e}")))?;
     Ok(None)
+}
+
+/// Checks `wanted`, records `iface` at the first change, and sets it.
+fn set_sweep_iface(
+    opts: &ServerOpts,
+    held: &Held,
+    iface: &str,
+    wanted: &crate::iface::Wanted,
+) -> Result<(), crate::iface::IfaceError> {
+    wanted.validate()?;
+    let mut h = held.lock().unwrap_or_else(|p| p.into_inner());
+    let h = match &mut *h {
+        Some(h) => h,
+        empty => {
+            let (x, earlier) = crate::iface::hold(iface)?;
+            if earlier && opts.verbose {
+                eprintln!(
+                    "ipoib-eval server: {iface}: restoring to the record an earlier run left"
+                );
+            }
+            empty.insert(x)
+        }
+    };
+    crate::iface::apply(h.saved(), wanted)
 }
 
 /// Asks the server at `host:port` to set its `--sweep-iface` as `wanted`

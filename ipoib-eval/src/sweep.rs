@@ -1231,18 +1231,16 @@ fn run_point_iface(
             via.as_deref().unwrap_or("no interface")
         ))));
     }
-    let rule = match (local, peer_ip) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => fabkit_ebpf::Rule {
-            proto: ip_proto(p.test.proto),
-            addr_a: Some(a),
-            addr_b: Some(b),
-            ..fabkit_ebpf::Rule::default()
-        },
+    let (addr_a, addr_b) = match (local, peer_ip) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (Some(a), Some(b)),
         // IPv6 flows count by protocol alone on this interface.
-        _ => fabkit_ebpf::Rule {
-            proto: ip_proto(p.test.proto),
-            ..fabkit_ebpf::Rule::default()
-        },
+        _ => (None, None),
+    };
+    let rule = fabkit_ebpf::Rule {
+        proto: ip_proto(p.test.proto),
+        addr_a,
+        addr_b,
+        ..fabkit_ebpf::Rule::default()
     };
     let view = fabkit_ebpf::Iface::lookup(None, iface)
         .and_then(|i| fabkit_ebpf::QueueView::attach(i, &[rule], usize::from(p.queues)))

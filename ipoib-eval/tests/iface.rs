@@ -11,6 +11,7 @@
 //! namespace.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use ipoib_eval::testbed::{Testbed, TestbedSpec};
@@ -115,6 +116,21 @@ fn rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
         .collect()
 }
 
+/// `ipoib-eval sweep FILE -o OUT` in host a over its `va`, against the
+/// server in host b on `port`.
+fn sweep_on_va(tb: &Testbed, file: &Path, out: &Path, port: u16) -> Command {
+    let mut c = in_ns(&tb.a.netns, &["sweep"]);
+    c.arg(file).arg("-o").arg(out).args([
+        "--iface",
+        "va",
+        "--peer",
+        &tb.b.addr.to_string(),
+        "-p",
+        &port.to_string(),
+    ]);
+    c
+}
+
 const FILE: &str = "seconds = 0.5\n[axes]\nqueues = [2]\nmtu = [9000]\n\
     offloads = [\"tso=off,gro=on\"]\nqdisc = [\"pfifo_fast\"]\ntxqueuelen = [100]\n\
     policy = [\"xps\"]\nproto = [\"udp\"]\nrate = [\"100M\"]\n\
@@ -129,20 +145,7 @@ fn a_sweep_sets_both_ends_and_each_end_restores_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let (file, out) = (dir.path().join("s.toml"), dir.path().join("s.csv"));
     std::fs::write(&file, FILE).unwrap();
-    let o = in_ns(&a, &["sweep"])
-        .arg(&file)
-        .arg("-o")
-        .arg(&out)
-        .args([
-            "--iface",
-            "va",
-            "--peer",
-            &tb.b.addr.to_string(),
-            "-p",
-            "5321",
-        ])
-        .output()
-        .unwrap();
+    let o = sweep_on_va(&tb, &file, &out, 5321).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = rows(&std::fs::read_to_string(&out).unwrap());
     assert_eq!(r.len(), 2);
@@ -188,18 +191,7 @@ fn a_killed_sweep_and_server_are_undone_by_restore() {
     let (file, out) = (dir.path().join("s.toml"), dir.path().join("s.csv"));
     std::fs::write(&file, FILE).unwrap();
     let mut sw = Reaped(
-        in_ns(&a, &["sweep"])
-            .arg(&file)
-            .arg("-o")
-            .arg(&out)
-            .args([
-                "--iface",
-                "va",
-                "--peer",
-                &tb.b.addr.to_string(),
-                "-p",
-                "5322",
-            ])
+        sweep_on_va(&tb, &file, &out, 5322)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
