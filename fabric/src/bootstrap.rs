@@ -94,8 +94,10 @@ pub struct ThreadGroup;
 
 impl ThreadGroup {
     /// `n` bootstrap handles, one per thread-rank; waits time out after
-    /// `timeout` naming the ranks that did not arrive.
+    /// `timeout` (times [`crate::env::timeout_scale`]) naming the ranks that
+    /// did not arrive.
     pub fn members(n: usize, timeout: Duration) -> Vec<ThreadBootstrap> {
+        let timeout = crate::env::scaled(timeout);
         let shared = Arc::new(Shared {
             round: Mutex::new(Round {
                 generation: 0,
@@ -181,7 +183,8 @@ pub struct FileBootstrap {
 
 impl FileBootstrap {
     /// Rank `rank` of `size`, exchanging through `dir` (which must exist and
-    /// be shared by all ranks, and be empty at the start of the job).
+    /// be shared by all ranks, and be empty at the start of the job); waits
+    /// time out after `timeout` times [`crate::env::timeout_scale`].
     pub fn new(
         dir: impl Into<PathBuf>,
         rank: usize,
@@ -197,7 +200,7 @@ impl FileBootstrap {
             dir: dir.into(),
             rank,
             size,
-            timeout,
+            timeout: crate::env::scaled(timeout),
             round: std::cell::Cell::new(0),
         })
     }

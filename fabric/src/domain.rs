@@ -95,6 +95,47 @@ impl Drop for DomainInner {
     }
 }
 
+/// Who carries out a provider's atomics at the target. libfabric does not
+/// say; this is what each provider's implementation does (libfabric 1.17).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AtomicsBy {
+    /// The NIC, without the target's CPU (cxi).
+    Nic,
+    /// Emulated: a message the target's libfabric applies with its CPU
+    /// during progress (ofi_rxm and ofi_rxd over any core provider, including
+    /// verbs; shm, sockets, tcp, efa, psm2/psm3, opx).
+    TargetSoftware,
+    /// A provider fabkit has no knowledge of.
+    Unknown,
+}
+
+impl AtomicsBy {
+    /// For a provider name as `fi_info` gives it (`verbs;ofi_rxm`, `cxi`).
+    pub fn of(provider: &str) -> AtomicsBy {
+        let layers: Vec<&str> = provider.split(';').collect();
+        if layers.iter().any(|l| matches!(*l, "ofi_rxm" | "ofi_rxd")) {
+            return AtomicsBy::TargetSoftware;
+        }
+        match layers.first().copied().unwrap_or("") {
+            "cxi" => AtomicsBy::Nic,
+            "shm" | "sm2" | "sockets" | "tcp" | "udp" | "efa" | "psm2" | "psm3" | "opx" => {
+                AtomicsBy::TargetSoftware
+            }
+            _ => AtomicsBy::Unknown,
+        }
+    }
+
+    /// A short label for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            AtomicsBy::Nic => "NIC",
+            AtomicsBy::TargetSoftware => "emulated",
+            AtomicsBy::Unknown => "?",
+        }
+    }
+}
+
 /// Which u64 atomics a domain supports (`fi_query_atomic`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct AtomicSupport {

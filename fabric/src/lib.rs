@@ -12,7 +12,9 @@
 //!   key; [`Op`] batches of RMA reads and writes and u64 atomics with a
 //!   bounded number in flight, plus small messages.
 //!
-//! Every wait has a timeout, and errors name the peer and the operation.
+//! Every wait has a timeout, and errors name the peer and the operation;
+//! `FABKIT_TIMEOUT_SCALE` stretches them all ([`env::timeout_scale`]). The
+//! environment libfabric reads once is prepared before `main` ([`env`]).
 //! Waits block on the completion queue (or spin briefly, then block); a rank
 //! whose provider needs manual progress gets a background progress thread, so
 //! peers' one-sided operations on it complete while it computes.
@@ -39,6 +41,7 @@ pub mod av;
 pub mod bootstrap;
 pub mod cq;
 pub mod domain;
+pub mod env;
 pub mod ep;
 pub mod error;
 pub mod info;
@@ -47,10 +50,11 @@ pub mod mpi_rma;
 pub mod mr;
 pub mod rank;
 pub mod shm;
+pub mod verbs;
 
 pub use av::{AddressVector, FiAddr};
 pub use cq::CompletionQueue;
-pub use domain::{AtomicSupport, Domain, Fabric};
+pub use domain::{AtomicSupport, AtomicsBy, Domain, Fabric};
 pub use ep::Endpoint;
 pub use error::{strerror, Error, OpKind, Result};
 pub use fabric_sys;

@@ -361,7 +361,8 @@ impl Card {
 impl Rank {
     /// Opens the provider, exposes a region and exchanges addresses with all
     /// ranks. Collective: every rank of `boot` must call it.
-    pub fn establish(cfg: RankConfig, boot: &dyn Bootstrap) -> Result<Rank> {
+    pub fn establish(mut cfg: RankConfig, boot: &dyn Bootstrap) -> Result<Rank> {
+        cfg.timeout = crate::env::scaled(cfg.timeout);
         if cfg.window == 0 {
             return Err(Error::InvalidArgument(
                 "window must be at least 1 operation in flight".into(),
@@ -381,6 +382,7 @@ impl Rank {
         };
         let same_host = boot.same_host()?;
         let info = info::find(&hints, same_host)?;
+        crate::env::check_ranks(&info.provider(), boot.size())?;
         let fabric = Fabric::open(&info)?;
         let domain = Domain::open(&fabric, &info)?;
         let atomics = domain.atomic_support();

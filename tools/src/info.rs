@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use fabkit_fabric::info::{self, getinfo, Caps, Hints};
-use fabkit_fabric::{AtomicSupport, Domain, Fabric, Progress};
+use fabkit_fabric::{env, AtomicSupport, AtomicsBy, Domain, Fabric, Progress};
 use serde::Serialize;
 
-use crate::verbs;
+use fabkit_fabric::verbs;
 
 /// One provider, merged over its fabric/domain entries.
 #[derive(Debug, Serialize)]
@@ -24,6 +24,8 @@ pub struct ProviderRow {
     pub rma: bool,
     /// u64 atomics when asked for (FI_EP_RDM).
     pub atomics: Option<AtomicSupport>,
+    /// Who carries them out at the target.
+    pub atomics_by: AtomicsBy,
     /// Data progress.
     pub progress: Progress,
     /// Required memory-registration modes (FI_EP_RDM entry).
@@ -47,6 +49,8 @@ pub struct Report {
     pub providers: Vec<ProviderRow>,
     /// RDMA devices.
     pub rdma: verbs::Devices,
+    /// What fabkit set in libfabric's environment before `main`.
+    pub env: env::Prepared,
 }
 
 fn is_utility(p: &str) -> bool {
@@ -68,6 +72,7 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
             msg: false,
             rma: false,
             atomics: None,
+            atomics_by: AtomicsBy::of(&p),
             progress: i.data_progress(),
             mr_mode: info::mr_mode_names(i.mr_mode()),
             max_msg_size: i.max_msg_size(),
@@ -109,6 +114,7 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
         api: "1.17".into(),
         providers: rows.into_values().collect(),
         rdma: verbs::devices(),
+        env: env::prepared().clone(),
     })
 }
 
@@ -128,8 +134,8 @@ pub fn print(r: &Report) {
     println!("libfabric {} (fabkit asks for API {})", r.libfabric, r.api);
     println!();
     println!(
-        "{:<14} {:<3} {:<3} {:<11} {:<8} {:>9} {:>6}  {:<26} domains",
-        "provider", "rma", "fk", "u64 atomics", "progress", "maxmsg", "inject", "mr_mode"
+        "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:>9} {:>6}  {:<26} domains",
+        "provider", "rma", "fk", "u64 atomics", "by", "progress", "maxmsg", "inject", "mr_mode"
     );
     for p in &r.providers {
         let atomics = match p.atomics.map(|a| a.supported()) {
@@ -147,11 +153,16 @@ pub fn print(r: &Report) {
                 .join(",")
         };
         println!(
-            "{:<14} {:<3} {:<3} {:<11} {:<8} {:>9} {:>6}  {:<26} {}",
+            "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:>9} {:>6}  {:<26} {}",
             p.provider,
             if p.rma { "yes" } else { "no" },
             if p.fabkit_rma { "yes" } else { "no" },
             atomics,
+            if atomics == "none" {
+                "-"
+            } else {
+                p.atomics_by.label()
+            },
             format!("{:?}", p.progress).to_lowercase(),
             size(p.max_msg_size),
             size(p.inject_size),
@@ -161,7 +172,9 @@ pub fn print(r: &Report) {
     }
     println!();
     println!("fk: fabkit can run on it (reliable-datagram endpoints with RMA).");
-    println!("u64 atomics: of compare-and-swap, fetch-add, fetch, swap (fi_query_atomic).");
+    println!("u64 atomics: of compare-and-swap, fetch-add, fetch, swap (fi_query_atomic);");
+    println!("by: who applies them at the target: the NIC, or emulated (a message the");
+    println!("target's libfabric applies with its CPU, as ofi_rxm does over verbs).");
     println!("progress manual: peers' one-sided operations need the target to progress;");
     println!("fabkit runs a progress thread for those ranks.");
     println!();
@@ -170,7 +183,7 @@ pub fn print(r: &Report) {
         Some(why) => println!("  none: {why}"),
         None => {
             for d in &r.rdma.devices {
-                println!("  {}", d.name);
+                println!("  {} (max_cqe {})", d.name, d.max_cqe);
                 for p in &d.ports {
                     println!(
                         "    port {}: {} {} mtu {} {}",
@@ -181,6 +194,24 @@ pub fn print(r: &Report) {
                     }
                 }
             }
+        }
+    }
+    if let Some(l) = &r.env.rxm_verbs {
+        println!();
+        let set: Vec<String> = r.env.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "verbs;ofi_rxm: completion queues of {} entries ({} peers x {} + {}) against {}'s max_cqe {};",
+            l.queue(),
+            l.universe,
+            l.per_peer,
+            l.fixed,
+            l.device,
+            l.max_cqe
+        );
+        if set.is_empty() {
+            println!("  FI_UNIVERSE_SIZE as you set it; fabkit set nothing.");
+        } else {
+            println!("  set by fabkit before main: {}", set.join(" "));
         }
     }
 }

@@ -11,7 +11,6 @@ mod launch;
 mod mpiperf;
 mod perf;
 mod plot;
-mod verbs;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
 //! RDMA device facts through libibverbs (rdma-sys): what `ibv_devinfo`
-//! shows, in the few fields that matter for choosing a provider.
+//! shows, in the few fields that matter for choosing a provider and sizing
+//! its queues.
 
 use serde::Serialize;
 
@@ -25,6 +26,9 @@ pub struct Port {
 pub struct Device {
     /// Device name, e.g. mlx5_0.
     pub name: String,
+    /// Most entries one completion queue may hold (`max_cqe`); 0 when the
+    /// device could not be queried.
+    pub max_cqe: u32,
     /// Its ports.
     pub ports: Vec<Port>,
 }
@@ -106,6 +110,7 @@ pub fn devices() -> Devices {
             .to_string_lossy()
             .into_owned();
         let mut ports = Vec::new();
+        let mut max_cqe = 0;
         // SAFETY: dev is valid; a null context means the open failed.
         let ctx = unsafe { v::ibv_open_device(dev) };
         if !ctx.is_null() {
@@ -113,6 +118,7 @@ pub fn devices() -> Devices {
             let mut dattr: v::ibv_device_attr = unsafe { std::mem::zeroed() };
             // SAFETY: ctx is open; dattr is a valid out-parameter.
             let nports = if unsafe { v::ibv_query_device(ctx, &mut dattr) } == 0 {
+                max_cqe = u32::try_from(dattr.max_cqe).unwrap_or(0);
                 dattr.phys_port_cnt
             } else {
                 0
@@ -153,7 +159,11 @@ pub fn devices() -> Devices {
             // SAFETY: ctx was opened above and is closed once.
             unsafe { v::ibv_close_device(ctx) };
         }
-        devices.push(Device { name, ports });
+        devices.push(Device {
+            name,
+            max_cqe,
+            ports,
+        });
     }
     // SAFETY: list came from ibv_get_device_list.
     unsafe { v::ibv_free_device_list(list) };
