@@ -152,3 +152,56 @@ fn batches_overlap_many_keys_in_one_round() {
     assert!(batches.len() <= 3, "{} batches for 32 keys", batches.len());
     assert_eq!(batches[0].len(), 32);
 }
+
+/// Over ofi_rxm (verbs included) atomics are emulated by the target's CPU
+/// while RMA writes go through the NIC, and the two are not atomic with
+/// respect to each other: no variant may write a word it also updates
+/// atomically. Every write of a mixed workload (inserts past full, updates,
+/// reads, find-or-put for chunked) is checked against every word an atomic touched.
+#[test]
+fn no_variant_writes_a_word_it_updates_atomically() {
+    use std::collections::BTreeSet;
+    for variant in common::VARIANTS {
+        let d = table(variant);
+        let keys: Vec<Vec<u8>> = (0..400).map(key).collect();
+        for round in 0..2 {
+            for k in &keys {
+                d.write(k, &value(k, 0, round, 24)).unwrap();
+            }
+        }
+        for k in &keys {
+            d.read(k).unwrap();
+        }
+        let items: Vec<(Vec<u8>, Vec<u8>)> = (400..500)
+            .map(|i| (key(i), value(&key(i), 1, 0, 24)))
+            .collect();
+        let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        if variant == Variant::Chunked {
+            d.find_or_put_many(&refs).unwrap();
+        } else {
+            d.write_many(&refs).unwrap();
+        }
+        let ops: Vec<_> = d.transport().batches().into_iter().flatten().collect();
+        let atomic_words: BTreeSet<(usize, u64)> = ops
+            .iter()
+            .filter(|o| o.kind.is_atomic())
+            .map(|o| {
+                assert_eq!(o.at.offset % 8, 0, "{variant:?}: unaligned atomic {o:?}");
+                (o.at.rank, o.at.offset)
+            })
+            .collect();
+        if variant != Variant::Lockfree {
+            assert!(!atomic_words.is_empty(), "{variant:?} issued no atomics");
+        }
+        for w in ops.iter().filter(|o| o.kind == Write) {
+            let end = w.at.offset + w.len as u64;
+            let hit = atomic_words
+                .range((w.at.rank, w.at.offset.saturating_sub(7))..(w.at.rank, end))
+                .next();
+            assert!(
+                hit.is_none(),
+                "{variant:?}: write {w:?} overlaps the atomic word {hit:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! ofi_rxm over a real verbs device: the completion-queue sizing fabkit does
+//! before `main`. Needs an RDMA device (CI's verbs job runs these in a guest
+//! with soft-RoCE, .ci/verbs-tests); on a machine without one each test says
+//! so and checks that fabkit set nothing.
+
+mod common;
+
+use std::process::Command;
+
+use fabkit_fabric::env;
+use fabkit_fabric::RankConfig;
+
+const PROVIDER: &str = "verbs;ofi_rxm";
+const CHILD: &str = "FABKIT_TEST_VERBS_CHILD";
+
+fn has_device() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+#[test]
+fn the_universe_is_set_before_main_and_ranks_come_up() {
+    let p = env::prepared();
+    if !has_device() {
+        eprintln!("no RDMA device here: nothing to size (CI's verbs job runs this on rxe0)");
+        assert!(p.set.is_empty() && p.rxm_verbs.is_none(), "{p:?}");
+        return;
+    }
+    let l = p.rxm_verbs.as_ref().expect("an RDMA device was found");
+    if l.user_universe {
+        eprintln!("FI_UNIVERSE_SIZE was set by the user: not checking what fabkit sets");
+        return;
+    }
+    // What the constructor recorded is what libfabric will read.
+    let (k, v) = p.set.last().expect("fabkit set FI_UNIVERSE_SIZE");
+    assert_eq!(k, "FI_UNIVERSE_SIZE");
+    assert_eq!(std::env::var(k).as_deref(), Ok(v.as_str()));
+    assert!(l.queue() <= l.max_cqe, "{l:?}");
+    // And the endpoint opens (fi_enable failed with EINVAL before).
+    let mut olds = common::with_ranks(2, RankConfig::new(PROVIDER), |r| {
+        r.fetch_add(fabkit_fabric::Remote::new(0, 0), 1).unwrap()
+    });
+    olds.sort_unstable();
+    assert_eq!(olds, [0, 1]);
+}
+
+/// Not a test on its own: run by the test below with FI_UNIVERSE_SIZE=300.
+#[test]
+#[ignore = "run as a child process by a_universe_the_device_cannot_hold_is_refused_by_name"]
+fn child_with_a_large_universe() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let boots =
+        fabkit_fabric::bootstrap::ThreadGroup::members(1, std::time::Duration::from_secs(10));
+    match fabkit_fabric::Rank::establish(RankConfig::new(PROVIDER), &boots[0]) {
+        Ok(_) => println!("child: established"),
+        Err(e) => println!("child: {e}"),
+    }
+}
+
+#[test]
+fn a_universe_the_device_cannot_hold_is_refused_by_name() {
+    if !has_device() {
+        eprintln!("no RDMA device here (CI's verbs job runs this on rxe0)");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_with_a_large_universe",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("FI_UNIVERSE_SIZE", "300")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("child: "))
+        .unwrap_or_else(|| panic!("the child said nothing: {text}"));
+    // 300 x 256 entries do not fit max_cqe: one error naming what to set,
+    // raised before fi_enable (which would only say EINVAL).
+    assert!(line.contains("FI_UNIVERSE_SIZE=300"), "{line}");
+    assert!(line.contains("max_cqe"), "{line}");
+    assert!(line.contains("set FI_UNIVERSE_SIZE to 1"), "{line}");
+}
