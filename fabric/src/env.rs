@@ -31,14 +31,23 @@ const UNIVERSE_DEFAULT: u64 = 1024;
 /// The smallest per-peer queue fabkit will shrink ofi_rxm's to.
 const RXM_MIN_QUEUE: u64 = 16;
 
+/// Names the variables a fabkit process set, for its children: a child
+/// started with that environment (fabkit launch, mpirun from fabkit)
+/// recomputes them for its own job instead of taking them as the user's.
+const MARK: &str = "FABKIT_SET_ENV";
+
 /// What the constructor found and set.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Prepared {
+    /// Whether the constructor ran (false only if the linker dropped it).
+    pub ran: bool,
     /// Variables fabkit set, with their values.
     pub set: Vec<(String, String)>,
     /// The completion-queue limit of ofi_rxm over verbs, when an RDMA device
     /// is present.
     pub rxm_verbs: Option<RxmLimit>,
+    /// Why nothing was set although a device is present, in plain words.
+    pub note: Option<String>,
 }
 
 /// ofi_rxm-over-verbs sizing against the smallest device's `max_cqe`.
@@ -48,32 +57,62 @@ pub struct RxmLimit {
     pub device: String,
     /// Its `max_cqe`.
     pub max_cqe: u64,
-    /// Entries each peer takes in the queue (TX, plus RX without SRX).
-    pub per_peer: u64,
-    /// Entries that do not grow with peers (the shared RX queue, with SRX).
-    pub fixed: u64,
-    /// The universe size in effect (the user's, or the one fabkit set).
+    /// Per-peer transmit queue (FI_OFI_RXM_MSG_TX_SIZE).
+    pub tx: u64,
+    /// Receive queue (FI_OFI_RXM_MSG_RX_SIZE): per peer, or shared with SRX.
+    pub rx: u64,
+    /// Whether the receive queue is shared (FI_OFI_RXM_USE_SRX).
+    pub srx: bool,
+    /// The universe size in effect (the user's, fabkit's, or libfabric's
+    /// default when nothing fits).
     pub universe: u64,
     /// Whether the user set FI_UNIVERSE_SIZE.
     pub user_universe: bool,
 }
 
 impl RxmLimit {
+    /// Entries each peer takes in the queue (TX, plus RX without SRX).
+    pub fn per_peer(&self) -> u64 {
+        if self.srx {
+            self.tx
+        } else {
+            self.tx.saturating_add(self.rx)
+        }
+    }
+
+    /// Entries that do not grow with peers (the shared RX queue, with SRX).
+    pub fn fixed(&self) -> u64 {
+        if self.srx {
+            self.rx
+        } else {
+            0
+        }
+    }
+
     /// Most processes whose queues fit the device.
     pub fn max_universe(&self) -> u64 {
-        self.max_cqe.saturating_sub(self.fixed) / self.per_peer.max(1)
+        self.max_cqe.saturating_sub(self.fixed()) / self.per_peer().max(1)
+    }
+
+    /// The queue a universe of `u` asks for.
+    pub fn queue_for(&self, u: u64) -> u64 {
+        self.fixed()
+            .saturating_add(self.per_peer().saturating_mul(u))
     }
 
     /// The queue the effective universe asks for.
     pub fn queue(&self) -> u64 {
-        self.fixed
-            .saturating_add(self.per_peer.saturating_mul(self.universe))
+        self.queue_for(self.universe)
     }
 }
 
 static PREPARED: OnceLock<Prepared> = OnceLock::new();
 
-/// Runs before `main` (and before a test harness starts its threads).
+/// Runs before `main`, and before a test harness starts its threads. The
+/// static is `#[used]` so rustc keeps it, and it sits in this module, which
+/// every rank's setup calls into, so the linker keeps its object. glibc
+/// passes (argc, argv, envp) to `.init_array` entries; a function taking
+/// no arguments ignores them, as the C ABI allows.
 #[used]
 #[link_section = ".init_array"]
 static PREPARE_AT_START: extern "C" fn() = {
@@ -90,13 +129,44 @@ pub fn prepared() -> &'static Prepared {
     PREPARED.get_or_init(Prepared::default)
 }
 
-fn var_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok()?.trim().parse().ok()
+/// A variable as the user left it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Var {
+    Unset,
+    Num(u64),
+    Invalid(String),
 }
 
-fn var_bool(name: &str) -> Option<bool> {
-    let v = std::env::var(name).ok()?.to_ascii_lowercase();
-    Some(matches!(v.trim(), "1" | "y" | "yes" | "on" | "true"))
+impl Var {
+    fn num(&self) -> Option<u64> {
+        match self {
+            Var::Num(n) => Some(*n),
+            _ => None,
+        }
+    }
+}
+
+/// `name`, unless a fabkit parent set it (then it is ours to recompute).
+fn user_var(name: &str, inherited: &[String]) -> Var {
+    if inherited.iter().any(|n| n == name) {
+        return Var::Unset;
+    }
+    match std::env::var(name) {
+        Err(_) => Var::Unset,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Var::Num(n),
+            _ => Var::Invalid(v),
+        },
+    }
+}
+
+fn var_bool(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "y" | "yes" | "on" | "true"
+        )
+    })
 }
 
 /// The job's rank count as launchers publish it.
@@ -109,10 +179,11 @@ fn launcher_ranks() -> Option<u64> {
         "SLURM_NTASKS",
     ]
     .iter()
-    .find_map(|v| var_u64(v))
+    .find_map(|v| user_var(v, &[]).num())
 }
 
-fn has_rdma_devices() -> bool {
+/// Whether the kernel lists any RDMA device (InfiniBand, RoCE, iWARP).
+pub fn has_rdma_devices() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
 
@@ -131,34 +202,69 @@ fn smallest_cq() -> Option<(String, u64)> {
     None
 }
 
+fn threads_running() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count())
+}
+
 fn prepare() -> Prepared {
+    let mut out = Prepared {
+        ran: true,
+        ..Prepared::default()
+    };
     if !has_rdma_devices() {
-        return Prepared::default();
+        return out;
     }
     let Some((device, max_cqe)) = smallest_cq() else {
-        return Prepared::default();
+        return out;
     };
-    let plan = plan(
-        max_cqe,
-        &Sizes {
-            universe: var_u64("FI_UNIVERSE_SIZE"),
-            tx: var_u64("FI_OFI_RXM_MSG_TX_SIZE"),
-            rx: var_u64("FI_OFI_RXM_MSG_RX_SIZE"),
-            srx: var_bool("FI_OFI_RXM_USE_SRX").unwrap_or(false),
-            ranks: launcher_ranks(),
-        },
-    );
-    for (k, v) in &plan.set {
-        // Before main: no other thread can read or write the environment.
-        std::env::set_var(k, v);
+    let inherited: Vec<String> = std::env::var(MARK)
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    let vars = [
+        ("FI_UNIVERSE_SIZE", user_var("FI_UNIVERSE_SIZE", &inherited)),
+        (
+            "FI_OFI_RXM_MSG_TX_SIZE",
+            user_var("FI_OFI_RXM_MSG_TX_SIZE", &inherited),
+        ),
+        (
+            "FI_OFI_RXM_MSG_RX_SIZE",
+            user_var("FI_OFI_RXM_MSG_RX_SIZE", &inherited),
+        ),
+    ];
+    let sizes = Sizes {
+        universe: vars[0].1.num(),
+        tx: vars[1].1.num(),
+        rx: vars[2].1.num(),
+        srx: var_bool("FI_OFI_RXM_USE_SRX"),
+        ranks: launcher_ranks(),
+    };
+    let mut plan = plan(max_cqe, &sizes);
+    plan.limit.device = device;
+    if let Some((name, Var::Invalid(v))) = vars.iter().find(|(_, v)| matches!(v, Var::Invalid(_))) {
+        out.note = Some(format!(
+            "{name}={v:?} is not a whole number above 0: fabkit set nothing; fix or unset it"
+        ));
+        plan.set.clear();
+    } else if threads_running() > 1 {
+        // setenv beside running threads is undefined behaviour.
+        out.note = Some(
+            "threads were already running before main (a preloaded library?): fabkit set \
+             nothing; set FI_UNIVERSE_SIZE yourself"
+                .into(),
+        );
+        plan.set.clear();
     }
-    Prepared {
-        set: plan.set,
-        rxm_verbs: Some(RxmLimit {
-            device,
-            ..plan.limit
-        }),
+    if !plan.set.is_empty() {
+        let names: Vec<&str> = plan.set.iter().map(|(k, _)| k.as_str()).collect();
+        // Before main, on the only thread: nothing else reads the environment.
+        for (k, v) in &plan.set {
+            std::env::set_var(k, v);
+        }
+        std::env::set_var(MARK, names.join(","));
     }
+    out.set = plan.set;
+    out.rxm_verbs = Some(plan.limit);
+    out
 }
 
 /// The variables as the user left them, plus the launcher's rank count.
@@ -179,84 +285,110 @@ struct Plan {
 
 /// Decides what to set for a device of `max_cqe` entries (pure, tested).
 fn plan(max_cqe: u64, s: &Sizes) -> Plan {
-    let mut tx = s.tx.unwrap_or(RXM_TX_DEFAULT);
-    let mut rx = s.rx.unwrap_or(if s.srx {
-        RXM_SRX_DEFAULT
-    } else {
-        RXM_RX_DEFAULT
-    });
-    let mut set = Vec::new();
-    let limit = |tx: u64, rx: u64, universe: u64| RxmLimit {
+    let mut l = RxmLimit {
         device: String::new(),
         max_cqe,
-        per_peer: if s.srx { tx } else { tx.saturating_add(rx) },
-        fixed: if s.srx { rx } else { 0 },
-        universe,
+        tx: s.tx.unwrap_or(RXM_TX_DEFAULT),
+        rx: s.rx.unwrap_or(if s.srx {
+            RXM_SRX_DEFAULT
+        } else {
+            RXM_RX_DEFAULT
+        }),
+        srx: s.srx,
+        universe: UNIVERSE_DEFAULT,
         user_universe: s.universe.is_some(),
     };
+    let mut set = Vec::new();
     if let Some(u) = s.universe {
-        return Plan {
-            set,
-            limit: limit(tx, rx, u),
-        };
+        l.universe = u;
+        return Plan { set, limit: l };
     }
-    let mut universe = limit(tx, rx, 0).max_universe().min(UNIVERSE_DEFAULT);
-    if let Some(n) = s.ranks.filter(|&n| n > universe) {
-        // Shrink the per-peer queues (powers of two, both alike) until the
-        // job fits, if the user left them alone.
-        if s.tx.is_none() && s.rx.is_none() && !s.srx {
+    let fits = l.max_universe();
+    let mut universe = fits.min(UNIVERSE_DEFAULT);
+    match s.ranks {
+        Some(n) if n > universe && n <= fits => universe = n,
+        Some(n) if n > fits && s.tx.is_none() && s.rx.is_none() && !s.srx => {
+            // Shrink the per-peer queues (powers of two, both alike) until
+            // the job fits, down to RXM_MIN_QUEUE.
             let mut q = RXM_TX_DEFAULT;
             while q > RXM_MIN_QUEUE && n.saturating_mul(2 * q) > max_cqe {
                 q /= 2;
             }
             if n.saturating_mul(2 * q) <= max_cqe {
-                (tx, rx) = (q, q);
+                (l.tx, l.rx) = (q, q);
                 set.push(("FI_OFI_RXM_MSG_TX_SIZE".to_string(), q.to_string()));
                 set.push(("FI_OFI_RXM_MSG_RX_SIZE".to_string(), q.to_string()));
                 universe = n;
             }
         }
+        _ => {}
     }
     if universe > 0 {
+        l.universe = universe;
         set.push(("FI_UNIVERSE_SIZE".to_string(), universe.to_string()));
     }
-    Plan {
-        set,
-        limit: limit(tx, rx, universe),
-    }
+    // Else not even one peer fits: libfabric's default stays, and
+    // check_ranks names the queue sizes.
+    Plan { set, limit: l }
 }
 
 /// Refuses, before anything is opened, a job of `ranks` that ofi_rxm over
 /// verbs cannot size its queues for, naming what to set.
 pub fn check_ranks(provider: &str, ranks: usize) -> Result<()> {
-    let Some(l) = &prepared().rxm_verbs else {
-        return Ok(());
-    };
-    if !(provider.contains("verbs") && provider.contains("ofi_rxm")) {
-        return Ok(());
+    match &prepared().rxm_verbs {
+        Some(l) if provider.contains("verbs") && provider.contains("ofi_rxm") => {
+            refuse(l, ranks as u64).map_or(Ok(()), |(what, hint)| {
+                Err(Error::Unsupported {
+                    provider: provider.to_string(),
+                    what,
+                    hint,
+                })
+            })
+        }
+        _ => Ok(()),
     }
-    let n = ranks as u64;
-    let fix = if l.max_universe() >= n {
-        format!("set FI_UNIVERSE_SIZE to {n} (or unset it)")
+}
+
+/// What is wrong with `n` ranks under `l`, and what to set (pure, tested).
+fn refuse(l: &RxmLimit, n: u64) -> Option<(String, String)> {
+    if l.universe >= n && l.queue() <= l.max_cqe {
+        return None;
+    }
+    let what =
+        format!(
+        "a job of {n} ranks with completion queues of {} entries (FI_UNIVERSE_SIZE={} x {} per \
+         peer{}), more than {}'s max_cqe of {}",
+        l.queue(),
+        l.universe,
+        l.per_peer(),
+        if l.srx { format!(" + {} shared", l.fixed()) } else { String::new() },
+        l.device,
+        l.max_cqe
+    );
+    let hint = if l.queue_for(n) <= l.max_cqe {
+        format!("set FI_UNIVERSE_SIZE={n}")
     } else {
-        let q = l.max_cqe / n.max(1) / 2;
-        format!("set FI_OFI_RXM_MSG_TX_SIZE and FI_OFI_RXM_MSG_RX_SIZE to at most {q} each")
+        // Per-peer room for n peers, split evenly over TX and RX.
+        let room = l.max_cqe.saturating_sub(l.fixed()) / n.max(1);
+        let q = if l.srx { room } else { room / 2 };
+        if q >= RXM_MIN_QUEUE {
+            if l.srx {
+                format!("set FI_UNIVERSE_SIZE={n} and FI_OFI_RXM_MSG_TX_SIZE={q}")
+            } else {
+                format!(
+                    "set FI_UNIVERSE_SIZE={n}, FI_OFI_RXM_MSG_TX_SIZE={q} and \
+                     FI_OFI_RXM_MSG_RX_SIZE={q}"
+                )
+            }
+        } else {
+            format!(
+                "{} cannot hold queues of at least {RXM_MIN_QUEUE} entries for {n} peers: run \
+                 fewer ranks, or on a device with a larger max_cqe",
+                l.device
+            )
+        }
     };
-    if l.universe < n || l.queue() > l.max_cqe {
-        return Err(Error::Unsupported {
-            provider: provider.to_string(),
-            what: format!(
-                "{n} ranks: ofi_rxm sizes each endpoint's completion queue for FI_UNIVERSE_SIZE={} \
-                 peers ({} entries), and {} holds at most {} (max_cqe)",
-                l.universe,
-                l.queue(),
-                l.device,
-                l.max_cqe
-            ),
-            hint: fix,
-        });
-    }
-    Ok(())
+    Some((what, hint))
 }
 
 /// The factor by which fabkit stretches its timeouts: `FABKIT_TIMEOUT_SCALE`
@@ -337,6 +469,70 @@ mod tests {
         // 5000 x 32 > 32767: the universe stays what fits; check_ranks names it.
         assert_eq!(set_of(&p), [("FI_UNIVERSE_SIZE", "127")]);
         assert!(p.limit.universe < 5000);
+    }
+
+    #[test]
+    fn a_job_that_fits_raises_the_universe_whatever_the_user_set() {
+        // mlx5, 2000 ranks, the user's own TX size: 2000 x (64 + 128) fits.
+        let s = Sizes {
+            tx: Some(64),
+            ranks: Some(2000),
+            ..Sizes::default()
+        };
+        let p = plan(4_194_303, &s);
+        assert_eq!(set_of(&p), [("FI_UNIVERSE_SIZE", "2000")]);
+        assert!(refuse(&p.limit, 2000).is_none());
+    }
+
+    #[test]
+    fn queues_too_large_for_one_peer_keep_libfabrics_default_and_say_so() {
+        let s = Sizes {
+            tx: Some(20000),
+            rx: Some(20000),
+            ..Sizes::default()
+        };
+        let p = plan(32767, &s);
+        assert!(p.set.is_empty());
+        assert_eq!(p.limit.universe, UNIVERSE_DEFAULT);
+        let (what, hint) = refuse(&p.limit, 2).unwrap();
+        assert!(
+            what.contains("FI_UNIVERSE_SIZE=1024 x 40000 per peer"),
+            "{what}"
+        );
+        assert_eq!(
+            hint,
+            "set FI_UNIVERSE_SIZE=2, FI_OFI_RXM_MSG_TX_SIZE=8191 and FI_OFI_RXM_MSG_RX_SIZE=8191"
+        );
+    }
+
+    #[test]
+    fn refusals_name_values_that_fit() {
+        let mut l = plan(32767, &Sizes::default()).limit;
+        assert!(refuse(&l, 127).is_none());
+        // 200 in-process ranks: 127 is too small, and 200 x 256 does not fit.
+        let (_, hint) = refuse(&l, 200).unwrap();
+        assert_eq!(
+            hint,
+            "set FI_UNIVERSE_SIZE=200, FI_OFI_RXM_MSG_TX_SIZE=81 and FI_OFI_RXM_MSG_RX_SIZE=81"
+        );
+        l.tx = 81;
+        l.rx = 81;
+        l.universe = 200;
+        assert!(refuse(&l, 200).is_none(), "the advice fits");
+        (l.tx, l.rx) = (128, 128);
+        // A universe the user set too large, for a job that fits anyway.
+        l.universe = 300;
+        l.user_universe = true;
+        let (what, hint) = refuse(&l, 2).unwrap();
+        assert!(what.contains("76800 entries"), "{what}");
+        assert_eq!(hint, "set FI_UNIVERSE_SIZE=2");
+        // Beyond any queue of 16.
+        l.device = "rxe0".into();
+        let (_, hint) = refuse(&l, 5000).unwrap();
+        assert!(
+            hint.starts_with("rxe0 cannot hold queues of at least 16"),
+            "{hint}"
+        );
     }
 
     #[test]

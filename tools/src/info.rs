@@ -133,40 +133,53 @@ fn size(n: usize) -> String {
 pub fn print(r: &Report) {
     println!("libfabric {} (fabkit asks for API {})", r.libfabric, r.api);
     println!();
+    let mr_of = |p: &ProviderRow| {
+        if p.mr_mode.is_empty() {
+            "-".to_string()
+        } else {
+            let short: Vec<&str> = p
+                .mr_mode
+                .iter()
+                .map(|m| m.trim_start_matches("FI_MR_"))
+                .collect();
+            short.join(",")
+        }
+    };
+    // The mr_mode column widens to its longest entry (verbs has four bits).
+    let mr_w = r
+        .providers
+        .iter()
+        .map(|p| mr_of(p).len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
     println!(
-        "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:>9} {:>6}  {:<26} domains",
+        "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} domains",
         "provider", "rma", "fk", "u64 atomics", "by", "progress", "maxmsg", "inject", "mr_mode"
     );
     for p in &r.providers {
-        let atomics = match p.atomics.map(|a| a.supported()) {
-            Some(v) if v.len() == 4 => "all four".to_string(),
-            Some(v) if !v.is_empty() => v.join(","),
-            _ => "none".into(),
+        let supported = p.atomics.map(|a| a.supported()).unwrap_or_default();
+        let atomics = match supported.len() {
+            4 => "all four".to_string(),
+            0 => "none".into(),
+            _ => supported.join(","),
         };
-        let mr = if p.mr_mode.is_empty() {
-            "-".to_string()
+        let by = if supported.is_empty() {
+            "-"
         } else {
-            p.mr_mode
-                .iter()
-                .map(|m| m.trim_start_matches("FI_MR_"))
-                .collect::<Vec<_>>()
-                .join(",")
+            p.atomics_by.label()
         };
         println!(
-            "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:>9} {:>6}  {:<26} {}",
+            "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} {}",
             p.provider,
             if p.rma { "yes" } else { "no" },
             if p.fabkit_rma { "yes" } else { "no" },
             atomics,
-            if atomics == "none" {
-                "-"
-            } else {
-                p.atomics_by.label()
-            },
+            by,
             format!("{:?}", p.progress).to_lowercase(),
             size(p.max_msg_size),
             size(p.inject_size),
-            mr,
+            mr_of(p),
             p.domains.join(",")
         );
     }
@@ -198,20 +211,26 @@ pub fn print(r: &Report) {
     }
     if let Some(l) = &r.env.rxm_verbs {
         println!();
-        let set: Vec<String> = r.env.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!(
-            "verbs;ofi_rxm: completion queues of {} entries ({} peers x {} + {}) against {}'s max_cqe {};",
+            "verbs;ofi_rxm: completion queues of {} entries (FI_UNIVERSE_SIZE={} x {} per peer + {}) \
+             against {}'s max_cqe {};",
             l.queue(),
             l.universe,
-            l.per_peer,
-            l.fixed,
+            l.per_peer(),
+            l.fixed(),
             l.device,
             l.max_cqe
         );
-        if set.is_empty() {
-            println!("  FI_UNIVERSE_SIZE as you set it; fabkit set nothing.");
-        } else {
-            println!("  set by fabkit before main: {}", set.join(" "));
+        let set: Vec<String> = r.env.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        match &r.env.note {
+            Some(note) => println!("  {note}"),
+            None if set.is_empty() => {
+                println!("  FI_UNIVERSE_SIZE as you set it; fabkit set nothing")
+            }
+            None => println!(
+                "  set by fabkit before main, for every libfabric provider in this process: {}",
+                set.join(" ")
+            ),
         }
     }
 }
