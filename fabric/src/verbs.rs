@@ -42,6 +42,7 @@ pub struct Devices {
     pub none_because: Option<String>,
 }
 
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))] // decoders of libibverbs' codes
 fn mtu_bytes(code: u32) -> u32 {
     match code {
         1..=5 => 128 << code,
@@ -49,6 +50,7 @@ fn mtu_bytes(code: u32) -> u32 {
     }
 }
 
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))] // decoders of libibverbs' codes
 fn state_name(code: u32) -> &'static str {
     match code {
         1 => "DOWN",
@@ -60,6 +62,7 @@ fn state_name(code: u32) -> &'static str {
     }
 }
 
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))] // decoders of libibverbs' codes
 fn speed(width: u8, speed: u8) -> String {
     let lanes = match width {
         1 => 1,
