@@ -31,9 +31,10 @@ const UNIVERSE_DEFAULT: u64 = 1024;
 /// The smallest per-peer queue fabkit will shrink ofi_rxm's to.
 const RXM_MIN_QUEUE: u64 = 16;
 
-/// Names the variables a fabkit process set, for its children: a child
-/// started with that environment (fabkit launch, mpirun from fabkit)
-/// recomputes them for its own job instead of taking them as the user's.
+/// The variables a fabkit process set, with their values, for its children:
+/// a child started with that environment (fabkit launch, mpirun from
+/// fabkit) recomputes a variable that still has fabkit's value for its own
+/// job; one given another value was set by the user.
 const MARK: &str = "FABKIT_SET_ENV";
 
 /// What the constructor found and set.
@@ -146,13 +147,12 @@ impl Var {
     }
 }
 
-/// `name`, unless a fabkit parent set it (then it is ours to recompute).
-fn user_var(name: &str, inherited: &[String]) -> Var {
-    if inherited.iter().any(|n| n == name) {
-        return Var::Unset;
-    }
+/// `name`, unless it holds the value a fabkit parent set (then it is ours
+/// to recompute). `inherited` is the parent's `NAME=value,...`.
+fn user_var(name: &str, inherited: &str) -> Var {
     match std::env::var(name) {
         Err(_) => Var::Unset,
+        Ok(v) if inherited.split(',').any(|kv| kv == format!("{name}={v}")) => Var::Unset,
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(n) if n > 0 => Var::Num(n),
             _ => Var::Invalid(v),
@@ -179,7 +179,7 @@ fn launcher_ranks() -> Option<u64> {
         "SLURM_NTASKS",
     ]
     .iter()
-    .find_map(|v| user_var(v, &[]).num())
+    .find_map(|v| user_var(v, "").num())
 }
 
 /// Whether the kernel lists any RDMA device (InfiniBand, RoCE, iWARP).
@@ -217,9 +217,7 @@ fn prepare() -> Prepared {
     let Some((device, max_cqe)) = smallest_cq() else {
         return out;
     };
-    let inherited: Vec<String> = std::env::var(MARK)
-        .map(|v| v.split(',').map(str::to_string).collect())
-        .unwrap_or_default();
+    let inherited = std::env::var(MARK).unwrap_or_default();
     let vars = [
         ("FI_UNIVERSE_SIZE", user_var("FI_UNIVERSE_SIZE", &inherited)),
         (
@@ -255,12 +253,12 @@ fn prepare() -> Prepared {
         plan.set.clear();
     }
     if !plan.set.is_empty() {
-        let names: Vec<&str> = plan.set.iter().map(|(k, _)| k.as_str()).collect();
+        let marks: Vec<String> = plan.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
         // Before main, on the only thread: nothing else reads the environment.
         for (k, v) in &plan.set {
             std::env::set_var(k, v);
         }
-        std::env::set_var(MARK, names.join(","));
+        std::env::set_var(MARK, marks.join(","));
     }
     out.set = plan.set;
     out.rxm_verbs = Some(plan.limit);
