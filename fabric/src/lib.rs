@@ -14,7 +14,7 @@
 //!
 //! Every wait has a timeout, and errors name the peer and the operation;
 //! `FABKIT_TIMEOUT_SCALE` stretches them all ([`env::timeout_scale`]). The
-//! environment libfabric reads once is prepared before `main` ([`env`]).
+//! environment libfabric reads once is prepared before `main` ([`env`](mod@env)).
 //! Waits block on the completion queue (or spin briefly, then block); a rank
 //! whose provider needs manual progress gets a background progress thread, so
 //! peers' one-sided operations on it complete while it computes.
