@@ -187,19 +187,13 @@ pub fn has_rdma_devices() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
 
-#[cfg(feature = "verbs")]
 fn smallest_cq() -> Option<(String, u64)> {
-    crate::verbs::devices()
+    crate::verbs::queue_limits()
         .devices
         .into_iter()
         .filter(|d| d.max_cqe > 0)
         .map(|d| (d.name, u64::from(d.max_cqe)))
         .min_by_key(|(_, m)| *m)
-}
-
-#[cfg(not(feature = "verbs"))]
-fn smallest_cq() -> Option<(String, u64)> {
-    None
 }
 
 fn threads_running() -> usize {
@@ -308,12 +302,14 @@ fn plan(max_cqe: u64, s: &Sizes) -> Plan {
         Some(n) if n > fits && s.tx.is_none() && s.rx.is_none() && !s.srx => {
             // Shrink the per-peer queues (powers of two, both alike) until
             // the job fits, down to RXM_MIN_QUEUE.
-            let mut q = RXM_TX_DEFAULT;
-            while q > RXM_MIN_QUEUE && n.saturating_mul(2 * q) > max_cqe {
-                q /= 2;
+            let mut shrunk = l.clone();
+            while shrunk.tx > RXM_MIN_QUEUE && shrunk.queue_for(n) > max_cqe {
+                shrunk.tx /= 2;
+                shrunk.rx = shrunk.tx;
             }
-            if n.saturating_mul(2 * q) <= max_cqe {
-                (l.tx, l.rx) = (q, q);
+            if shrunk.queue_for(n) <= max_cqe {
+                let q = shrunk.tx;
+                l = shrunk;
                 set.push(("FI_OFI_RXM_MSG_TX_SIZE".to_string(), q.to_string()));
                 set.push(("FI_OFI_RXM_MSG_RX_SIZE".to_string(), q.to_string()));
                 universe = n;

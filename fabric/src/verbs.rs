@@ -86,8 +86,18 @@ fn speed(width: u8, speed: u8) -> String {
 }
 
 /// Lists devices and their ports. Never fails: no device is an answer.
-#[cfg(feature = "verbs")]
 pub fn devices() -> Devices {
+    scan(true)
+}
+
+/// Lists devices with their `max_cqe` only, without querying ports and
+/// GIDs: what every fabkit process asks at start (see [`crate::env`]).
+pub fn queue_limits() -> Devices {
+    scan(false)
+}
+
+#[cfg(feature = "verbs")]
+fn scan(with_ports: bool) -> Devices {
     use rdma_sys as v;
     use std::ffi::CStr;
 
@@ -122,7 +132,11 @@ pub fn devices() -> Devices {
             // SAFETY: ctx is open; dattr is a valid out-parameter.
             let nports = if unsafe { v::ibv_query_device(ctx, &mut dattr) } == 0 {
                 max_cqe = u32::try_from(dattr.max_cqe).unwrap_or(0);
-                dattr.phys_port_cnt
+                if with_ports {
+                    dattr.phys_port_cnt
+                } else {
+                    0
+                }
             } else {
                 0
             };
@@ -181,7 +195,7 @@ pub fn devices() -> Devices {
 
 /// Without the `verbs` feature there is nothing to ask.
 #[cfg(not(feature = "verbs"))]
-pub fn devices() -> Devices {
+fn scan(_with_ports: bool) -> Devices {
     Devices {
         devices: Vec::new(),
         none_because: Some("fabkit was built without the `verbs` feature".into()),
