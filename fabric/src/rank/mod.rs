@@ -1,0 +1,210 @@
+//! A rank of a job: one endpoint, one exposed region, and the addresses and
+//! keys of every peer's region, established through a
+//! [`Bootstrap`](crate::bootstrap::Bootstrap).
+//!
+//! Operations are data ([`Op`]) executed in batches with a bounded number in
+//! flight. Buffers are borrowed only for the call: data is staged through a
+//! registered buffer the rank owns, so a late completion after a timeout can
+//! never write into memory the caller has reused (the staging buffer is then
+//! retired until the endpoint closes).
+//!
+//! The module is split by job, so that the data path reads on its own:
+//! - here: [`Rank`] itself, how to set one up ([`RankConfig`],
+//!   [`ProgressMode`]) and its accessors;
+//! - `op`: the vocabulary of one-sided operations, [`Remote`] and [`Op`],
+//!   and the one-operation shorthands ([`Rank::read`], [`Rank::write`],
+//!   [`Rank::fetch_add`], ...);
+//! - `setup`: establishing a rank ([`Rank::establish`]): the bootstrap
+//!   exchange of peer cards and their wire format, the address-vector
+//!   inserts and the progress thread; and [`Rank::finish`];
+//! - `data`: the data path ([`Rank::execute`], [`Initiator`]): validating a
+//!   batch, planning it into pieces and rounds that fit the window and the
+//!   staging buffer, posting, waiting, delivering, and retiring a staging
+//!   buffer after a timeout;
+//! - `msg`: single messages ([`Rank::send`], [`Rank::recv`]).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::av::{AddressVector, FiAddr};
+use crate::cq::CompletionQueue;
+use crate::domain::{AtomicSupport, Domain, Fabric};
+use crate::ep::Endpoint;
+use crate::error::{Error, Result};
+use crate::info::Info;
+use crate::mr::{MemoryRegion, RemoteRegion};
+
+mod data;
+mod msg;
+mod op;
+mod setup;
+
+pub use data::Initiator;
+pub use op::{Op, Remote};
+
+use setup::ProgressThread;
+
+/// Whether a rank runs a background thread that progresses its endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressMode {
+    /// A thread when the provider's data progress is manual (`shm`,
+    /// `tcp;ofi_rxm`): otherwise peers' one-sided operations on this rank only
+    /// advance while it happens to wait on its own.
+    #[default]
+    Auto,
+    /// Always run the thread.
+    Thread,
+    /// Never: the application progresses by issuing operations.
+    Off,
+}
+
+/// How to set up a rank.
+#[derive(Clone, Debug)]
+pub struct RankConfig {
+    /// libfabric provider, e.g. `shm`, `tcp;ofi_rxm`, `sockets`, `verbs;ofi_rxm`.
+    pub provider: String,
+    /// Domain (interface or device); `None` picks one, preferring `lo` for
+    /// socket providers when all ranks share a host.
+    pub domain: Option<String>,
+    /// Ask for atomics. Providers that emulate them (`tcp;ofi_rxm`) only
+    /// offer them when asked.
+    pub atomics: bool,
+    /// Bytes this rank exposes to peers.
+    pub region_len: usize,
+    /// Bytes of the staging buffer operations are copied through; larger
+    /// transfers are split.
+    pub staging_len: usize,
+    /// Most operations in flight at once in a batch.
+    pub window: usize,
+    /// Longest wait for any one batch or message.
+    pub timeout: Duration,
+    /// Background progress.
+    pub progress: ProgressMode,
+    /// Expose this shared segment as the region instead of allocating one
+    /// (same-node peers map it directly; see [`crate::shm`]). Its length
+    /// overrides `region_len`.
+    pub shared_region: Option<std::sync::Arc<crate::shm::SharedSegment>>,
+    /// Busy-poll completion queues instead of spinning briefly and then
+    /// blocking. Only for benchmarks on otherwise idle cores (what fabtests
+    /// and perftest do); on a busy node it starves peers.
+    pub busy_poll: bool,
+}
+
+impl RankConfig {
+    /// Defaults for `provider`: atomics on, 1 MiB region, 4 MiB staging,
+    /// window 64, 10 s timeout, automatic progress thread.
+    pub fn new(provider: impl Into<String>) -> Self {
+        RankConfig {
+            provider: provider.into(),
+            domain: None,
+            atomics: true,
+            region_len: 1 << 20,
+            staging_len: 4 << 20,
+            window: 64,
+            timeout: Duration::from_secs(10),
+            progress: ProgressMode::Auto,
+            shared_region: None,
+            busy_poll: false,
+        }
+    }
+}
+
+/// A peer as this rank reaches it: its address and its exposed region.
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    addr: FiAddr,
+    region: RemoteRegion,
+}
+
+/// A rank: endpoint, exposed region and every peer's address and region.
+pub struct Rank {
+    // Field order is drop order: stop progress, then free buffers, then close
+    // the endpoint and its parents.
+    progress: Option<ProgressThread>,
+    staging: Mutex<MemoryRegion>,
+    region: MemoryRegion,
+    peers: Vec<Peer>,
+    ep: Endpoint,
+    cq: CompletionQueue,
+    _av: AddressVector,
+    domain: Domain,
+    _fabric: Fabric,
+    info: Info,
+    atomics: AtomicSupport,
+    rank: usize,
+    cfg: RankConfig,
+}
+
+impl std::fmt::Debug for Rank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rank")
+            .field("rank", &self.rank)
+            .field("ranks", &self.peers.len())
+            .field("provider", &self.info.provider())
+            .field("domain", &self.info.domain_name())
+            .finish()
+    }
+}
+
+impl Rank {
+    /// This rank's number.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn ranks(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// The provider configuration in use.
+    pub fn info(&self) -> &Info {
+        &self.info
+    }
+
+    /// The configuration this rank was set up with.
+    pub fn config(&self) -> &RankConfig {
+        &self.cfg
+    }
+
+    /// The u64 atomics the provider offers.
+    pub fn atomic_support(&self) -> AtomicSupport {
+        self.atomics
+    }
+
+    /// The memory this rank exposes. Peers may write it at any time.
+    pub fn region(&self) -> &MemoryRegion {
+        &self.region
+    }
+
+    /// Size of `rank`'s exposed region.
+    pub fn region_len(&self, rank: usize) -> Result<usize> {
+        Ok(self.peer(rank)?.region.len as usize)
+    }
+
+    /// Whether a background thread progresses this rank's endpoint.
+    pub fn has_progress_thread(&self) -> bool {
+        self.progress.is_some()
+    }
+
+    /// Whether waits block in the kernel (the provider's CQ has a wait
+    /// object) rather than poll with short sleeps.
+    pub fn waits_block(&self) -> bool {
+        self.cq.can_block()
+    }
+
+    /// The access domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    fn peer(&self, rank: usize) -> Result<&Peer> {
+        self.peers.get(rank).ok_or(Error::NoSuchRank {
+            peer: rank,
+            ranks: self.peers.len(),
+        })
+    }
+}

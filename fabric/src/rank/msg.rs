@@ -1,0 +1,105 @@
+//! Single messages: [`Rank::send`] and [`Rank::recv`], each staged through
+//! the rank's staging buffer and waited for on its own.
+
+use std::time::{Duration, Instant};
+
+use fabric_sys as ffi;
+
+use super::Rank;
+use crate::cq::{Outcome, Ticket};
+use crate::error::{Error, OpKind, Result};
+use crate::mr::MemoryRegion;
+
+impl Rank {
+    /// Waits for one posted message operation and turns its outcome into a
+    /// result (the received length). On timeout the operation is cancelled
+    /// and the staging buffer retired.
+    fn settle(
+        &self,
+        t: Ticket,
+        deadline: Instant,
+        timeout: Duration,
+        op: OpKind,
+        peer: usize,
+        staging: &mut MemoryRegion,
+    ) -> Result<usize> {
+        match self.cq.inner.wait(t, deadline) {
+            Outcome::Done { len } => Ok(len),
+            Outcome::Failed { code, prov_errno } => {
+                Err(Error::completion(op, peer, code, prov_errno))
+            }
+            Outcome::TimedOut => {
+                self.ep.cancel(t);
+                self.retire(staging)?;
+                Err(Error::Timeout { op, peer, timeout })
+            }
+        }
+    }
+
+    pub(super) fn check_msg_len(&self, len: usize, staging_len: usize) -> Result<()> {
+        let max = self.info.max_msg_size().min(staging_len);
+        if len > max {
+            return Err(Error::InvalidArgument(format!(
+                "message of {len} B exceeds the limit of {max} B (provider max_msg_size {}, \
+                 staging {} B)",
+                self.info.max_msg_size(),
+                staging_len
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sends `data` to rank `to` and waits for local completion.
+    pub fn send(&self, to: usize, data: &[u8]) -> Result<()> {
+        let peer = *self.peer(to)?;
+        let mut staging = self.staging.lock().unwrap();
+        self.check_msg_len(data.len(), staging.len())?;
+        staging.fill(0, data)?;
+        let deadline = Instant::now() + self.cfg.timeout;
+        let (ep, buf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
+        let t = self
+            .ep
+            .post(OpKind::Send, to, deadline, self.cfg.timeout, |ctx| {
+                // SAFETY: buf holds data.len() staged bytes that stay untouched
+                // until completion (or retirement); ctx is a reserved slot.
+                unsafe { ffi::fi_send(ep, buf, data.len(), desc, peer.addr, ctx) }
+            })?;
+        self.settle(
+            t,
+            deadline,
+            self.cfg.timeout,
+            OpKind::Send,
+            to,
+            &mut staging,
+        )
+        .map(drop)
+    }
+
+    /// Receives one message into `buf` and returns its length. `from` is the
+    /// rank expected to send (named in a timeout error; messages are matched
+    /// in arrival order from any rank).
+    pub fn recv(&self, from: usize, buf: &mut [u8]) -> Result<usize> {
+        self.recv_within(from, buf, self.cfg.timeout)
+    }
+
+    /// As [`Rank::recv`], waiting at most `timeout` instead of the configured
+    /// one (for a rank that idles until a peer tells it to go on).
+    pub fn recv_within(&self, from: usize, buf: &mut [u8], timeout: Duration) -> Result<usize> {
+        self.peer(from)?;
+        let mut staging = self.staging.lock().unwrap();
+        self.check_msg_len(buf.len(), staging.len())?;
+        let deadline = Instant::now() + timeout;
+        let (ep, sbuf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
+        let len = buf.len();
+        let t = self.ep.post(OpKind::Recv, from, deadline, timeout, |ctx| {
+            // SAFETY: sbuf has room for len bytes and stays alive until the
+            // receive completes or the buffer is retired.
+            unsafe { ffi::fi_recv(ep, sbuf, len, desc, ffi::FI_ADDR_UNSPEC, ctx) }
+        })?;
+        let got = self
+            .settle(t, deadline, timeout, OpKind::Recv, from, &mut staging)?
+            .min(len);
+        staging.snapshot(0, &mut buf[..got])?;
+        Ok(got)
+    }
+}

@@ -1,0 +1,179 @@
+//! The vocabulary of one-sided operations: where ([`Remote`]) and what
+//! ([`Op`]), and the [`Rank`] shorthands that execute a single one.
+
+use super::Rank;
+use crate::error::{OpKind, Result};
+
+/// An address inside another rank's exposed region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Remote {
+    /// Target rank.
+    pub rank: usize,
+    /// Byte offset in its region.
+    pub offset: u64,
+}
+
+impl Remote {
+    /// Byte `offset` of `rank`'s region.
+    pub fn new(rank: usize, offset: u64) -> Self {
+        Remote { rank, offset }
+    }
+}
+
+/// One remote operation. Atomics act on an 8-byte-aligned u64.
+#[derive(Debug)]
+pub enum Op<'b> {
+    /// Copy remote bytes into `into`.
+    Read {
+        /// Source.
+        from: Remote,
+        /// Destination.
+        into: &'b mut [u8],
+    },
+    /// Copy `from` to remote memory.
+    Write {
+        /// Destination.
+        to: Remote,
+        /// Source.
+        from: &'b [u8],
+    },
+    /// If the word equals `expected`, replace it by `new`; `old` receives the
+    /// previous value either way.
+    CompareAndSwap {
+        /// Target word.
+        at: Remote,
+        /// Compared value.
+        expected: u64,
+        /// Stored on match.
+        new: u64,
+        /// Previous value.
+        old: &'b mut u64,
+    },
+    /// Add `delta` (wrapping); `old` receives the previous value.
+    FetchAdd {
+        /// Target word.
+        at: Remote,
+        /// Added value.
+        delta: u64,
+        /// Previous value.
+        old: &'b mut u64,
+    },
+    /// Atomically read the word.
+    Fetch {
+        /// Target word.
+        at: Remote,
+        /// The value read.
+        value: &'b mut u64,
+    },
+    /// Store `new`; `old` receives the previous value.
+    Swap {
+        /// Target word.
+        at: Remote,
+        /// Stored value.
+        new: u64,
+        /// Previous value.
+        old: &'b mut u64,
+    },
+    /// Send `data` as one message to rank `to`.
+    Send {
+        /// Destination rank.
+        to: usize,
+        /// Message.
+        data: &'b [u8],
+    },
+    /// Receive one message (from any rank; `from` is the rank expected, named
+    /// in errors) into `into`; `len` receives its length.
+    Recv {
+        /// Rank expected to send.
+        from: usize,
+        /// Buffer: messages longer than it are truncated.
+        into: &'b mut [u8],
+        /// Received length.
+        len: &'b mut usize,
+    },
+}
+
+impl Op<'_> {
+    /// The kind of operation.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Read { .. } => OpKind::Read,
+            Op::Write { .. } => OpKind::Write,
+            Op::CompareAndSwap { .. } => OpKind::CompareAndSwap,
+            Op::FetchAdd { .. } => OpKind::FetchAdd,
+            Op::Fetch { .. } => OpKind::Fetch,
+            Op::Swap { .. } => OpKind::Swap,
+            Op::Send { .. } => OpKind::Send,
+            Op::Recv { .. } => OpKind::Recv,
+        }
+    }
+
+    /// Where the operation goes (for messages: the peer, offset 0).
+    pub fn target(&self) -> Remote {
+        match self {
+            Op::Read { from, .. } => *from,
+            Op::Write { to, .. } => *to,
+            Op::CompareAndSwap { at, .. }
+            | Op::FetchAdd { at, .. }
+            | Op::Fetch { at, .. }
+            | Op::Swap { at, .. } => *at,
+            Op::Send { to, .. } => Remote::new(*to, 0),
+            Op::Recv { from, .. } => Remote::new(*from, 0),
+        }
+    }
+
+    /// Bytes moved (8 for the atomics).
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        match self {
+            Op::Read { into, .. } | Op::Recv { into, .. } => into.len(),
+            Op::Write { from, .. } | Op::Send { data: from, .. } => from.len(),
+            _ => 8,
+        }
+    }
+}
+
+impl Rank {
+    /// Reads `into.len()` bytes at `from`.
+    pub fn read(&self, from: Remote, into: &mut [u8]) -> Result<()> {
+        self.execute(&mut [Op::Read { from, into }])
+    }
+
+    /// Writes `data` at `to`.
+    pub fn write(&self, to: Remote, data: &[u8]) -> Result<()> {
+        self.execute(&mut [Op::Write { to, from: data }])
+    }
+
+    /// Executes one atomic whose result lands in the u64 it is given.
+    fn one_atomic(&self, op: impl for<'a> FnOnce(&'a mut u64) -> Op<'a>) -> Result<u64> {
+        let mut out = 0;
+        self.execute(&mut [op(&mut out)])?;
+        Ok(out)
+    }
+
+    /// Atomic compare-and-swap; returns the previous value (the swap
+    /// happened if it equals `expected`).
+    pub fn compare_and_swap(&self, at: Remote, expected: u64, new: u64) -> Result<u64> {
+        self.one_atomic(|old| Op::CompareAndSwap {
+            at,
+            expected,
+            new,
+            old,
+        })
+    }
+
+    /// Atomic fetch-and-add; returns the previous value.
+    pub fn fetch_add(&self, at: Remote, delta: u64) -> Result<u64> {
+        self.one_atomic(|old| Op::FetchAdd { at, delta, old })
+    }
+
+    /// Atomic read.
+    pub fn fetch(&self, at: Remote) -> Result<u64> {
+        self.one_atomic(|value| Op::Fetch { at, value })
+    }
+
+    /// Atomic swap; returns the previous value.
+    pub fn swap(&self, at: Remote, new: u64) -> Result<u64> {
+        self.one_atomic(|old| Op::Swap { at, new, old })
+    }
+}
