@@ -8,6 +8,10 @@
 //!   without undefined behaviour. A test double for what a NIC does.
 //! - [`recording::RecordingTransport`]: wraps any transport and logs every
 //!   batch, so tests can assert the exact remote operations a variant issues.
+//! - [`faulty::FaultyTransport`]: wraps any transport and injects seeded
+//!   faults (reordered batches, split and torn reads, delayed write
+//!   visibility, the Nth op failing), so tests can check a variant survives
+//!   what a real NIC may do.
 //! - [`fabkit_fabric::Rank`]: native libfabric, any provider.
 //! - [`shm::ShmTransport`]: libfabric plus direct access to the regions of
 //!   ranks on the same node.
@@ -15,6 +19,7 @@
 //!   `lock_all` for fine, lockfree and chunked, `MPI_Win_lock` per operation
 //!   for coarse, as in seed 000.
 
+pub mod faulty;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
