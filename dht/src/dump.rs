@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use fabkit_fabric::bootstrap::Bootstrap;
 
 use crate::layout::{Variant, STATE_FULL};
-use crate::table::{Dht, Error, Result};
+use crate::outcome::{Error, Result};
+use crate::table::Dht;
 use crate::transport::{Op, Remote, Transport};
 
 const MAGIC: &[u8; 8] = b"FKDHT\0\0\x01";

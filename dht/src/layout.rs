@@ -19,8 +19,8 @@ pub const INVALID: u8 = 2;
 
 /// Chunked state word: free.
 pub const STATE_EMPTY: u64 = 0;
-/// Chunked state word: claimed by a writer, data not complete yet.
-pub const STATE_CLAIMED: u64 = 1;
+// Any odd chunked state word is a claim: a writer (named by the tag in
+// the word's upper bits) is filling the bucket.
 /// Chunked state word: data complete.
 pub const STATE_FULL: u64 = 2;
 

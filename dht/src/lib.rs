@@ -10,10 +10,14 @@
 //! - [`placement`]: key -> rank and candidate buckets, unbiased; pure.
 //! - [`transport`]: the [`Transport`] trait the variants run on: native
 //!   libfabric ([`fabkit_fabric::Rank`]), and test doubles (local, recording).
-//! - [`variant`]: each algorithm plans batches of remote operations.
+//! - `variant` (private): each algorithm as a state machine that plans
+//!   batches of remote operations into buffers the table owns, is fed their
+//!   completions and the time, and gives back every lock and claim on error.
 //! - [`Dht`]: create (collective, all ranks must agree), read, write, their
 //!   batched forms, statistics, dump and restore (also into another size,
-//!   rank count or variant), free.
+//!   rank count or variant), free; the only driver of the machines.
+//! - [`clock`]: the time the driver passes in, real or a test's.
+//! - Outcomes, errors and statistics sit in a leaf module both use.
 //!
 //! ```
 //! use fabkit_dht::{transport::local::LocalTransport, Config, Dht, Read, Variant};
@@ -32,13 +36,16 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod clock;
 mod dump;
 pub mod layout;
+mod outcome;
 pub mod placement;
 mod table;
 pub mod transport;
-pub mod variant;
+mod variant;
 
 pub use layout::Variant;
-pub use table::{Config, Dht, Error, FindOrPut, Read, Result, Stats, Write};
+pub use outcome::{Error, FindOrPut, Read, Result, Stats, Write};
+pub use table::{Config, Dht, MAX_DEADLINE};
 pub use transport::Transport;

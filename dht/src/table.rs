@@ -1,69 +1,27 @@
-//! The table: configuration, collective creation, operations and
-//! statistics. The variants' probing logic lives in [`crate::variant`].
+//! The table: configuration, collective creation, statistics, and the one
+//! driver of the variants' state machines ([`crate::variant`]): it posts
+//! the batches a machine plans on the transport, feeds the completions back
+//! with the time, and waits through the [`Clock`] when a machine asks.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use fabkit_fabric::bootstrap::Bootstrap;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::{Clock, SystemClock};
 use crate::layout::{Layout, Variant};
-use crate::placement::{default_candidates, hash_key, Placement};
+use crate::outcome::{Error, FindOrPut, Read, Result, Stats, Write};
+use crate::placement::{default_candidates, Placement};
 use crate::transport::{Op, Transport};
+use crate::variant::{
+    chunked::Chunked, coarse::Coarse, fine::Fine, lockfree::Lockfree, recycle, Batch, Machine,
+    Mode, Outcome, Probe, Run, Shape, Step, MAX_RUN,
+};
 
-/// Errors of the DHT.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A key or value of the wrong length.
-    #[error("{what} is {got} B, but this table was created for {expected} B {what}s")]
-    Length {
-        /// "key" or "value".
-        what: &'static str,
-        /// Its length.
-        got: usize,
-        /// The table's.
-        expected: usize,
-    },
-    /// The configuration cannot work.
-    #[error("invalid DHT configuration: {0}")]
-    Config(String),
-    /// The transport's region cannot hold the table.
-    #[error(
-        "rank {rank}'s region is {have} B but {buckets} {variant:?} buckets need {need} B: \
-         give the transport a larger region (Config::region_len) or fewer buckets"
-    )]
-    RegionTooSmall {
-        /// Rank.
-        rank: usize,
-        /// Bytes available.
-        have: usize,
-        /// Bytes needed.
-        need: usize,
-        /// Buckets asked for.
-        buckets: u64,
-        /// Variant.
-        variant: Variant,
-    },
-    /// The variant needs atomics the transport does not have.
-    #[error(
-        "the {variant:?} variant needs remote atomics, which {transport} does not offer: \
-         use the lockfree variant, or a provider with atomics (see `fabkit info`)"
-    )]
-    NoAtomics {
-        /// Variant.
-        variant: Variant,
-        /// Transport name.
-        transport: String,
-    },
-    /// Ranks created the table differently.
-    #[error("ranks disagree on the table: {0}")]
-    Mismatch(String),
-    /// The transport failed.
-    #[error(transparent)]
-    Transport(#[from] fabkit_fabric::Error),
-}
-
-/// Result with the DHT [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+/// The longest deadline [`Dht::set_deadline`] takes: a week.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// How a table is laid out; identical on every rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,107 +132,29 @@ fn physical_memory() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// What a read found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Read {
-    /// The key's value.
-    Hit(Vec<u8>),
-    /// Not in the table.
-    Miss,
-    /// The key's bucket kept failing its checksum (lockfree, chunked): a
-    /// concurrent write, or damage. The bucket is now marked invalid.
-    Corrupt,
-}
-
-/// What a write did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Write {
-    /// Stored in an empty (or invalid) bucket.
-    Inserted,
-    /// The key was there; its value was replaced.
-    Updated,
-    /// Every candidate held another key; the last one was overwritten.
-    Evicted,
-}
-
-/// What `find_or_put` did (chunked).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FindOrPut {
-    /// The key was there, with this value (left unchanged).
-    Found(Vec<u8>),
-    /// The key was absent and is now stored.
-    Inserted,
-    /// Absent, and every probed chunk is full.
-    Full,
-}
-
-/// Per-rank statistics; add them up with [`Stats::add`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stats {
-    /// Keys read.
-    pub reads: u64,
-    /// Keys written.
-    pub writes: u64,
-    /// Reads that found the key.
-    pub hits: u64,
-    /// Reads that did not.
-    pub misses: u64,
-    /// Reads returned as corrupt.
-    pub corrupt: u64,
-    /// Writes into empty or invalid buckets.
-    pub inserts: u64,
-    /// Writes that replaced a value.
-    pub updates: u64,
-    /// Writes that overwrote another key.
-    pub evictions: u64,
-    /// Re-reads after a checksum mismatch.
-    pub checksum_retries: u64,
-    /// Buckets marked invalid.
-    pub invalidations: u64,
-    /// Failed lock attempts (fine, coarse).
-    pub lock_retries: u64,
-    /// Remote operations issued.
-    pub remote_ops: u64,
-    /// Batches (post/complete cycles) issued.
-    pub batches: u64,
-}
-
-impl Stats {
-    /// Field-wise sum.
-    pub fn add(&mut self, o: &Stats) {
-        self.reads += o.reads;
-        self.writes += o.writes;
-        self.hits += o.hits;
-        self.misses += o.misses;
-        self.corrupt += o.corrupt;
-        self.inserts += o.inserts;
-        self.updates += o.updates;
-        self.evictions += o.evictions;
-        self.checksum_retries += o.checksum_retries;
-        self.invalidations += o.invalidations;
-        self.lock_retries += o.lock_retries;
-        self.remote_ops += o.remote_ops;
-        self.batches += o.batches;
-    }
-
-    /// Remote operations per DHT operation.
-    pub fn ops_per_op(&self) -> f64 {
-        let n = self.reads + self.writes;
-        if n == 0 {
-            0.0
-        } else {
-            self.remote_ops as f64 / n as f64
-        }
-    }
-}
-
 /// A distributed hash table over a transport.
 pub struct Dht<T: Transport> {
     pub(crate) t: T,
     pub(crate) cfg: Config,
     pub(crate) layout: Layout,
-    pub(crate) place: Placement,
     pub(crate) stats: Mutex<Stats>,
+    shape: Shape,
+    clock: Arc<dyn Clock>,
+    /// Buffers the machines plan into, reused by every operation.
+    work: Mutex<Work>,
+    /// Hands out the tag bases of runs (see `variant::word::tag`).
+    seq: AtomicU32,
+}
+
+/// What an operation's machines work in: kept from one operation to the
+/// next, so that a warm table plans without allocating.
+#[derive(Default)]
+struct Work {
+    batch: Batch,
+    ops: Vec<Op<'static>>,
+    probes: Vec<Probe>,
+    out: Vec<Outcome>,
+    found: Vec<u8>,
 }
 
 impl<T: Transport> std::fmt::Debug for Dht<T> {
@@ -286,11 +166,10 @@ impl<T: Transport> std::fmt::Debug for Dht<T> {
     }
 }
 
-/// Where one key lives.
-#[derive(Clone, Debug)]
-pub(crate) struct Home {
-    pub(crate) rank: usize,
-    pub(crate) candidates: Vec<u64>,
+/// The deadline of each operation when none is set: 30 s, times
+/// `FABKIT_TIMEOUT_SCALE` (emulated and oversubscribed machines).
+fn default_deadline() -> Duration {
+    fabkit_fabric::env::scaled(Duration::from_secs(30))
 }
 
 impl<T: Transport> Dht<T> {
@@ -332,12 +211,24 @@ impl<T: Transport> Dht<T> {
             )));
         }
         let place = Placement::new(t.ranks() as u32, cfg.buckets, cfg.candidates());
+        let shape = Shape {
+            layout: cfg.layout(),
+            place,
+            buckets: cfg.buckets,
+            chunk: cfg.chunk,
+            checksum_retries: cfg.checksum_retries,
+            rank: t.rank(),
+            deadline: default_deadline(),
+        };
         Ok(Dht {
             t,
             layout: cfg.layout(),
             cfg,
-            place,
             stats: Mutex::new(Stats::default()),
+            shape,
+            clock: Arc::new(SystemClock),
+            work: Mutex::new(Work::default()),
+            seq: AtomicU32::new(0),
         })
     }
 
@@ -375,12 +266,30 @@ impl<T: Transport> Dht<T> {
         Ok(self.t)
     }
 
-    pub(crate) fn home(&self, key: &[u8]) -> Home {
-        let h = hash_key(key);
-        Home {
-            rank: self.place.rank_of(h) as usize,
-            candidates: self.place.candidates_of(h).collect(),
+    /// How long one operation may wait for locks, claims and consistent
+    /// re-reads before it gives back what it holds and fails with
+    /// [`Error::Deadline`] (default 30 s, times `FABKIT_TIMEOUT_SCALE`).
+    /// At least 1 µs, at most [`MAX_DEADLINE`].
+    pub fn set_deadline(&mut self, d: Duration) -> Result<()> {
+        if d < Duration::from_micros(1) || d > MAX_DEADLINE {
+            return Err(Error::Config(format!(
+                "a deadline of {d:?} is out of range: give 1 us to {} s",
+                MAX_DEADLINE.as_secs()
+            )));
         }
+        self.shape.deadline = d;
+        Ok(())
+    }
+
+    /// The deadline of each operation.
+    pub fn deadline(&self) -> Duration {
+        self.shape.deadline
+    }
+
+    /// Takes the time, and waits between retries, from `clock` (a
+    /// [`crate::clock::TestClock`] drives deadlines in tests).
+    pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
     }
 
     pub(crate) fn check_key(&self, key: &[u8]) -> Result<()> {
@@ -424,26 +333,36 @@ impl<T: Transport> Dht<T> {
 
     /// Reads one key.
     pub fn read(&self, key: &[u8]) -> Result<Read> {
-        Ok(self.read_many(&[key])?.pop().unwrap())
+        Ok(self.read_many(&[key])?.pop().expect("one outcome per key"))
     }
 
     /// Writes one key.
     pub fn write(&self, key: &[u8], value: &[u8]) -> Result<Write> {
-        Ok(self.write_many(&[(key, value)])?.pop().unwrap())
+        Ok(self
+            .write_many(&[(key, value)])?
+            .pop()
+            .expect("one outcome per key"))
     }
 
     /// Reads many keys with their remote operations overlapped: each round
-    /// advances every unresolved key by one candidate in one batch.
+    /// advances every unresolved key by one step in one batch.
     pub fn read_many(&self, keys: &[&[u8]]) -> Result<Vec<Read>> {
         for k in keys {
             self.check_key(k)?;
         }
-        let out = match self.cfg.variant {
-            Variant::Lockfree => crate::variant::lockfree::read_many(self, keys)?,
-            Variant::Fine => crate::variant::fine::read_many(self, keys)?,
-            Variant::Coarse => crate::variant::coarse::read_many(self, keys)?,
-            Variant::Chunked => crate::variant::chunked::read_many(self, keys)?,
-        };
+        let vl = self.cfg.value_len;
+        let out = self.with_work(|w| {
+            self.run(Mode::Read, keys, &[], w)?;
+            Ok(w.out
+                .iter()
+                .enumerate()
+                .map(|(i, o)| match o {
+                    Outcome::Hit => Read::Hit(w.found[i * vl..(i + 1) * vl].to_vec()),
+                    Outcome::Corrupt => Read::Corrupt,
+                    _ => Read::Miss,
+                })
+                .collect::<Vec<Read>>())
+        })?;
         self.count(|s| {
             s.reads += keys.len() as u64;
             for r in &out {
@@ -470,7 +389,21 @@ impl<T: Transport> Dht<T> {
             self.check_key(k)?;
             self.check_value(v)?;
         }
-        let out = crate::variant::chunked::find_or_put_many(self, items)?;
+        let keys: Vec<&[u8]> = items.iter().map(|(k, _)| *k).collect();
+        let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
+        let vl = self.cfg.value_len;
+        let out = self.with_work(|w| {
+            self.run(Mode::FindOrPut, &keys, &values, w)?;
+            Ok(w.out
+                .iter()
+                .enumerate()
+                .map(|(i, o)| match o {
+                    Outcome::Found => FindOrPut::Found(w.found[i * vl..(i + 1) * vl].to_vec()),
+                    Outcome::Inserted => FindOrPut::Inserted,
+                    _ => FindOrPut::Full,
+                })
+                .collect::<Vec<FindOrPut>>())
+        })?;
         self.count(|s| {
             for r in &out {
                 match r {
@@ -495,12 +428,19 @@ impl<T: Transport> Dht<T> {
             self.check_key(k)?;
             self.check_value(v)?;
         }
-        let out = match self.cfg.variant {
-            Variant::Lockfree => crate::variant::lockfree::write_many(self, items)?,
-            Variant::Fine => crate::variant::fine::write_many(self, items)?,
-            Variant::Coarse => crate::variant::coarse::write_many(self, items)?,
-            Variant::Chunked => crate::variant::chunked::write_many(self, items)?,
-        };
+        let keys: Vec<&[u8]> = items.iter().map(|(k, _)| *k).collect();
+        let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
+        let out = self.with_work(|w| {
+            self.run(Mode::Write, &keys, &values, w)?;
+            Ok(w.out
+                .iter()
+                .map(|o| match o {
+                    Outcome::Updated => Write::Updated,
+                    Outcome::Evicted => Write::Evicted,
+                    _ => Write::Inserted,
+                })
+                .collect::<Vec<Write>>())
+        })?;
         self.count(|s| {
             s.writes += items.len() as u64;
             for w in &out {
@@ -512,6 +452,133 @@ impl<T: Transport> Dht<T> {
             }
         });
         Ok(out)
+    }
+
+    /// Runs `f` on the table's reusable buffers, or on fresh ones while
+    /// another thread uses them.
+    fn with_work<R>(&self, f: impl FnOnce(&mut Work) -> Result<R>) -> Result<R> {
+        match self.work.try_lock() {
+            Ok(mut w) => f(&mut w),
+            Err(_) => f(&mut Work::default()),
+        }
+    }
+
+    /// Runs `mode` over `keys` (and `values`), in runs of at most
+    /// `MAX_RUN` keys; outcomes and found values land in `w.out` and
+    /// `w.found`, one per key.
+    fn run(&self, mode: Mode, keys: &[&[u8]], values: &[&[u8]], w: &mut Work) -> Result<()> {
+        let vl = self.cfg.value_len;
+        w.out.clear();
+        w.out.resize(keys.len(), Outcome::Pending);
+        w.found.clear();
+        w.found.resize(keys.len() * vl, 0);
+        let Work {
+            batch,
+            ops,
+            probes,
+            out,
+            found,
+        } = w;
+        for (n, ks) in keys.chunks(MAX_RUN).enumerate() {
+            let first = n * MAX_RUN;
+            let vs = if values.is_empty() {
+                values
+            } else {
+                &values[first..first + ks.len()]
+            };
+            probes.clear();
+            probes.extend(ks.iter().map(|k| Probe::new(&self.shape, k)));
+            // Runs of one rank take tag bases MAX_RUN apart, so the tags of
+            // 64 runs in flight at once are all distinct.
+            let seq = self.seq.fetch_add(MAX_RUN as u32, Ordering::Relaxed) as u16;
+            let run = Run::new(
+                &self.shape,
+                mode,
+                ks,
+                vs,
+                &mut out[first..first + ks.len()],
+                &mut found[first * vl..(first + ks.len()) * vl],
+                probes,
+                seq,
+                self.clock.now(),
+            );
+            match self.cfg.variant {
+                Variant::Lockfree => self.drive(Lockfree::new(run), batch, ops)?,
+                Variant::Fine => self.drive(Fine::new(run), batch, ops)?,
+                Variant::Coarse => self.drive(Coarse::new(run), batch, ops)?,
+                Variant::Chunked => self.drive(Chunked::new(run), batch, ops)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The driver: post what the machine plans, feed back completions or
+    /// the error with the time, until it is done.
+    fn drive<M: Machine>(
+        &self,
+        mut m: M,
+        batch: &mut Batch,
+        ops: &mut Vec<Op<'static>>,
+    ) -> Result<()> {
+        let (mut remote_ops, mut batches) = (0u64, 0u64);
+        let mut step = m.start(batch, self.clock.now());
+        loop {
+            step = match step {
+                Step::Done => break,
+                Step::Issue => {
+                    if let Some(d) = batch.wait.take() {
+                        self.clock.pause(d);
+                    }
+                    let r = if batch.is_empty() {
+                        Ok(())
+                    } else {
+                        remote_ops += batch.len() as u64;
+                        batches += 1;
+                        let mut v = recycle(std::mem::take(ops));
+                        batch.as_ops(&mut v);
+                        let r = self.t.execute(&mut v);
+                        *ops = recycle(v);
+                        r
+                    };
+                    let now = self.clock.now();
+                    match r {
+                        Ok(()) => m.on_complete(batch, now),
+                        Err(e) => m.on_error(Error::Transport(e), batch, now),
+                    }
+                }
+                Step::LockRegion { rank, exclusive } => {
+                    batch.clear();
+                    let r = self.t.lock_region(rank, exclusive);
+                    let now = self.clock.now();
+                    match r {
+                        Ok(native) => {
+                            batch.native = native;
+                            remote_ops += u64::from(native);
+                            m.on_complete(batch, now)
+                        }
+                        Err(e) => m.on_error(Error::Transport(e), batch, now),
+                    }
+                }
+                Step::UnlockRegion { rank } => {
+                    batch.clear();
+                    remote_ops += 1;
+                    let r = self.t.unlock_region(rank);
+                    let now = self.clock.now();
+                    match r {
+                        Ok(()) => m.on_complete(batch, now),
+                        Err(e) => m.on_error(Error::Transport(e), batch, now),
+                    }
+                }
+            };
+        }
+        let mut st = Stats {
+            remote_ops,
+            batches,
+            ..Stats::default()
+        };
+        let r = m.finish(&mut st);
+        self.count(|s| s.add(&st));
+        r
     }
 }
 

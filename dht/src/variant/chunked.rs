@@ -2,310 +2,346 @@
 //! runs of C buckets (chunks), the i-th chunk placed by quadratic probing
 //! from the key's first candidate, so runs do not cluster. A chunk is one
 //! remote read; each round fetches two chunks (the next one with the
-//! current), halving round trips for long probes. A bucket is claimed by one
-//! compare-and-swap on its state word (empty -> claimed), filled, then
-//! published (state full) in a later batch; reads verify the CRC.
+//! current), halving round trips for long probes. An empty bucket is claimed
+//! by one compare-and-swap on its state word (empty to a claim carrying the
+//! claimer's tag), filled, then published (claim to full by compare-and-swap)
+//! in a later batch; reads verify the CRC. A failed batch gives every claim
+//! it holds or may hold back (claim to empty by compare-and-swap, which does
+//! nothing if the claim was never taken or already published).
 
-use super::{backoff, collect, data_at, encoded, probes, store, word_at, Probe};
-use crate::layout::{STATE_CLAIMED, STATE_EMPTY, STATE_FULL};
-use crate::table::{Dht, FindOrPut, Read, Result, Write};
-use crate::transport::{Op, Remote, Transport};
+use std::time::{Duration, Instant};
 
-/// How long a reader or writer waits on a claimed (half-written) bucket
-/// before it treats it as another key's.
-const CLAIM_WAITS: u32 = 64;
+use super::{Batch, Hold, Machine, Mode, Outcome, Role, Run, Shape, Step};
+use crate::layout::{STATE_EMPTY, STATE_FULL};
+use crate::outcome::{Error, Result, Stats};
 
-struct Geometry {
-    chunk: u64,
-    starts: u64,
-    chunks: u32,
+/// The claim of a probe with tag `tag` (odd, so never empty or full).
+fn claim(tag: u64) -> u64 {
+    tag << 8 | 1
 }
 
-fn geometry<T: Transport>(d: &Dht<T>) -> Geometry {
-    let chunk = u64::from(d.cfg.chunk).min(d.cfg.buckets);
-    Geometry {
-        chunk,
-        starts: d.cfg.buckets - chunk + 1,
-        chunks: d.place.candidates(),
-    }
+/// Whether a state word is a claim.
+pub(crate) fn is_claimed(state: u64) -> bool {
+    state & 1 == 1
 }
 
-impl Geometry {
-    /// First bucket of chunk `i` of a key whose first candidate is `c0`.
-    fn start(&self, c0: u64, i: u32) -> u64 {
-        let tri = u64::from(i) * (u64::from(i) + 1) / 2;
-        (c0 % self.starts + tri.wrapping_mul(self.chunk) % self.starts) % self.starts
-    }
+/// Where chunk `i` of a key starts.
+fn start(shape: &Shape, c0: u64, i: u32) -> u64 {
+    let chunk = u64::from(shape.chunk).min(shape.buckets);
+    let starts = shape.buckets - chunk + 1;
+    let tri = u64::from(i) * (u64::from(i) + 1) / 2;
+    (c0 % starts + tri.wrapping_mul(chunk) % starts) % starts
 }
 
-/// Fetched chunks of one key: (first bucket, bytes).
-type Chunks = Vec<(u64, Vec<u8>)>;
+fn chunk_len(shape: &Shape) -> u64 {
+    u64::from(shape.chunk).min(shape.buckets)
+}
 
 /// A scanned bucket.
 enum Seen {
     Empty(u64),
-    Claimed,
-    Mine {
-        bucket: u64,
-        value: Vec<u8>,
-        ok: bool,
-    },
+    Claimed(u64, u64),
+    Mine { bucket: u64, at: usize, ok: bool },
     Other,
 }
 
-/// Reads chunks `i` and `i + 1` (when there is one) of every probe.
-fn fetch_chunks<T: Transport>(
-    d: &Dht<T>,
-    g: &Geometry,
-    probes: &[Probe<'_>],
-) -> Result<Vec<Chunks>> {
-    let bl = d.layout.bucket_len;
-    let mut plan: Vec<Chunks> = probes
-        .iter()
-        .map(|p| {
-            let c0 = p.home.candidates[0];
-            (p.k as u32..(p.k as u32 + 2).min(g.chunks))
-                .map(|i| (g.start(c0, i), vec![0u8; g.chunk as usize * bl]))
-                .collect()
-        })
-        .collect();
-    let mut ops: Vec<Op> = probes
-        .iter()
-        .zip(plan.iter_mut())
-        .flat_map(|(p, chunks)| {
-            chunks.iter_mut().map(move |(start, buf)| Op::Read {
-                from: Remote::new(p.home.rank, d.layout.offset(*start)),
-                into: buf,
-            })
-        })
-        .collect();
-    d.exec(&mut ops)?;
-    drop(ops);
-    Ok(plan)
+/// Scans a fetched chunk (first bucket `first`) for `key` up to the first
+/// decisive bucket.
+fn scan(shape: &Shape, bytes: &[u8], first: u64, key: &[u8]) -> Seen {
+    let bl = shape.layout.bucket_len;
+    for (j, b) in bytes.chunks_exact(bl).enumerate() {
+        let state = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let bucket = first + j as u64;
+        if state == STATE_EMPTY {
+            return Seen::Empty(bucket);
+        }
+        if is_claimed(state) {
+            return Seen::Claimed(bucket, state);
+        }
+        if state == STATE_FULL {
+            let bk = shape.layout.decode(&b[8..], state);
+            if bk.key == key {
+                return Seen::Mine {
+                    bucket,
+                    at: j * bl + 8,
+                    ok: bk.checksum_ok(),
+                };
+            }
+        }
+    }
+    Seen::Other
 }
 
-/// Scans fetched chunks for `key`, in probe order, up to the first decisive
-/// bucket.
-fn scan<T: Transport>(d: &Dht<T>, chunks: &[(u64, Vec<u8>)], key: &[u8]) -> (Seen, usize) {
-    let bl = d.layout.bucket_len;
-    let mut scanned = 0;
-    for (start, buf) in chunks {
-        scanned += 1;
-        for j in 0..buf.len() / bl {
-            let b = &buf[j * bl..(j + 1) * bl];
-            let state = u64::from_le_bytes(b[..8].try_into().unwrap());
-            let bucket = start + j as u64;
-            match state {
-                STATE_EMPTY => return (Seen::Empty(bucket), scanned),
-                STATE_CLAIMED => return (Seen::Claimed, scanned),
-                STATE_FULL => {
-                    let bk = d.layout.decode(&b[8..], state);
-                    if bk.key == key {
-                        let ok = bk.checksum_ok();
-                        return (
-                            Seen::Mine {
-                                bucket,
-                                value: bk.value.to_vec(),
-                                ok,
-                            },
-                            scanned,
-                        );
+pub(crate) struct Chunked<'a> {
+    run: Run<'a>,
+    releasing: bool,
+}
+
+impl<'a> Chunked<'a> {
+    pub(crate) fn new(run: Run<'a>) -> Self {
+        for p in run.probes.iter_mut() {
+            p.phase = Some(Role::Data);
+        }
+        Chunked {
+            run,
+            releasing: false,
+        }
+    }
+
+    /// The chunks of probe `i` arrived in ops `j` (and `j + 1` if `two`).
+    /// Returns whether it moved on rather than waiting on a claim.
+    fn seen(&mut self, b: &Batch, j: usize, two: bool, now: Instant) -> bool {
+        let shape = *self.run.shape;
+        let i = b.op(j).probe as usize;
+        let p = self.run.probes[i];
+        let c0 = shape.place.candidate(p.hash, 0);
+        let key = self.run.keys[i];
+        let mut seen = Seen::Other;
+        let mut scanned = 0;
+        for (n, op) in [j, j + 1]
+            .into_iter()
+            .take(1 + usize::from(two))
+            .enumerate()
+        {
+            scanned += 1;
+            seen = scan(&shape, b.bytes(op), start(&shape, c0, p.k + n as u32), key);
+            if !matches!(seen, Seen::Other) {
+                if let Seen::Mine { at, ok, bucket } = seen {
+                    let bl = shape.layout.bucket_len;
+                    let data = &b.bytes(op)[at..at + bl - 8];
+                    let bk = shape.layout.decode(data, STATE_FULL);
+                    match self.run.mode {
+                        Mode::Read if ok => {
+                            self.run.keep_value(i, bk.value);
+                            self.run.decide(i, Outcome::Hit);
+                        }
+                        Mode::Read => {
+                            let p = &mut self.run.probes[i];
+                            if p.retries < shape.checksum_retries {
+                                p.retries += 1;
+                                self.run.stats.checksum_retries += 1;
+                                self.run.past_deadline(i, now, "a consistent read");
+                            } else {
+                                self.run.decide(i, Outcome::Corrupt);
+                            }
+                        }
+                        Mode::FindOrPut => {
+                            self.run.keep_value(i, bk.value);
+                            self.run.decide(i, Outcome::Found);
+                        }
+                        Mode::Write => {
+                            // An update in place (a claim first: issue 12).
+                            let p = &mut self.run.probes[i];
+                            p.bucket = bucket;
+                            p.pending = Outcome::Updated;
+                            p.phase = Some(Role::Store);
+                        }
                     }
+                    return true;
+                }
+                break;
+            }
+        }
+        let p = &mut self.run.probes[i];
+        match seen {
+            Seen::Empty(bucket) => {
+                if self.run.mode == Mode::Read {
+                    self.run.decide(i, Outcome::Miss);
+                } else {
+                    p.bucket = bucket;
+                    p.phase = Some(Role::Claim);
+                }
+            }
+            Seen::Claimed(bucket, state) => {
+                // Being written, perhaps with this key: look again, until
+                // the deadline.
+                p.bucket = bucket;
+                p.seen = state;
+                self.run.past_deadline(i, now, "the claim");
+                return false;
+            }
+            Seen::Other => {
+                let last_chunk = p.k + scanned - 1;
+                p.k += scanned;
+                p.retries = 0;
+                if p.k < shape.place.candidates() {
+                    return true;
+                }
+                match self.run.mode {
+                    Mode::Read => self.run.decide(i, Outcome::Miss),
+                    Mode::FindOrPut => self.run.decide(i, Outcome::Full),
+                    Mode::Write => {
+                        // Every chunk full: overwrite the last bucket probed.
+                        p.bucket = start(&shape, c0, last_chunk) + chunk_len(&shape) - 1;
+                        p.pending = Outcome::Evicted;
+                        p.phase = Some(Role::Store);
+                    }
+                }
+            }
+            Seen::Mine { .. } => unreachable!("handled above"),
+        }
+        true
+    }
+
+    fn plan(&mut self, b: &mut Batch, progressed: bool, now: Instant) -> Step {
+        b.clear();
+        if self.run.error.is_some() {
+            return self.release(b, now);
+        }
+        let shape = *self.run.shape;
+        let bl = shape.layout.bucket_len;
+        let chunks = shape.place.candidates();
+        for i in 0..self.run.probes.len() {
+            let p = self.run.probes[i];
+            if p.done {
+                continue;
+            }
+            match p.phase {
+                Some(Role::Data) => {
+                    let c0 = shape.place.candidate(p.hash, 0);
+                    let len = chunk_len(&shape) as usize * bl;
+                    for (k, role) in [(p.k, Role::Data), (p.k + 1, Role::Next)] {
+                        if k < chunks {
+                            let at = shape.word_at(p.rank, start(&shape, c0, k));
+                            b.read(at, len, i, role);
+                        }
+                    }
+                }
+                Some(Role::Claim) => {
+                    let c = claim(self.run.tag(i));
+                    self.run.probes[i].word = c;
+                    b.cas(
+                        shape.word_at(p.rank, p.bucket),
+                        STATE_EMPTY,
+                        c,
+                        i,
+                        Role::Claim,
+                    );
+                }
+                Some(Role::Store) => {
+                    let at = shape.data_at(p.rank, p.bucket);
+                    let buf = b.write(at, shape.layout.data_len(), i, Role::Store);
+                    self.run.encode(i, buf);
+                }
+                Some(Role::Publish) => b.cas(
+                    shape.word_at(p.rank, p.bucket),
+                    p.word,
+                    STATE_FULL,
+                    i,
+                    Role::Publish,
+                ),
+                _ => unreachable!("every open chunked probe has a phase"),
+            }
+        }
+        if b.is_empty() {
+            return Step::Done;
+        }
+        self.run.pace(b, progressed);
+        Step::Issue
+    }
+
+    /// Gives back every claim held or perhaps held (claim to empty).
+    fn release(&mut self, b: &mut Batch, now: Instant) -> Step {
+        self.releasing = true;
+        self.run.failed_at(now);
+        b.clear();
+        let shape = *self.run.shape;
+        for i in 0..self.run.probes.len() {
+            let p = &mut self.run.probes[i];
+            p.done = true;
+            if p.hold != Hold::None {
+                p.phase = Some(Role::Release);
+                b.cas(
+                    shape.word_at(p.rank, p.bucket),
+                    p.word,
+                    STATE_EMPTY,
+                    i,
+                    Role::Release,
+                );
+            }
+        }
+        if b.is_empty() || !self.run.may_retry_release(now) {
+            b.clear();
+            return Step::Done;
+        }
+        Step::Issue
+    }
+}
+
+impl Machine for Chunked<'_> {
+    fn start(&mut self, b: &mut Batch, now: Instant) -> Step {
+        self.plan(b, true, now)
+    }
+
+    fn on_complete(&mut self, b: &mut Batch, now: Instant) -> Step {
+        if self.releasing {
+            for j in 0..b.len() {
+                self.run.probes[b.op(j).probe as usize].hold = Hold::None;
+            }
+            return self.release(b, now);
+        }
+        let mut progressed = false;
+        let mut j = 0;
+        while j < b.len() {
+            let op = b.op(j);
+            let i = op.probe as usize;
+            match op.role {
+                Role::Data => {
+                    let two = j + 1 < b.len() && b.op(j + 1).role == Role::Next;
+                    progressed |= self.seen(b, j, two, now);
+                    j += usize::from(two);
+                }
+                Role::Claim => {
+                    progressed = true;
+                    let p = &mut self.run.probes[i];
+                    if b.word(j) == STATE_EMPTY {
+                        p.hold = Hold::Held;
+                        p.pending = Outcome::Inserted;
+                        p.phase = Some(Role::Store);
+                    } else {
+                        // Another writer claimed it first: scan this chunk again.
+                        p.phase = Some(Role::Data);
+                    }
+                }
+                Role::Store => {
+                    progressed = true;
+                    let p = &mut self.run.probes[i];
+                    if p.hold == Hold::Held {
+                        p.phase = Some(Role::Publish);
+                    } else {
+                        let o = p.pending;
+                        self.run.decide(i, o);
+                    }
+                }
+                Role::Publish => {
+                    progressed = true;
+                    self.run.probes[i].hold = Hold::None;
+                    let o = self.run.probes[i].pending;
+                    self.run.decide(i, o);
                 }
                 _ => {}
             }
+            j += 1;
         }
+        self.plan(b, progressed, now)
     }
-    (Seen::Other, scanned)
-}
 
-pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<Read>> {
-    let g = geometry(d);
-    let mut out = vec![None; keys.len()];
-    let mut pending: Vec<Probe> = probes(d, keys.iter().copied());
-    let mut round = 0;
-    while !pending.is_empty() {
-        let fetched = fetch_chunks(d, &g, &pending)?;
-        let mut next = Vec::new();
-        let mut waiting = false;
-        for (mut p, chunks) in pending.into_iter().zip(fetched) {
-            let (seen, scanned) = scan(d, &chunks, p.key);
-            match seen {
-                Seen::Empty(_) => out[p.idx] = Some(Read::Miss),
-                Seen::Mine {
-                    value, ok: true, ..
-                } => out[p.idx] = Some(Read::Hit(value)),
-                Seen::Mine { ok: false, .. } if p.retries < d.cfg.checksum_retries => {
-                    p.retries += 1;
-                    d.count(|s| s.checksum_retries += 1);
-                    next.push(p);
-                }
-                Seen::Mine { .. } => out[p.idx] = Some(Read::Corrupt),
-                Seen::Claimed if p.retries < CLAIM_WAITS => {
-                    // Being written: perhaps our key; look again.
-                    p.retries += 1;
-                    waiting = true;
-                    next.push(p);
-                }
-                Seen::Claimed | Seen::Other => {
-                    p.k += scanned.max(1);
-                    p.retries = 0;
-                    if p.k >= g.chunks as usize {
-                        out[p.idx] = Some(Read::Miss);
-                    } else {
-                        next.push(p);
-                    }
-                }
+    fn on_error(&mut self, e: Error, b: &mut Batch, now: Instant) -> Step {
+        let retry = self.releasing;
+        self.run.failed(e, now);
+        for p in self.run.probes.iter_mut() {
+            if p.phase == Some(Role::Claim) && p.hold == Hold::None {
+                p.hold = Hold::Maybe;
             }
         }
-        if waiting {
-            backoff(round);
-            round += 1;
+        let step = self.release(b, now);
+        if retry && step == Step::Issue {
+            b.wait = Some(Duration::from_millis(1));
         }
-        pending = next;
+        step
     }
-    Ok(collect(out))
-}
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// Insert or update; evict the last probed bucket when all are full.
-    Put,
-    /// Return the value if present; insert if absent; report full.
-    FindOrPut,
-}
-
-/// The common engine of `write_many` and `find_or_put_many`.
-fn put_many<T: Transport>(
-    d: &Dht<T>,
-    items: &[(&[u8], &[u8])],
-    mode: Mode,
-) -> Result<Vec<FindOrPutOrWrite>> {
-    let g = geometry(d);
-    let mut out: Vec<Option<FindOrPutOrWrite>> = vec![None; items.len()];
-    let mut pending: Vec<Probe> = probes(d, items.iter().map(|(k, _)| *k));
-    let mut round = 0;
-    while !pending.is_empty() {
-        let fetched = fetch_chunks(d, &g, &pending)?;
-        let mut next = Vec::new();
-        let mut claims: Vec<(Probe, u64)> = Vec::new();
-        let mut updates: Vec<(usize, u64, usize)> = Vec::new();
-        let mut waiting = false;
-        for (mut p, chunks) in pending.into_iter().zip(fetched) {
-            let last_bucket = chunks.last().map(|(s, _)| s + g.chunk - 1);
-            let (seen, scanned) = scan(d, &chunks, p.key);
-            match seen {
-                Seen::Mine { bucket, value, .. } => match mode {
-                    Mode::FindOrPut => {
-                        out[p.idx] = Some(FindOrPutOrWrite::F(FindOrPut::Found(value)))
-                    }
-                    Mode::Put => {
-                        updates.push((p.home.rank, bucket, p.idx));
-                        out[p.idx] = Some(FindOrPutOrWrite::W(Write::Updated));
-                    }
-                },
-                Seen::Empty(bucket) => claims.push((p, bucket)),
-                Seen::Claimed if p.retries < CLAIM_WAITS => {
-                    p.retries += 1;
-                    waiting = true;
-                    next.push(p);
-                }
-                Seen::Claimed | Seen::Other => {
-                    p.k += scanned.max(1);
-                    p.retries = 0;
-                    if p.k < g.chunks as usize {
-                        next.push(p);
-                    } else if mode == Mode::FindOrPut {
-                        out[p.idx] = Some(FindOrPutOrWrite::F(FindOrPut::Full));
-                    } else {
-                        // Every chunk full: overwrite the last bucket probed.
-                        let b = last_bucket.expect("at least one chunk");
-                        updates.push((p.home.rank, b, p.idx));
-                        out[p.idx] = Some(FindOrPutOrWrite::W(Write::Evicted));
-                    }
-                }
-            }
-        }
-        // Claim empty buckets: one compare-and-swap each.
-        let mut olds = vec![0u64; claims.len()];
-        let mut ops: Vec<Op> = claims
-            .iter()
-            .zip(olds.iter_mut())
-            .map(|((p, b), old)| Op::CompareAndSwap {
-                at: word_at(d, p.home.rank, *b),
-                expected: STATE_EMPTY,
-                new: STATE_CLAIMED,
-                old,
-            })
-            .collect();
-        d.exec(&mut ops)?;
-        drop(ops);
-        let mut won: Vec<(usize, u64, usize)> = Vec::new();
-        for ((p, b), old) in claims.into_iter().zip(olds) {
-            if old == STATE_EMPTY {
-                won.push((p.home.rank, b, p.idx));
-                out[p.idx] = Some(match mode {
-                    Mode::Put => FindOrPutOrWrite::W(Write::Inserted),
-                    Mode::FindOrPut => FindOrPutOrWrite::F(FindOrPut::Inserted),
-                });
-            } else {
-                // Someone else claimed it first: look at this chunk again.
-                next.push(p);
-            }
-        }
-        // Fill claimed and updated buckets, then publish the claims: the
-        // state turns full only after the data is complete (two batches).
-        let encs: Vec<(Remote, Vec<u8>)> = won
-            .iter()
-            .chain(updates.iter())
-            .map(|&(r, b, i)| (data_at(d, r, b), encoded(d, items[i].0, items[i].1)))
-            .collect();
-        store(d, &encs)?;
-        let mut olds = vec![0u64; won.len()];
-        let mut ops: Vec<Op> = won
-            .iter()
-            .zip(olds.iter_mut())
-            .map(|(&(r, b, _), old)| Op::Swap {
-                at: word_at(d, r, b),
-                new: STATE_FULL,
-                old,
-            })
-            .collect();
-        d.exec(&mut ops)?;
-        if waiting {
-            backoff(round);
-            round += 1;
-        }
-        pending = next;
+    fn finish(&mut self, stats: &mut Stats) -> Result<()> {
+        self.run.finish(stats)
     }
-    Ok(collect(out))
-}
-
-#[derive(Clone, Debug)]
-enum FindOrPutOrWrite {
-    F(FindOrPut),
-    W(Write),
-}
-
-pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> Result<Vec<Write>> {
-    Ok(put_many(d, items, Mode::Put)?
-        .into_iter()
-        .map(|o| match o {
-            FindOrPutOrWrite::W(w) => w,
-            FindOrPutOrWrite::F(_) => unreachable!("put mode"),
-        })
-        .collect())
-}
-
-pub(crate) fn find_or_put_many<T: Transport>(
-    d: &Dht<T>,
-    items: &[(&[u8], &[u8])],
-) -> Result<Vec<FindOrPut>> {
-    Ok(put_many(d, items, Mode::FindOrPut)?
-        .into_iter()
-        .map(|o| match o {
-            FindOrPutOrWrite::F(f) => f,
-            FindOrPutOrWrite::W(_) => unreachable!("find-or-put mode"),
-        })
-        .collect())
 }

@@ -1,106 +1,346 @@
-//! Coarse-grained locking (seed 000, 3.1): a readers/writer lock on a rank's
-//! whole region for each operation. Natively the lock is a word at the start
-//! of the region, driven with atomics the way Open MPI's passive target
-//! does: a writer compare-and-swaps 0 to 0x10000000; a reader fetch-adds 1
-//! and backs off if the old value was at least 0x10000000.
+//! Coarse-grained locking (seed 000, 3.1): one lock on a rank's whole region
+//! per operation, taken once per batch for all of the batch's keys on that
+//! rank (ranks are visited one after another, lowest first).
+//!
+//! Over MPI the lock is the window's own (`MPI_Win_lock`, shared for reads,
+//! exclusive for writes), as in the seed. Elsewhere it is the 8-byte word at
+//! the start of the region, used as the fine variant uses its bucket words
+//! (see [`super::word`]): a writer takes it by compare-and-swap with its tag
+//! and gives it back to a new version if it wrote; readers take nothing,
+//! and keep what they read only if the word was the same free value before
+//! and after (else they read the rank's keys again).
 
-use std::collections::BTreeMap;
+use std::time::Instant;
 
-use super::{backoff, collect, probe_read, probe_write, Probe, EXCLUSIVE};
-use crate::table::{Dht, Read, Result, Write};
-use crate::transport::{Op, Remote, Transport};
+use super::{plan_lock_release, take, word, Batch, Hold, Machine, Mode, Outcome, Role, Run, Step};
+use crate::outcome::{Error, Result, Stats};
+use crate::transport::Remote;
 
-/// Takes the region lock; returns whether the transport's own mechanism
-/// (MPI_Win_lock) took it, which `unlock` must then release.
-fn lock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool) -> Result<bool> {
-    // MPI: MPI_Win_lock on the target's window, as the MPI-DHT does.
-    if d.t.lock_region(rank, exclusive)? {
-        d.count(|s| s.remote_ops += 1);
-        return Ok(true);
-    }
-    let word = Remote::new(rank, 0);
-    let mut attempt = 0;
-    loop {
-        let mut old = 0;
-        if exclusive {
-            d.exec(&mut [Op::CompareAndSwap {
-                at: word,
-                expected: 0,
-                new: EXCLUSIVE,
-                old: &mut old,
-            }])?;
-            if old == 0 {
-                return Ok(false);
-            }
-        } else {
-            d.exec(&mut [Op::FetchAdd {
-                at: word,
-                delta: 1,
-                old: &mut old,
-            }])?;
-            if old < EXCLUSIVE {
-                return Ok(false);
-            }
-            // A writer holds it: take our interest back.
-            d.exec(&mut [Op::FetchAdd {
-                at: word,
-                delta: 1u64.wrapping_neg(),
-                old: &mut old,
-            }])?;
+/// Where the current rank's group is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Group {
+    /// Asking the transport for its own region lock.
+    Lock,
+    /// Reader: fetching the word before the data.
+    Snap,
+    /// Writer: taking the word.
+    Acquire,
+    /// Probing the group's keys, a round per batch.
+    Probe,
+    /// Reader: fetching the word after the data.
+    Check,
+    /// Writer: giving the word back.
+    Release,
+    /// Giving the transport's region lock back.
+    Unlock,
+}
+
+pub(crate) struct Coarse<'a> {
+    run: Run<'a>,
+    /// The rank being worked on, and the probe that keeps the region hold.
+    rank: usize,
+    lead: usize,
+    group: Group,
+    /// The transport's own lock was taken (MPI).
+    native: bool,
+    releasing: bool,
+}
+
+impl<'a> Coarse<'a> {
+    pub(crate) fn new(run: Run<'a>) -> Self {
+        Coarse {
+            run,
+            rank: 0,
+            lead: 0,
+            group: Group::Lock,
+            native: false,
+            releasing: false,
         }
-        d.count(|s| s.lock_retries += 1);
-        backoff(attempt);
-        attempt += 1;
+    }
+
+    fn member(&self, i: usize) -> bool {
+        let p = &self.run.probes[i];
+        p.rank == self.rank && !p.done
+    }
+
+    /// Starts on the lowest rank that has undecided keys.
+    fn next_group(&mut self, b: &mut Batch) -> Step {
+        b.clear();
+        let next = (0..self.run.probes.len())
+            .filter(|&i| !self.run.probes[i].done)
+            .min_by_key(|&i| self.run.probes[i].rank);
+        let Some(lead) = next else {
+            return Step::Done;
+        };
+        self.lead = lead;
+        self.rank = self.run.probes[lead].rank;
+        self.group = Group::Lock;
+        self.native = false;
+        Step::LockRegion {
+            rank: self.rank,
+            exclusive: self.run.mode != Mode::Read,
+        }
+    }
+
+    /// Every key of the group back to its first candidate.
+    fn restart_members(&mut self) {
+        let shape = *self.run.shape;
+        for i in 0..self.run.probes.len() {
+            if self.member(i) {
+                let p = &mut self.run.probes[i];
+                p.k = 0;
+                p.retries = 0;
+                p.bucket = shape.place.candidate(p.hash, 0);
+                p.pending = Outcome::Pending;
+                p.phase = Some(Role::Data);
+            }
+        }
+    }
+
+    /// The group's decisions become the keys' outcomes.
+    fn commit_members(&mut self) {
+        for i in 0..self.run.probes.len() {
+            if self.member(i) {
+                let o = self.run.probes[i].pending;
+                self.run.decide(i, o);
+            }
+        }
+    }
+
+    fn word_at(&self) -> Remote {
+        Remote::new(self.rank, 0)
+    }
+
+    /// Plans the group's lock step (or the next probing round).
+    fn plan(&mut self, b: &mut Batch, progressed: bool, now: Instant) -> Step {
+        b.clear();
+        if self.run.error.is_some() {
+            return self.fail(b, now);
+        }
+        let lead = self.lead;
+        match self.group {
+            Group::Snap | Group::Check => b.fetch(self.word_at(), lead, Role::Check),
+            Group::Acquire => {
+                let p = self.run.probes[lead];
+                let held = p.free | self.run.tag(lead);
+                self.run.probes[lead].word = held;
+                b.cas(self.word_at(), p.free, held, lead, Role::Acquire);
+            }
+            Group::Release => {
+                let p = self.run.probes[lead];
+                let to = if p.dirty {
+                    word::bumped(p.word)
+                } else {
+                    p.free
+                };
+                b.cas(self.word_at(), p.word, to, lead, Role::Release);
+            }
+            Group::Probe => {
+                let shape = *self.run.shape;
+                for i in 0..self.run.probes.len() {
+                    if !self.member(i) {
+                        continue;
+                    }
+                    let p = self.run.probes[i];
+                    let at = shape.data_at(p.rank, p.bucket);
+                    match p.phase {
+                        Some(Role::Data) => b.read(at, shape.layout.data_len(), i, Role::Data),
+                        Some(Role::Store) => {
+                            self.run.probes[i].dirty = true;
+                            self.run.probes[lead].dirty = true;
+                            let buf = b.write(at, shape.layout.data_len(), i, Role::Store);
+                            self.run.encode(i, buf);
+                        }
+                        _ => {}
+                    }
+                }
+                if b.is_empty() {
+                    // Every key of the group is decided: close the group.
+                    self.group = if self.native {
+                        Group::Unlock
+                    } else if self.run.mode == Mode::Read {
+                        Group::Check
+                    } else {
+                        Group::Release
+                    };
+                    return self.plan(b, true, now);
+                }
+            }
+            Group::Unlock => return Step::UnlockRegion { rank: self.rank },
+            Group::Lock => unreachable!("the region lock is asked for by next_group"),
+        }
+        self.run.pace(b, progressed);
+        Step::Issue
+    }
+
+    /// A probing round's data for probe `i`.
+    fn seen(&mut self, i: usize, data: &[u8]) {
+        let shape = *self.run.shape;
+        let bk = shape.layout.decode(data, 0);
+        let key = self.run.keys[i];
+        if self.run.mode == Mode::Read {
+            let o = if !bk.occupied() {
+                Outcome::Miss
+            } else if bk.key == key {
+                self.run.keep_value(i, bk.value);
+                Outcome::Hit
+            } else if self.run.probes[i].advance(&shape) {
+                return;
+            } else {
+                Outcome::Miss
+            };
+            let p = &mut self.run.probes[i];
+            p.pending = o;
+            p.phase = None;
+            return;
+        }
+        let last = self.run.probes[i].last(&shape);
+        match take(bk.occupied(), false, bk.key == key, last) {
+            Some(w) => {
+                let (rank, bucket) = (self.run.probes[i].rank, self.run.probes[i].bucket);
+                let taken = self.run.probes[..i]
+                    .iter()
+                    .any(|q| q.phase == Some(Role::Store) && q.rank == rank && q.bucket == bucket);
+                if !taken {
+                    let p = &mut self.run.probes[i];
+                    p.pending = Outcome::of(w);
+                    p.phase = Some(Role::Store);
+                }
+            }
+            None => {
+                self.run.probes[i].advance(&shape);
+            }
+        }
+    }
+
+    /// After an error: rewrite what may be torn, give the region back.
+    fn fail(&mut self, b: &mut Batch, now: Instant) -> Step {
+        self.releasing = true;
+        for p in self.run.probes.iter_mut() {
+            p.done = true;
+        }
+        self.run.failed_at(now);
+        if plan_lock_release(&mut self.run, b) && self.run.may_retry_release(now) {
+            return Step::Issue;
+        }
+        b.clear();
+        if self.native && self.group != Group::Unlock {
+            self.group = Group::Unlock;
+            return Step::UnlockRegion { rank: self.rank };
+        }
+        Step::Done
     }
 }
 
-fn unlock<T: Transport>(d: &Dht<T>, rank: usize, exclusive: bool, native: bool) -> Result<()> {
-    if native {
-        d.count(|s| s.remote_ops += 1);
-        return d.t.unlock_region(rank).map_err(Into::into);
+impl Machine for Coarse<'_> {
+    fn start(&mut self, b: &mut Batch, _now: Instant) -> Step {
+        self.next_group(b)
     }
-    let mut old = 0;
-    let delta = if exclusive { EXCLUSIVE } else { 1 };
-    d.exec(&mut [Op::FetchAdd {
-        at: Remote::new(rank, 0),
-        delta: delta.wrapping_neg(),
-        old: &mut old,
-    }])
-}
 
-/// Keys grouped by the rank that holds them, so each region is locked once
-/// per batch rather than once per key.
-fn by_rank<'k, T: Transport>(
-    d: &Dht<T>,
-    keys: impl Iterator<Item = (usize, &'k [u8])>,
-) -> BTreeMap<usize, Vec<Probe<'k>>> {
-    let mut m: BTreeMap<usize, Vec<Probe<'k>>> = BTreeMap::new();
-    for (i, k) in keys {
-        let p = Probe::new(d, i, k);
-        m.entry(p.home.rank).or_default().push(p);
+    fn on_complete(&mut self, b: &mut Batch, now: Instant) -> Step {
+        if self.releasing {
+            if self.group == Group::Unlock {
+                return Step::Done;
+            }
+            super::released(&mut self.run, b);
+            return self.fail(b, now);
+        }
+        let lead = self.lead;
+        let mut progressed = true;
+        match self.group {
+            Group::Lock => {
+                self.native = b.native;
+                self.restart_members();
+                self.group = if self.native {
+                    Group::Probe
+                } else if self.run.mode == Mode::Read {
+                    Group::Snap
+                } else {
+                    self.run.probes[lead].free = 0;
+                    Group::Acquire
+                };
+            }
+            Group::Snap => {
+                let w = b.word(0);
+                self.run.probes[lead].seen = w;
+                if word::held(w) {
+                    self.run.past_deadline(lead, now, "the region lock");
+                    progressed = false;
+                } else {
+                    self.group = Group::Probe;
+                }
+            }
+            Group::Acquire => {
+                let old = b.word(0);
+                let p = &mut self.run.probes[lead];
+                if old == p.free {
+                    p.hold = Hold::Held;
+                    self.group = Group::Probe;
+                } else if !word::held(old) {
+                    p.free = old;
+                } else {
+                    p.seen = old;
+                    p.free = word::free(old);
+                    self.run.past_deadline(lead, now, "the region lock");
+                    progressed = false;
+                }
+            }
+            Group::Probe => {
+                for j in 0..b.len() {
+                    let op = b.op(j);
+                    let i = op.probe as usize;
+                    match op.role {
+                        Role::Data => self.seen(i, b.bytes(j)),
+                        Role::Store => self.run.probes[i].phase = None,
+                        _ => {}
+                    }
+                }
+            }
+            Group::Check => {
+                if b.word(0) == self.run.probes[lead].seen {
+                    self.commit_members();
+                    return self.next_group(b);
+                }
+                // A writer came and went: read the rank's keys again.
+                self.run.stats.lock_retries += 1;
+                self.restart_members();
+                self.group = Group::Snap;
+            }
+            Group::Release => {
+                let p = &mut self.run.probes[lead];
+                p.hold = Hold::None;
+                p.dirty = false;
+                self.commit_members();
+                return self.next_group(b);
+            }
+            Group::Unlock => {
+                self.commit_members();
+                return self.next_group(b);
+            }
+        }
+        self.plan(b, progressed, now)
     }
-    m
-}
 
-pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<Read>> {
-    let mut out = vec![None; keys.len()];
-    for (rank, probes) in by_rank(d, keys.iter().copied().enumerate()) {
-        let native = lock(d, rank, false)?;
-        let r = probe_read(d, probes, &mut out);
-        unlock(d, rank, false, native)?;
-        r?;
+    fn on_error(&mut self, e: Error, b: &mut Batch, now: Instant) -> Step {
+        let was_releasing = self.releasing;
+        self.run.failed(e, now);
+        if self.group == Group::Lock || (was_releasing && self.group == Group::Unlock) {
+            // The region lock was not taken, or not given back: nothing
+            // more can be done from here.
+            b.clear();
+            return Step::Done;
+        }
+        if self.group == Group::Acquire && self.run.probes[self.lead].hold == Hold::None {
+            self.run.probes[self.lead].hold = Hold::Maybe;
+        }
+        let step = self.fail(b, now);
+        if was_releasing && step == Step::Issue {
+            b.wait = Some(std::time::Duration::from_millis(1));
+        }
+        step
     }
-    Ok(collect(out))
-}
 
-pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> Result<Vec<Write>> {
-    let mut out = vec![None; items.len()];
-    let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
-    for (rank, probes) in by_rank(d, items.iter().map(|(k, _)| *k).enumerate()) {
-        let native = lock(d, rank, true)?;
-        let r = probe_write(d, probes, &values, &mut out);
-        unlock(d, rank, true, native)?;
-        r?;
+    fn finish(&mut self, stats: &mut Stats) -> Result<()> {
+        self.run.finish(stats)
     }
-    Ok(collect(out))
 }

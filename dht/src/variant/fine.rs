@@ -1,168 +1,239 @@
 //! Fine-grained locking (seed 000, 4.1): an 8-byte lock word per bucket.
-//! A writer compare-and-swaps 0 to 0x10000000; a reader fetch-adds 1 and,
-//! if the old value was at least 0x10000000 (a writer holds it), subtracts
-//! it again and retries. Release subtracts what was added. A round is: lock
-//! every key's current bucket (one batch), read the locked ones (and give
-//! back failed read locks), write where a writer takes the bucket, unlock.
+//!
+//! A writer takes the bucket's word by compare-and-swap (free value to the
+//! same value plus its tag, see [`super::word`]), reads the bucket, writes
+//! it if it takes it, and gives the word back in a later batch (to a new
+//! version if it wrote). The first guess of the free value is 0, a fresh
+//! bucket's; a wrong guess returns the real value, and the next round uses
+//! it. Four batches for a write to a fresh bucket, as before.
+//!
+//! A reader takes no lock: it fetches the word, reads the data, fetches the
+//! word again, and keeps the data only if both fetches saw the same free
+//! value (a sequence lock; three batches, as the seed's fetch-add, read,
+//! fetch-add). So a steady stream of readers cannot starve a writer, and a
+//! reader that fails holds nothing. The seed's readers count themselves
+//! into the word instead; an increment whose batch failed could be neither
+//! kept (the bucket would stay read-locked) nor safely undone.
+
+use std::time::Instant;
 
 use super::{
-    add_to_all, backoff, collect, data_at, encoded, probes, store, take, word_at, Probe, EXCLUSIVE,
+    lock_failed, lock_released, release_step, take, word, Batch, Hold, Machine, Mode, Outcome,
+    Role, Run, Step,
 };
-use crate::table::{Dht, Read, Result, Write};
-use crate::transport::{Op, Remote, Transport};
+use crate::outcome::{Error, Result, Stats};
 
-fn word<T: Transport>(d: &Dht<T>, p: &Probe<'_>) -> Remote {
-    let (r, b) = p.bucket();
-    word_at(d, r, b)
+pub(crate) struct Fine<'a> {
+    run: Run<'a>,
+    releasing: bool,
 }
 
-pub(crate) fn read_many<T: Transport>(d: &Dht<T>, keys: &[&[u8]]) -> Result<Vec<Read>> {
-    let mut out = vec![None; keys.len()];
-    let mut pending: Vec<Probe> = probes(d, keys.iter().copied());
-    let mut round = 0;
-    while !pending.is_empty() {
-        let mut olds = vec![0u64; pending.len()];
-        let mut ops: Vec<Op> = pending
-            .iter()
-            .zip(olds.iter_mut())
-            .map(|(p, old)| Op::FetchAdd {
-                at: word(d, p),
-                delta: 1,
-                old,
-            })
-            .collect();
-        d.exec(&mut ops)?;
-        drop(ops);
-        let got: Vec<bool> = olds.iter().map(|&o| o < EXCLUSIVE).collect();
-        // Read what we hold; give back what a writer held.
-        let mut bufs = vec![vec![0u8; d.layout.data_len()]; pending.len()];
-        let mut junk = vec![0u64; pending.len()];
-        let mut ops = Vec::new();
-        for ((p, buf), (&g, j)) in pending
-            .iter()
-            .zip(bufs.iter_mut())
-            .zip(got.iter().zip(junk.iter_mut()))
-        {
-            let (r, b) = p.bucket();
-            if g {
-                ops.push(Op::Read {
-                    from: data_at(d, r, b),
-                    into: buf,
-                });
-            } else {
-                ops.push(Op::FetchAdd {
-                    at: word(d, p),
-                    delta: 1u64.wrapping_neg(),
-                    old: j,
-                });
-            }
+impl<'a> Fine<'a> {
+    pub(crate) fn new(run: Run<'a>) -> Self {
+        let first = if run.mode == Mode::Read {
+            Role::Snap
+        } else {
+            Role::Acquire
+        };
+        for p in run.probes.iter_mut() {
+            p.phase = Some(first);
+            p.free = 0;
         }
-        d.exec(&mut ops)?;
-        drop(ops);
-        let held: Vec<Remote> = pending
-            .iter()
-            .zip(&got)
-            .filter(|(_, g)| **g)
-            .map(|(p, _)| word(d, p))
-            .collect();
-        add_to_all(d, &held, 1u64.wrapping_neg())?;
-        let mut next = Vec::new();
-        let mut progress = false;
-        for ((mut p, buf), g) in pending.into_iter().zip(bufs).zip(got) {
-            if !g {
-                d.count(|s| s.lock_retries += 1);
-                next.push(p);
+        Fine {
+            run,
+            releasing: false,
+        }
+    }
+
+    /// Reads the completion of op `j` of `b` into its probe's state;
+    /// returns whether the probe moved on (rather than waiting).
+    fn complete(&mut self, b: &Batch, j: usize, now: Instant) -> bool {
+        let shape = *self.run.shape;
+        let op = b.op(j);
+        let i = op.probe as usize;
+        match op.role {
+            Role::Snap => {
+                let w = b.word(j);
+                let p = &mut self.run.probes[i];
+                p.seen = w;
+                if word::held(w) {
+                    // A writer has it: snapshot again after a wait.
+                    self.run.past_deadline(i, now, "a consistent read");
+                    return false;
+                }
+                p.phase = Some(Role::Data);
+            }
+            Role::Data => {
+                let bk = shape.layout.decode(b.bytes(j), 0);
+                let key = self.run.keys[i];
+                if self.run.mode == Mode::Read {
+                    // Decided only if the check finds the word unchanged.
+                    let o = if !bk.occupied() {
+                        Outcome::Miss
+                    } else if bk.key == key {
+                        self.run.keep_value(i, bk.value);
+                        Outcome::Hit
+                    } else if self.run.probes[i].last(&shape) {
+                        Outcome::Miss
+                    } else {
+                        Outcome::Pending
+                    };
+                    let p = &mut self.run.probes[i];
+                    p.pending = o;
+                    p.phase = Some(Role::Check);
+                } else {
+                    let p = &mut self.run.probes[i];
+                    match take(bk.occupied(), false, bk.key == key, p.last(&shape)) {
+                        Some(w) => {
+                            p.pending = Outcome::of(w);
+                            p.phase = Some(Role::Store);
+                        }
+                        None => p.phase = Some(Role::Release),
+                    }
+                }
+            }
+            Role::Check => {
+                let w = b.word(j);
+                let p = &mut self.run.probes[i];
+                if w != p.seen {
+                    // A writer came and went: the data may be torn.
+                    p.seen = w;
+                    p.phase = Some(Role::Snap);
+                    self.run.stats.lock_retries += 1;
+                    self.run.past_deadline(i, now, "a consistent read");
+                    return true;
+                }
+                match p.pending {
+                    Outcome::Pending => {
+                        if p.advance(&shape) {
+                            p.phase = Some(Role::Snap);
+                        } else {
+                            self.run.decide(i, Outcome::Miss);
+                        }
+                    }
+                    o => self.run.decide(i, o),
+                }
+            }
+            Role::Acquire => {
+                let old = b.word(j);
+                let p = &mut self.run.probes[i];
+                if old == p.free {
+                    p.hold = Hold::Held;
+                    p.phase = Some(Role::Data);
+                } else if !word::held(old) {
+                    // The guess of the free value was wrong: now we know it.
+                    p.free = old;
+                } else {
+                    // Held by another writer: try its likely release value.
+                    p.seen = old;
+                    p.free = word::free(old);
+                    self.run.past_deadline(i, now, "the lock");
+                    return false;
+                }
+            }
+            Role::Store => self.run.probes[i].phase = Some(Role::Release),
+            Role::Release => {
+                let p = &mut self.run.probes[i];
+                p.hold = Hold::None;
+                p.dirty = false;
+                match p.pending {
+                    Outcome::Pending => {
+                        // Another key's bucket: on to the next candidate.
+                        p.advance(&shape);
+                        p.free = 0;
+                        p.phase = Some(Role::Acquire);
+                    }
+                    o => self.run.decide(i, o),
+                }
+            }
+            _ => unreachable!("fine plans snapshots, reads, checks, acquires, stores, releases"),
+        }
+        true
+    }
+
+    fn plan(&mut self, b: &mut Batch, progressed: bool, now: Instant) -> Step {
+        b.clear();
+        if self.run.error.is_some() {
+            // A deadline passed: give back what is held.
+            self.releasing = true;
+            for p in self.run.probes.iter_mut() {
+                p.done = true;
+            }
+            self.run.failed_at(now);
+            return release_step(&mut self.run, b, now);
+        }
+        let shape = *self.run.shape;
+        for i in 0..self.run.probes.len() {
+            let p = self.run.probes[i];
+            if p.done {
                 continue;
             }
-            progress = true;
-            let b = d.layout.decode(&buf, 0);
-            if !b.occupied() {
-                out[p.idx] = Some(Read::Miss);
-            } else if b.key == p.key {
-                out[p.idx] = Some(Read::Hit(b.value.to_vec()));
-            } else if p.last() {
-                out[p.idx] = Some(Read::Miss);
-            } else {
-                p.k += 1;
-                next.push(p);
+            let word_at = shape.word_at(p.rank, p.bucket);
+            match p.phase {
+                Some(Role::Snap) | Some(Role::Check) => {
+                    b.fetch(word_at, i, p.phase.unwrap());
+                }
+                Some(Role::Data) => b.read(
+                    shape.data_at(p.rank, p.bucket),
+                    shape.layout.data_len(),
+                    i,
+                    Role::Data,
+                ),
+                Some(Role::Acquire) => {
+                    let held = p.free | self.run.tag(i);
+                    self.run.probes[i].word = held;
+                    b.cas(word_at, p.free, held, i, Role::Acquire);
+                }
+                Some(Role::Store) => {
+                    self.run.probes[i].dirty = true;
+                    let buf = b.write(
+                        shape.data_at(p.rank, p.bucket),
+                        shape.layout.data_len(),
+                        i,
+                        Role::Store,
+                    );
+                    self.run.encode(i, buf);
+                }
+                Some(Role::Release) => {
+                    let to = if p.dirty {
+                        word::bumped(p.word)
+                    } else {
+                        p.free
+                    };
+                    b.cas(word_at, p.word, to, i, Role::Release);
+                }
+                _ => unreachable!("every open fine probe has a phase"),
             }
         }
-        if !progress {
-            backoff(round);
-            round += 1;
+        if b.is_empty() {
+            return Step::Done;
         }
-        pending = next;
+        self.run.pace(b, progressed);
+        Step::Issue
     }
-    Ok(collect(out))
 }
 
-pub(crate) fn write_many<T: Transport>(d: &Dht<T>, items: &[(&[u8], &[u8])]) -> Result<Vec<Write>> {
-    let mut out = vec![None; items.len()];
-    let mut pending: Vec<Probe> = probes(d, items.iter().map(|(k, _)| *k));
-    let mut round = 0;
-    while !pending.is_empty() {
-        let mut olds = vec![0u64; pending.len()];
-        let mut ops: Vec<Op> = pending
-            .iter()
-            .zip(olds.iter_mut())
-            .map(|(p, old)| Op::CompareAndSwap {
-                at: word(d, p),
-                expected: 0,
-                new: EXCLUSIVE,
-                old,
-            })
-            .collect();
-        d.exec(&mut ops)?;
-        drop(ops);
-        let got: Vec<bool> = olds.iter().map(|&o| o == 0).collect();
-        let mut bufs = vec![vec![0u8; d.layout.data_len()]; pending.len()];
-        let mut ops: Vec<Op> = pending
-            .iter()
-            .zip(bufs.iter_mut())
-            .zip(&got)
-            .filter(|(_, g)| **g)
-            .map(|((p, into), _)| {
-                let (r, b) = p.bucket();
-                Op::Read {
-                    from: data_at(d, r, b),
-                    into,
-                }
-            })
-            .collect();
-        d.exec(&mut ops)?;
-        drop(ops);
-        // Decide, write, unlock.
-        let mut writes: Vec<(Remote, Vec<u8>)> = Vec::new();
-        let mut next = Vec::new();
-        let mut locked = Vec::new();
-        for ((mut p, buf), g) in pending.into_iter().zip(bufs).zip(got) {
-            if !g {
-                d.count(|s| s.lock_retries += 1);
-                next.push(p);
-                continue;
-            }
-            locked.push(word(d, &p));
-            let b = d.layout.decode(&buf, 0);
-            match take(b.occupied(), false, b.key == p.key, p.last()) {
-                Some(w) => {
-                    let (r, bk) = p.bucket();
-                    writes.push((data_at(d, r, bk), encoded(d, p.key, items[p.idx].1)));
-                    out[p.idx] = Some(w);
-                }
-                None => {
-                    p.k += 1;
-                    next.push(p);
-                }
-            }
-        }
-        store(d, &writes)?;
-        // Unlock only after the writes completed (a separate batch).
-        add_to_all(d, &locked, EXCLUSIVE.wrapping_neg())?;
-        if locked.is_empty() {
-            backoff(round);
-            round += 1;
-        }
-        pending = next;
+impl Machine for Fine<'_> {
+    fn start(&mut self, b: &mut Batch, now: Instant) -> Step {
+        self.plan(b, true, now)
     }
-    Ok(collect(out))
+
+    fn on_complete(&mut self, b: &mut Batch, now: Instant) -> Step {
+        if self.releasing {
+            return lock_released(&mut self.run, b, now);
+        }
+        let mut progressed = false;
+        for j in 0..b.len() {
+            progressed |= self.complete(b, j, now);
+        }
+        self.plan(b, progressed, now)
+    }
+
+    fn on_error(&mut self, e: Error, b: &mut Batch, now: Instant) -> Step {
+        lock_failed(&mut self.run, &mut self.releasing, e, b, now)
+    }
+
+    fn finish(&mut self, stats: &mut Stats) -> Result<()> {
+        self.run.finish(stats)
+    }
 }

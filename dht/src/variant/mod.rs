@@ -1,187 +1,576 @@
-//! The variants: each plans batches of remote operations and interprets
-//! what comes back. All share the placement and the round structure: every
-//! unresolved key advances one candidate per round, and a round is a few
-//! batches (one post/complete cycle each) for all keys at once.
+//! The variants as state machines that do no I/O (quinn-proto's shape,
+//! see STYLE.md 2b). A machine plans a batch of remote operations into a
+//! [`Batch`] the caller owns, is fed the batch's completions (or its
+//! error), and plans the next one, until it is done. The table
+//! ([`crate::Dht`]) is the only driver: it posts the batch on the transport
+//! and passes `now`; nothing here touches a transport or a clock.
+//!
+//! What a machine holds (a lock word, a chunked claim) is state, not control
+//! flow: a failed batch moves it to a release step that gives back every
+//! lock and claim it holds or may hold, and a retry loop (a lock, a claim,
+//! a consistent snapshot) ends at the deadline with an error naming the
+//! key, the rank and the bucket. Machines allocate nothing: keys, values,
+//! outcomes, probes and the batch's buffers belong to the caller and are
+//! reused from one operation to the next.
+//!
+//! A failed batch is taken to have an unknown effect: any of its operations
+//! may or may not have reached its target (a real error completion does not
+//! say which). Every hold is therefore tagged with its owner (rank and a
+//! sequence number, see [`word`]) and given back by compare-and-swap from
+//! the tagged value, which does nothing if the hold was never taken.
 
-pub mod chunked;
-pub mod coarse;
-pub mod fine;
-pub mod lockfree;
+pub(crate) mod chunked;
+pub(crate) mod coarse;
+pub(crate) mod fine;
+pub(crate) mod lockfree;
 
-use crate::layout::INVALID;
-use crate::table::{Dht, Home, Read, Result, Write};
-use crate::transport::{Op, Remote, Transport};
+use std::time::{Duration, Instant};
 
-/// Exclusive (writer) lock value of the MPI-DHT's lock words.
-pub(crate) const EXCLUSIVE: u64 = 0x1000_0000;
+use crate::layout::Layout;
+use crate::outcome::{key_hex, Error, Result, Stats, Write};
+use crate::placement::Placement;
+use crate::transport::{Op, Remote};
 
-/// A key on its way through its candidates.
-#[derive(Clone, Debug)]
-pub(crate) struct Probe<'k> {
-    pub(crate) idx: usize,
-    pub(crate) key: &'k [u8],
-    pub(crate) home: Home,
-    pub(crate) k: usize,
+/// The most keys one run of a machine takes; the table splits larger
+/// batches. It bounds the per-round scans and keeps the tags of one run's
+/// probes distinct (see [`word::tag`]).
+pub(crate) const MAX_RUN: usize = 1024;
+
+/// What one key's operation came to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Not decided yet.
+    #[default]
+    Pending,
+    Hit,
+    Miss,
+    Corrupt,
+    Inserted,
+    Updated,
+    Evicted,
+    Found,
+    Full,
+}
+
+impl Outcome {
+    fn of(w: Write) -> Outcome {
+        match w {
+            Write::Inserted => Outcome::Inserted,
+            Write::Updated => Outcome::Updated,
+            Write::Evicted => Outcome::Evicted,
+        }
+    }
+}
+
+/// The operation a machine runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+    FindOrPut,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Read => "read",
+            Mode::Write => "write",
+            Mode::FindOrPut => "find_or_put",
+        }
+    }
+}
+
+/// What every machine of one table shares: pure values, no transport.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    pub(crate) layout: Layout,
+    pub(crate) place: Placement,
+    pub(crate) buckets: u64,
+    pub(crate) chunk: u32,
+    pub(crate) checksum_retries: u32,
+    /// This rank, for the tags of its holds.
+    pub(crate) rank: usize,
+    /// How long one operation may wait on locks, claims and re-reads.
+    pub(crate) deadline: Duration,
+}
+
+impl Shape {
+    fn data_at(&self, rank: usize, bucket: u64) -> Remote {
+        Remote::new(
+            rank,
+            self.layout.offset(bucket) + self.layout.data_start() as u64,
+        )
+    }
+    fn word_at(&self, rank: usize, bucket: u64) -> Remote {
+        Remote::new(rank, self.layout.offset(bucket))
+    }
+}
+
+/// Tagged 8-byte words: the lock word of fine (per bucket) and coarse (per
+/// region), and the claim in a chunked state word.
+///
+/// A lock word is `version << 40 | tag`: tag 0 is free, any other tag is
+/// held by the writer it names. A writer takes it by compare-and-swap from
+/// the free value it saw to that value plus its tag, and gives it back by
+/// compare-and-swap from exactly its tagged value: to the next version if
+/// it wrote, to the same one if not. Readers take nothing: they read the
+/// word before and after the data, and the data is whole when both are the
+/// same free value (a sequence lock), so no reader can hold a writer off,
+/// and a reader that fails holds nothing to give back.
+pub(crate) mod word {
+    const TAG_BITS: u32 = 40;
+    const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+    /// Ranks are told apart modulo this (2^24 - 1).
+    const RANKS: u64 = (1 << 24) - 1;
+
+    /// The tag of hold `seq` of `rank`: never 0.
+    pub(crate) fn tag(rank: usize, seq: u16) -> u64 {
+        ((rank as u64 % RANKS) + 1) << 16 | u64::from(seq)
+    }
+
+    /// Who holds a lock word or claim with tag `t` (None if free).
+    pub(crate) fn holder_of_tag(t: u64) -> Option<usize> {
+        let r = (t & TAG_MASK) >> 16;
+        (r != 0).then(|| (r - 1) as usize)
+    }
+
+    /// Whether a lock word is held.
+    pub(crate) fn held(w: u64) -> bool {
+        w & TAG_MASK != 0
+    }
+
+    /// The lock word `w` with its tag removed: its free value.
+    pub(crate) fn free(w: u64) -> u64 {
+        w & !TAG_MASK
+    }
+
+    /// The free value after a writer that wrote releases `w`.
+    pub(crate) fn bumped(w: u64) -> u64 {
+        ((w >> TAG_BITS).wrapping_add(1)) << TAG_BITS
+    }
+
+    /// Who holds lock word `w`.
+    pub(crate) fn holder(w: u64) -> Option<usize> {
+        holder_of_tag(w)
+    }
+}
+
+/// One planned operation. Data of reads and writes lives in the batch's
+/// byte buffer at `off`; results of atomics in its word buffer at `off`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Plan {
+    Read { len: usize },
+    Write { len: usize },
+    Cas { expected: u64, new: u64 },
+    Fetch,
+}
+
+/// What an op is for, so the machine can read its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A lock word snapshot before the data (fine, coarse reads).
+    Snap,
+    /// The data of one bucket, or the first chunk (chunked).
+    Data,
+    /// The second chunk of a chunked round.
+    Next,
+    /// A lock word re-read after the data.
+    Check,
+    Acquire,
+    Store,
+    Release,
+    Invalidate,
+    Claim,
+    Publish,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Planned {
+    pub(crate) plan: Plan,
+    pub(crate) at: Remote,
+    off: usize,
+    pub(crate) probe: u32,
+    pub(crate) role: Role,
+}
+
+/// A batch of operations, planned by a machine into buffers the caller owns
+/// and reuses (after the first operations, planning allocates nothing).
+#[derive(Debug, Default)]
+pub struct Batch {
+    ops: Vec<Planned>,
+    data: Vec<u8>,
+    words: Vec<u64>,
+    /// Wait this long before posting (a retry of a lock or claim).
+    pub(crate) wait: Option<Duration>,
+    /// Whether the transport's own region lock was taken (coarse over MPI).
+    pub(crate) native: bool,
+}
+
+impl Batch {
+    pub(crate) fn clear(&mut self) {
+        self.ops.clear();
+        self.data.clear();
+        self.words.clear();
+        self.wait = None;
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub(crate) fn op(&self, i: usize) -> Planned {
+        self.ops[i]
+    }
+
+    pub(crate) fn read(&mut self, at: Remote, len: usize, probe: usize, role: Role) {
+        let off = self.data.len();
+        self.data.resize(off + len, 0);
+        self.push(Plan::Read { len }, at, off, probe, role);
+    }
+
+    /// Plans a write of `len` bytes and returns them to be filled.
+    pub(crate) fn write(&mut self, at: Remote, len: usize, probe: usize, role: Role) -> &mut [u8] {
+        let off = self.data.len();
+        self.data.resize(off + len, 0);
+        self.push(Plan::Write { len }, at, off, probe, role);
+        &mut self.data[off..off + len]
+    }
+
+    pub(crate) fn cas(&mut self, at: Remote, expected: u64, new: u64, probe: usize, role: Role) {
+        let off = self.words.len();
+        self.words.push(0);
+        self.push(Plan::Cas { expected, new }, at, off, probe, role);
+    }
+
+    pub(crate) fn fetch(&mut self, at: Remote, probe: usize, role: Role) {
+        let off = self.words.len();
+        self.words.push(0);
+        self.push(Plan::Fetch, at, off, probe, role);
+    }
+
+    fn push(&mut self, plan: Plan, at: Remote, off: usize, probe: usize, role: Role) {
+        self.ops.push(Planned {
+            plan,
+            at,
+            off,
+            probe: probe as u32,
+            role,
+        });
+    }
+
+    /// The bytes op `i` read.
+    pub(crate) fn bytes(&self, i: usize) -> &[u8] {
+        match self.ops[i].plan {
+            Plan::Read { len } | Plan::Write { len } => {
+                let off = self.ops[i].off;
+                &self.data[off..off + len]
+            }
+            _ => &[],
+        }
+    }
+
+    /// The old value atomic op `i` returned.
+    pub(crate) fn word(&self, i: usize) -> u64 {
+        match self.ops[i].plan {
+            Plan::Cas { .. } | Plan::Fetch => self.words[self.ops[i].off],
+            _ => 0,
+        }
+    }
+
+    /// The transport's view of the batch, in `ops` (emptied first). Data
+    /// were allocated in planning order, so the buffers split in order.
+    pub(crate) fn as_ops<'a>(&'a mut self, ops: &mut Vec<Op<'a>>) {
+        ops.clear();
+        let mut data: &'a mut [u8] = &mut self.data;
+        let mut words = self.words.iter_mut();
+        for p in &self.ops {
+            match p.plan {
+                Plan::Read { len } => {
+                    let (into, rest) = std::mem::take(&mut data).split_at_mut(len);
+                    data = rest;
+                    ops.push(Op::Read { from: p.at, into });
+                }
+                Plan::Write { len } => {
+                    let (from, rest) = std::mem::take(&mut data).split_at_mut(len);
+                    data = rest;
+                    ops.push(Op::Write { to: p.at, from });
+                }
+                Plan::Cas { expected, new } => ops.push(Op::CompareAndSwap {
+                    at: p.at,
+                    expected,
+                    new,
+                    old: words.next().expect("a word per atomic"),
+                }),
+                Plan::Fetch => ops.push(Op::Fetch {
+                    at: p.at,
+                    value: words.next().expect("a word per atomic"),
+                }),
+            }
+        }
+    }
+}
+
+/// Gives an emptied `Vec<Op>` another lifetime, keeping its allocation
+/// (collecting an iterator of a vector into a vector of a type of the same
+/// size reuses the buffer).
+pub(crate) fn recycle<'a, 'b>(mut v: Vec<Op<'a>>) -> Vec<Op<'b>> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("emptied")).collect()
+}
+
+/// What a machine wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Post the batch (after its `wait`), then feed the completions back.
+    Issue,
+    /// Take `rank`'s region with the transport's own lock, if it has one
+    /// (MPI_Win_lock); the answer is in `Batch::native`.
+    LockRegion { rank: usize, exclusive: bool },
+    /// Give back what `LockRegion` took.
+    UnlockRegion { rank: usize },
+    /// Finished: ask the machine for its result.
+    Done,
+}
+
+/// A variant's operation on a run of keys, as a state machine.
+pub(crate) trait Machine {
+    /// Plans the first step.
+    fn start(&mut self, b: &mut Batch, now: Instant) -> Step;
+    /// The last step completed (its results are in `b`); plans the next.
+    fn on_complete(&mut self, b: &mut Batch, now: Instant) -> Step;
+    /// The last step failed: plan the release of everything held.
+    fn on_error(&mut self, e: Error, b: &mut Batch, now: Instant) -> Step;
+    /// The result, once `Done`; counters go into `stats`.
+    fn finish(&mut self, stats: &mut Stats) -> Result<()>;
+}
+
+/// Where one key is in its probe.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Probe {
+    pub(crate) rank: usize,
+    pub(crate) hash: u64,
+    /// Candidate (chunk, for chunked) being probed.
+    pub(crate) k: u32,
+    pub(crate) bucket: u64,
     pub(crate) retries: u32,
+    /// What the probe waits for: the role of its op in the current batch.
+    pub(crate) phase: Option<Role>,
+    /// The tagged value of the lock word or claim this probe holds or is
+    /// taking (the value its release swaps back from).
+    pub(crate) word: u64,
+    /// The lock word or state last seen: the snapshot of a fine read, or
+    /// another rank's hold (for the deadline error).
+    pub(crate) seen: u64,
+    /// The free value to give a lock back to.
+    pub(crate) free: u64,
+    pub(crate) hold: Hold,
+    /// A write was issued under the hold: give back with a new version.
+    pub(crate) dirty: bool,
+    /// Decided (or failed); nothing more to plan.
+    pub(crate) done: bool,
+    /// A decision waiting for a check (fine reads).
+    pub(crate) pending: Outcome,
 }
 
-impl<'k> Probe<'k> {
-    pub(crate) fn new<T: Transport>(d: &Dht<T>, idx: usize, key: &'k [u8]) -> Self {
+/// What a probe holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Hold {
+    #[default]
+    None,
+    /// Its acquire was in a failed batch: perhaps.
+    Maybe,
+    Held,
+}
+
+impl Probe {
+    pub(crate) fn new(shape: &Shape, key: &[u8]) -> Probe {
+        let hash = crate::placement::hash_key(key);
         Probe {
-            idx,
-            key,
-            home: d.home(key),
-            k: 0,
-            retries: 0,
+            rank: shape.place.rank_of(hash) as usize,
+            hash,
+            bucket: shape.place.candidate(hash, 0),
+            ..Probe::default()
         }
     }
 
-    pub(crate) fn bucket(&self) -> (usize, u64) {
-        (self.home.rank, self.home.candidates[self.k])
-    }
-
-    pub(crate) fn last(&self) -> bool {
-        self.k + 1 == self.home.candidates.len()
-    }
-}
-
-/// A probe for every key, in order.
-pub(crate) fn probes<'k, T: Transport>(
-    d: &Dht<T>,
-    keys: impl IntoIterator<Item = &'k [u8]>,
-) -> Vec<Probe<'k>> {
-    keys.into_iter()
-        .enumerate()
-        .map(|(i, k)| Probe::new(d, i, k))
-        .collect()
-}
-
-/// Where a bucket's 8-byte word is: the lock (fine) or the state (chunked).
-pub(crate) fn word_at<T: Transport>(d: &Dht<T>, rank: usize, bucket: u64) -> Remote {
-    Remote::new(rank, d.layout.offset(bucket))
-}
-
-/// A bucket's data part holding `key` and `value`.
-pub(crate) fn encoded<T: Transport>(d: &Dht<T>, key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut enc = vec![0u8; d.layout.data_len()];
-    d.layout.encode(key, value, &mut enc);
-    enc
-}
-
-/// Writes each `(where, bytes)` in one batch.
-pub(crate) fn store<T: Transport>(d: &Dht<T>, writes: &[(Remote, Vec<u8>)]) -> Result<()> {
-    let mut ops: Vec<Op> = writes
-        .iter()
-        .map(|(to, from)| Op::Write { to: *to, from })
-        .collect();
-    d.exec(&mut ops)
-}
-
-/// Adds `delta` (wrapping) to every word in one batch: lock releases.
-pub(crate) fn add_to_all<T: Transport>(d: &Dht<T>, words: &[Remote], delta: u64) -> Result<()> {
-    let mut junk = vec![0u64; words.len()];
-    let mut ops: Vec<Op> = words
-        .iter()
-        .zip(junk.iter_mut())
-        .map(|(&at, old)| Op::FetchAdd { at, delta, old })
-        .collect();
-    d.exec(&mut ops)
-}
-
-/// Where a bucket's data part starts.
-pub(crate) fn data_at<T: Transport>(d: &Dht<T>, rank: usize, bucket: u64) -> Remote {
-    Remote::new(rank, d.layout.offset(bucket) + d.layout.data_start() as u64)
-}
-
-/// Reads the current candidate of every probe in one batch.
-pub(crate) fn fetch<T: Transport>(d: &Dht<T>, probes: &[Probe<'_>]) -> Result<Vec<Vec<u8>>> {
-    let mut bufs = vec![vec![0u8; d.layout.data_len()]; probes.len()];
-    let mut ops: Vec<Op> = probes
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(p, into)| {
-            let (r, b) = p.bucket();
-            Op::Read {
-                from: data_at(d, r, b),
-                into,
-            }
-        })
-        .collect();
-    d.exec(&mut ops)?;
-    Ok(bufs)
-}
-
-/// The MPI-DHT read: walk the candidates until the key is found or an
-/// empty bucket ends the search (buckets never become empty again, so the
-/// key cannot lie further on). Checksums are verified where the layout has
-/// them: a mismatch is re-read up to `checksum_retries` times, then the
-/// bucket is marked invalid and the read returned as corrupt.
-pub(crate) fn probe_read<T: Transport>(
-    d: &Dht<T>,
-    mut pending: Vec<Probe<'_>>,
-    out: &mut [Option<Read>],
-) -> Result<()> {
-    while !pending.is_empty() {
-        let bufs = fetch(d, &pending)?;
-        let mut next = Vec::new();
-        let mut invalidate = Vec::new();
-        for (mut p, buf) in pending.into_iter().zip(bufs) {
-            let b = d.layout.decode(&buf, 0);
-            if !b.occupied() && !b.invalid() {
-                out[p.idx] = Some(Read::Miss);
-                continue;
-            }
-            if b.occupied() && b.key == p.key {
-                if b.checksum_ok() {
-                    out[p.idx] = Some(Read::Hit(b.value.to_vec()));
-                    continue;
-                }
-                if p.retries < d.cfg.checksum_retries {
-                    // Probably a write in flight: read the same bucket again.
-                    p.retries += 1;
-                    d.count(|s| s.checksum_retries += 1);
-                    next.push(p);
-                    continue;
-                }
-                invalidate.push(p.bucket());
-                out[p.idx] = Some(Read::Corrupt);
-                continue;
-            }
-            // Another key, or an invalid bucket: the next candidate.
-            if p.last() {
-                out[p.idx] = Some(Read::Miss);
-            } else {
-                p.k += 1;
-                p.retries = 0;
-                next.push(p);
-            }
+    /// Moves to the next candidate; false if there is none.
+    pub(crate) fn advance(&mut self, shape: &Shape) -> bool {
+        if self.k + 1 >= shape.place.candidates() {
+            return false;
         }
-        if !invalidate.is_empty() {
-            let meta = [INVALID];
-            let at = d.layout.meta.expect("checksummed layouts have a meta byte") as u64;
-            let mut ops: Vec<Op> = invalidate
-                .iter()
-                .map(|&(r, b)| Op::Write {
-                    to: Remote::new(r, d.layout.offset(b) + at),
-                    from: &meta,
-                })
-                .collect();
-            d.exec(&mut ops)?;
-            d.count(|s| s.invalidations += invalidate.len() as u64);
-        }
-        pending = next;
+        self.k += 1;
+        self.retries = 0;
+        self.bucket = shape.place.candidate(self.hash, self.k);
+        true
     }
-    Ok(())
+
+    pub(crate) fn last(&self, shape: &Shape) -> bool {
+        self.k + 1 >= shape.place.candidates()
+    }
 }
 
-/// Whether a writer may take this bucket, and with what outcome.
-pub(crate) fn take(
-    buf_occupied: bool,
-    buf_invalid: bool,
-    same_key: bool,
-    last: bool,
-) -> Option<Write> {
-    if !buf_occupied || buf_invalid {
+/// What every machine carries: the run's keys, values and outcomes (the
+/// caller's), its probes, deadline, error and counters.
+pub(crate) struct Run<'a> {
+    pub(crate) shape: &'a Shape,
+    pub(crate) mode: Mode,
+    pub(crate) keys: &'a [&'a [u8]],
+    pub(crate) values: &'a [&'a [u8]],
+    pub(crate) out: &'a mut [Outcome],
+    /// Values found (reads, find_or_put): `value_len` bytes per key.
+    pub(crate) found: &'a mut [u8],
+    pub(crate) probes: &'a mut [Probe],
+    /// Base of this run's tags.
+    pub(crate) seq: u16,
+    pub(crate) started: Instant,
+    pub(crate) deadline: Instant,
+    pub(crate) error: Option<Error>,
+    pub(crate) stats: Stats,
+    /// Rounds in a row in which only waits happened.
+    pub(crate) idle: u32,
+    /// When giving back after an error must stop trying.
+    pub(crate) release_by: Option<Instant>,
+}
+
+impl<'a> Run<'a> {
+    /// A run over `keys` (and `values` for writes), whose probes the caller
+    /// has set with [`Probe::new`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        shape: &'a Shape,
+        mode: Mode,
+        keys: &'a [&'a [u8]],
+        values: &'a [&'a [u8]],
+        out: &'a mut [Outcome],
+        found: &'a mut [u8],
+        probes: &'a mut [Probe],
+        seq: u16,
+        now: Instant,
+    ) -> Run<'a> {
+        Run {
+            shape,
+            mode,
+            keys,
+            values,
+            out,
+            found,
+            probes,
+            seq,
+            started: now,
+            deadline: now.checked_add(shape.deadline).unwrap_or(now),
+            error: None,
+            stats: Stats::default(),
+            idle: 0,
+            release_by: None,
+        }
+    }
+
+    /// The tag of probe `i`'s holds.
+    pub(crate) fn tag(&self, i: usize) -> u64 {
+        word::tag(self.shape.rank, self.seq.wrapping_add(i as u16))
+    }
+
+    pub(crate) fn decide(&mut self, i: usize, o: Outcome) {
+        self.out[i] = o;
+        self.probes[i].done = true;
+        self.probes[i].phase = None;
+    }
+
+    /// Copies a found value into the caller's buffer.
+    pub(crate) fn keep_value(&mut self, i: usize, value: &[u8]) {
+        let n = self.shape.layout.value_len;
+        self.found[i * n..(i + 1) * n].copy_from_slice(value);
+    }
+
+    /// The bucket's data encoded for probe `i`'s key and value, into `out`.
+    pub(crate) fn encode(&self, i: usize, out: &mut [u8]) {
+        self.shape.layout.encode(self.keys[i], self.values[i], out);
+    }
+
+    /// Ends the run with a deadline error for probe `i` if `now` is past
+    /// the deadline; true if it did.
+    pub(crate) fn past_deadline(&mut self, i: usize, now: Instant, what: &'static str) -> bool {
+        if now < self.deadline {
+            return false;
+        }
+        if self.error.is_none() {
+            let p = self.probes[i];
+            let holder = match what {
+                "a consistent read" | "the lock" | "the region lock" => word::holder(p.seen),
+                "the claim" => word::holder_of_tag(p.seen >> 8),
+                _ => None,
+            };
+            self.error = Some(Error::Deadline {
+                op: self.mode.name(),
+                key: key_hex(self.keys[i]),
+                what,
+                rank: p.rank,
+                bucket: if what == "the region lock" {
+                    0
+                } else {
+                    p.bucket
+                },
+                holder: holder.map_or(String::new(), |r| format!(" (held by rank {r})")),
+                waited: now.saturating_duration_since(self.started),
+            });
+        }
+        true
+    }
+
+    /// Sets the wait before the next batch: none while some probe made
+    /// progress, then a yield, then a doubling sleep up to about 1 ms.
+    pub(crate) fn pace(&mut self, b: &mut Batch, progressed: bool) {
+        if progressed {
+            self.idle = 0;
+            return;
+        }
+        self.stats.lock_retries += 1;
+        let d = if self.idle < 4 {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(1 << self.idle.min(10))
+        };
+        self.idle += 1;
+        b.wait = Some(d);
+    }
+
+    /// Records the error of a failed batch (the first one wins) and starts
+    /// the release clock: releases are retried until `now` + the deadline.
+    pub(crate) fn failed(&mut self, e: Error, now: Instant) {
+        self.error.get_or_insert(e);
+        self.failed_at(now);
+    }
+
+    /// Starts the release clock (once): releases are retried until `now` +
+    /// the deadline, so a deadline error still gives its holds back.
+    pub(crate) fn failed_at(&mut self, now: Instant) {
+        if self.release_by.is_none() {
+            self.release_by = Some(now.checked_add(self.shape.deadline).unwrap_or(now));
+        }
+    }
+
+    /// Whether releases may still be retried.
+    pub(crate) fn may_retry_release(&self, now: Instant) -> bool {
+        self.release_by.is_some_and(|t| now < t)
+    }
+
+    pub(crate) fn finish(&mut self, stats: &mut Stats) -> Result<()> {
+        stats.add(&self.stats);
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether a writer takes a bucket, and with what outcome: the first
+/// candidate that is empty, invalid or holds the same key; else the last.
+pub(crate) fn take(occupied: bool, invalid: bool, same_key: bool, last: bool) -> Option<Write> {
+    if !occupied || invalid {
         Some(Write::Inserted)
     } else if same_key {
         Some(Write::Updated)
@@ -192,54 +581,118 @@ pub(crate) fn take(
     }
 }
 
-/// The MPI-DHT write: the first candidate that is empty, invalid or holds
-/// the same key; else the last one is overwritten. Two keys of one batch
-/// that choose the same bucket in a round do not both write it: the later
-/// one re-reads it in the next round.
-pub(crate) fn probe_write<T: Transport>(
-    d: &Dht<T>,
-    mut pending: Vec<Probe<'_>>,
-    values: &[&[u8]],
-    out: &mut [Option<Write>],
-) -> Result<()> {
-    while !pending.is_empty() {
-        let bufs = fetch(d, &pending)?;
-        let mut next = Vec::new();
-        let mut chosen: Vec<(usize, u64)> = Vec::new();
-        let mut writes: Vec<(Remote, Vec<u8>)> = Vec::new();
-        for (mut p, buf) in pending.into_iter().zip(bufs) {
-            let b = d.layout.decode(&buf, 0);
-            match take(b.occupied(), b.invalid(), b.key == p.key, p.last()) {
-                Some(w) if !chosen.contains(&p.bucket()) => {
-                    chosen.push(p.bucket());
-                    let (r, bk) = p.bucket();
-                    writes.push((data_at(d, r, bk), encoded(d, p.key, values[p.idx])));
-                    out[p.idx] = Some(w);
-                }
-                Some(_) => next.push(p), // taken by another key this round
-                None => {
-                    p.k += 1;
-                    next.push(p);
-                }
-            }
+/// Plans the release of every lock-word hold of `run`'s probes (fine, and
+/// coarse per region), after rewriting the data of a dirty hold whose write
+/// may not have landed: first the rewrites, then (next batch) the releases.
+/// Returns false if nothing is held any more.
+pub(crate) fn plan_lock_release(run: &mut Run<'_>, b: &mut Batch) -> bool {
+    b.clear();
+    let shape = *run.shape;
+    // Rewrites first: a hold whose write failed still owns the bucket, and
+    // the record must be whole before the version moves on.
+    for i in 0..run.probes.len() {
+        let p = run.probes[i];
+        // (Coarse: the hold is the region's, kept by the group's first
+        // probe; every probe that stored under it is dirty.)
+        if p.dirty && p.phase == Some(Role::Store) {
+            let at = shape.data_at(p.rank, p.bucket);
+            let len = shape.layout.data_len();
+            let buf = b.write(at, len, i, Role::Store);
+            shape.layout.encode(run.keys[i], run.values[i], buf);
+            run.probes[i].phase = Some(Role::Store);
         }
-        store(d, &writes)?;
-        pending = next;
     }
-    Ok(())
+    if !b.is_empty() {
+        return true;
+    }
+    for i in 0..run.probes.len() {
+        let p = run.probes[i];
+        if p.hold == Hold::None {
+            continue;
+        }
+        let to = if p.dirty {
+            word::bumped(p.word)
+        } else {
+            p.free
+        };
+        b.cas(
+            Remote::new(p.rank, word_offset(&shape, p)),
+            p.word,
+            to,
+            i,
+            Role::Release,
+        );
+        run.probes[i].phase = Some(Role::Release);
+    }
+    !b.is_empty()
 }
 
-/// Waits a little before retrying a lock, so retries do not spin a core.
-pub(crate) fn backoff(attempt: u32) {
-    if attempt < 4 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(1 << attempt.min(10)));
+/// The offset of the lock word a probe holds: its bucket's (fine) or the
+/// region's (coarse).
+fn word_offset(shape: &Shape, p: Probe) -> u64 {
+    match shape.layout.variant {
+        crate::Variant::Coarse => 0,
+        _ => shape.layout.offset(p.bucket),
     }
 }
 
-pub(crate) fn collect<R>(out: Vec<Option<R>>) -> Vec<R> {
-    out.into_iter()
-        .map(|o| o.expect("every key resolved"))
-        .collect()
+/// After a release batch: the releases that completed hold nothing any
+/// more; a completed rewrite leaves its hold to be released next.
+pub(crate) fn released(run: &mut Run<'_>, b: &Batch) {
+    for i in 0..b.len() {
+        let op = b.op(i);
+        let p = &mut run.probes[op.probe as usize];
+        match op.role {
+            Role::Release => {
+                p.hold = Hold::None;
+                p.phase = None;
+            }
+            Role::Store => p.phase = None,
+            _ => {}
+        }
+    }
+}
+
+/// The release loop shared by the locking variants, after an error:
+/// re-plans until nothing is held, or until releases must stop. The
+/// error stays the one that started it.
+pub(crate) fn release_step(run: &mut Run<'_>, b: &mut Batch, now: Instant) -> Step {
+    if plan_lock_release(run, b) {
+        if run.may_retry_release(now) {
+            return Step::Issue;
+        }
+        b.clear();
+    }
+    Step::Done
+}
+
+/// A failed batch in a locking variant: an acquire in it may have landed,
+/// so it counts as held until its release says otherwise; then release.
+/// Retries of a failed release wait a millisecond between attempts.
+pub(crate) fn lock_failed(
+    run: &mut Run<'_>,
+    releasing: &mut bool,
+    e: Error,
+    b: &mut Batch,
+    now: Instant,
+) -> Step {
+    run.failed(e, now);
+    for p in run.probes.iter_mut() {
+        if p.phase == Some(Role::Acquire) && p.hold == Hold::None {
+            p.hold = Hold::Maybe;
+        }
+        p.done = true;
+    }
+    let retry = std::mem::replace(releasing, true);
+    let step = release_step(run, b, now);
+    if retry && step == Step::Issue {
+        b.wait = Some(Duration::from_millis(1));
+    }
+    step
+}
+
+/// A release batch of a locking variant completed.
+pub(crate) fn lock_released(run: &mut Run<'_>, b: &mut Batch, now: Instant) -> Step {
+    released(run, b);
+    release_step(run, b, now)
 }

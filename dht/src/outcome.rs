@@ -1,0 +1,187 @@
+//! What the DHT's operations return: outcomes, errors and statistics. A
+//! leaf module: the variants' state machines and the table that drives them
+//! both use it, and it uses neither.
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout::Variant;
+
+/// Errors of the DHT.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A key or value of the wrong length.
+    #[error("{what} is {got} B, but this table was created for {expected} B {what}s")]
+    Length {
+        /// "key" or "value".
+        what: &'static str,
+        /// Its length.
+        got: usize,
+        /// The table's.
+        expected: usize,
+    },
+    /// The configuration cannot work.
+    #[error("invalid DHT configuration: {0}")]
+    Config(String),
+    /// The transport's region cannot hold the table.
+    #[error(
+        "rank {rank}'s region is {have} B but {buckets} {variant:?} buckets need {need} B: \
+         give the transport a larger region (Config::region_len) or fewer buckets"
+    )]
+    RegionTooSmall {
+        /// Rank.
+        rank: usize,
+        /// Bytes available.
+        have: usize,
+        /// Bytes needed.
+        need: usize,
+        /// Buckets asked for.
+        buckets: u64,
+        /// Variant.
+        variant: Variant,
+    },
+    /// The variant needs atomics the transport does not have.
+    #[error(
+        "the {variant:?} variant needs remote atomics, which {transport} does not offer: \
+         use the lockfree variant, or a provider with atomics (see `fabkit info`)"
+    )]
+    NoAtomics {
+        /// Variant.
+        variant: Variant,
+        /// Transport name.
+        transport: String,
+    },
+    /// Ranks created the table differently.
+    #[error("ranks disagree on the table: {0}")]
+    Mismatch(String),
+    /// A bounded wait ran out: a lock, a claim or a consistent snapshot of
+    /// one bucket did not come within the operation's deadline.
+    #[error(
+        "{op} of key {key} gave up after {waited:?}: {what} of bucket {bucket} on rank {rank}{holder} \
+         (a rank that died holding it, or contention past the deadline; raise it with Dht::set_deadline)"
+    )]
+    Deadline {
+        /// "read", "write" or "find_or_put".
+        op: &'static str,
+        /// The key, as hex (its first 16 bytes).
+        key: String,
+        /// What was waited for: "the lock", "the claim", "a consistent read".
+        what: &'static str,
+        /// The rank holding the bucket.
+        rank: usize,
+        /// The bucket (for coarse, the region's lock: bucket 0).
+        bucket: u64,
+        /// Who held it when the wait ended, as " (held by rank r)", or "".
+        holder: String,
+        /// How long the operation had waited.
+        waited: std::time::Duration,
+    },
+    /// The transport failed.
+    #[error(transparent)]
+    Transport(#[from] fabkit_fabric::Error),
+}
+
+/// Result with the DHT [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a read found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// The key's value.
+    Hit(Vec<u8>),
+    /// Not in the table.
+    Miss,
+    /// The key's bucket kept failing its checksum (lockfree, chunked): a
+    /// concurrent write, or damage. The bucket is now marked invalid.
+    Corrupt,
+}
+
+/// What a write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Write {
+    /// Stored in an empty (or invalid) bucket.
+    Inserted,
+    /// The key was there; its value was replaced.
+    Updated,
+    /// Every candidate held another key; the last one was overwritten.
+    Evicted,
+}
+
+/// What `find_or_put` did (chunked).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FindOrPut {
+    /// The key was there, with this value (left unchanged).
+    Found(Vec<u8>),
+    /// The key was absent and is now stored.
+    Inserted,
+    /// Absent, and every probed chunk is full.
+    Full,
+}
+
+/// Per-rank statistics; add them up with [`Stats::add`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Keys read.
+    pub reads: u64,
+    /// Keys written.
+    pub writes: u64,
+    /// Reads that found the key.
+    pub hits: u64,
+    /// Reads that did not.
+    pub misses: u64,
+    /// Reads returned as corrupt.
+    pub corrupt: u64,
+    /// Writes into empty or invalid buckets.
+    pub inserts: u64,
+    /// Writes that replaced a value.
+    pub updates: u64,
+    /// Writes that overwrote another key.
+    pub evictions: u64,
+    /// Re-reads after a checksum mismatch.
+    pub checksum_retries: u64,
+    /// Buckets marked invalid.
+    pub invalidations: u64,
+    /// Failed lock attempts (fine, coarse).
+    pub lock_retries: u64,
+    /// Remote operations issued.
+    pub remote_ops: u64,
+    /// Batches (post/complete cycles) issued.
+    pub batches: u64,
+}
+
+impl Stats {
+    /// Field-wise sum.
+    pub fn add(&mut self, o: &Stats) {
+        self.reads += o.reads;
+        self.writes += o.writes;
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.corrupt += o.corrupt;
+        self.inserts += o.inserts;
+        self.updates += o.updates;
+        self.evictions += o.evictions;
+        self.checksum_retries += o.checksum_retries;
+        self.invalidations += o.invalidations;
+        self.lock_retries += o.lock_retries;
+        self.remote_ops += o.remote_ops;
+        self.batches += o.batches;
+    }
+
+    /// Remote operations per DHT operation.
+    pub fn ops_per_op(&self) -> f64 {
+        let n = self.reads + self.writes;
+        if n == 0 {
+            0.0
+        } else {
+            self.remote_ops as f64 / n as f64
+        }
+    }
+}
+
+/// The hex form of a key's first 16 bytes, for error messages.
+pub(crate) fn key_hex(key: &[u8]) -> String {
+    let mut s: String = key.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    if key.len() > 16 {
+        s.push_str("..");
+    }
+    s
+}
