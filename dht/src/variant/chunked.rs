@@ -41,7 +41,14 @@ fn chunk_len(shape: &Shape) -> u64 {
 enum Seen {
     Empty(u64),
     Claimed(u64, u64),
-    Mine { bucket: u64, at: usize, ok: bool },
+    Mine {
+        bucket: u64,
+        at: usize,
+        ok: bool,
+    },
+    /// Full, another key, and its checksum fails: a write in flight (its
+    /// key bytes may be torn too, so it may be this key's).
+    Torn,
     Other,
 }
 
@@ -66,6 +73,9 @@ fn scan(shape: &Shape, bytes: &[u8], first: u64, key: &[u8]) -> Seen {
                     at: j * bl + 8,
                     ok: bk.checksum_ok(),
                 };
+            }
+            if !bk.checksum_ok() {
+                return Seen::Torn;
             }
         }
     }
@@ -143,6 +153,16 @@ impl<'a> Chunked<'a> {
             }
         }
         let p = &mut self.run.probes[i];
+        if matches!(seen, Seen::Torn) {
+            if p.retries < shape.checksum_retries {
+                p.retries += 1;
+                self.run.stats.checksum_retries += 1;
+                self.run.past_deadline(i, now, "a consistent read");
+                return true;
+            }
+            // Still torn: damage; move past it as another key's.
+            seen = Seen::Other;
+        }
         match seen {
             Seen::Empty(bucket) => {
                 if self.run.mode == Mode::Read {
@@ -178,7 +198,7 @@ impl<'a> Chunked<'a> {
                     }
                 }
             }
-            Seen::Mine { .. } => unreachable!("handled above"),
+            Seen::Mine { .. } | Seen::Torn => unreachable!("handled above"),
         }
         true
     }

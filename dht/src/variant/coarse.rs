@@ -12,7 +12,9 @@
 
 use std::time::Instant;
 
-use super::{plan_lock_release, take, word, Batch, Hold, Machine, Mode, Outcome, Role, Run, Step};
+use super::{
+    contended, plan_lock_release, take, word, Batch, Hold, Machine, Mode, Outcome, Role, Run, Step,
+};
 use crate::outcome::{Error, Result, Stats};
 use crate::transport::Remote;
 
@@ -151,6 +153,7 @@ impl<'a> Coarse<'a> {
                             let buf = b.write(at, shape.layout.data_len(), i, Role::Store);
                             self.run.encode(i, buf);
                         }
+                        Some(Role::Defer) => self.run.probes[i].phase = Some(Role::Data),
                         _ => {}
                     }
                 }
@@ -174,7 +177,9 @@ impl<'a> Coarse<'a> {
     }
 
     /// A probing round's data for probe `i`.
-    fn seen(&mut self, i: usize, data: &[u8]) {
+    fn seen(&mut self, b: &Batch, j: usize) {
+        let i = b.op(j).probe as usize;
+        let data = b.bytes(j);
         let shape = *self.run.shape;
         let bk = shape.layout.decode(data, 0);
         let key = self.run.keys[i];
@@ -197,12 +202,11 @@ impl<'a> Coarse<'a> {
         let last = self.run.probes[i].last(&shape);
         match take(bk.occupied(), false, bk.key == key, last) {
             Some(w) => {
-                let (rank, bucket) = (self.run.probes[i].rank, self.run.probes[i].bucket);
-                let taken = self.run.probes[..i]
-                    .iter()
-                    .any(|q| q.phase == Some(Role::Store) && q.rank == rank && q.bucket == bucket);
-                if !taken {
-                    let p = &mut self.run.probes[i];
+                let taken = contended(&self.run, b, i);
+                let p = &mut self.run.probes[i];
+                if taken {
+                    p.phase = Some(Role::Defer);
+                } else {
                     p.pending = Outcome::of(w);
                     p.phase = Some(Role::Store);
                 }
@@ -290,7 +294,7 @@ impl Machine for Coarse<'_> {
                     let op = b.op(j);
                     let i = op.probe as usize;
                     match op.role {
-                        Role::Data => self.seen(i, b.bytes(j)),
+                        Role::Data => self.seen(b, j),
                         Role::Store => self.run.probes[i].phase = None,
                         _ => {}
                     }

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use super::{take, Batch, Machine, Mode, Outcome, Role, Run, Step};
+use super::{contended, take, Batch, Machine, Mode, Outcome, Role, Run, Step};
 use crate::layout::INVALID;
 use crate::outcome::{Error, Result, Stats};
 use crate::transport::Remote;
@@ -25,33 +25,42 @@ impl<'a> Lockfree<'a> {
     }
 
     /// A bucket's data arrived for probe `i`.
-    fn seen(&mut self, i: usize, data: &[u8], now: Instant) {
+    fn seen(&mut self, b: &Batch, j: usize, now: Instant) {
+        let i = b.op(j).probe as usize;
+        let data = b.bytes(j);
         let shape = *self.run.shape;
-        let b = shape.layout.decode(data, 0);
+        let bk = shape.layout.decode(data, 0);
         let key = self.run.keys[i];
-        if self.run.mode == Mode::Read {
-            if !b.occupied() && !b.invalid() {
-                // Buckets never become empty again: the key is not further on.
-                return self.run.decide(i, Outcome::Miss);
+        let mine = bk.key == key;
+        if bk.occupied() && !bk.checksum_ok() {
+            // A write in flight (or damage): its key bytes may be torn too,
+            // so neither "mine" nor "another key's" can be trusted yet.
+            let p = &mut self.run.probes[i];
+            if p.retries < shape.checksum_retries {
+                p.retries += 1;
+                self.run.stats.checksum_retries += 1;
+                if self.run.past_deadline(i, now, "a consistent read") {
+                    self.run.probes[i].done = true;
+                }
+                return;
             }
-            if b.occupied() && b.key == key {
-                if b.checksum_ok() {
-                    self.run.keep_value(i, b.value);
-                    return self.run.decide(i, Outcome::Hit);
-                }
-                let p = &mut self.run.probes[i];
-                if p.retries < shape.checksum_retries {
-                    // Probably a write in flight: read the same bucket again.
-                    p.retries += 1;
-                    self.run.stats.checksum_retries += 1;
-                    if self.run.past_deadline(i, now, "a consistent read") {
-                        self.run.probes[i].done = true;
-                    }
-                    return;
-                }
+            if self.run.mode == Mode::Read && mine {
+                // Still failing: give up on it, and mark it for reuse.
                 p.pending = Outcome::Corrupt;
                 p.phase = Some(Role::Invalidate);
                 return;
+            }
+            // A reader moves past it; a writer takes it as damaged.
+        }
+        let damaged = bk.occupied() && !bk.checksum_ok();
+        if self.run.mode == Mode::Read {
+            if !bk.occupied() && !bk.invalid() {
+                // Buckets never become empty again: the key is not further on.
+                return self.run.decide(i, Outcome::Miss);
+            }
+            if bk.occupied() && mine && !damaged {
+                self.run.keep_value(i, bk.value);
+                return self.run.decide(i, Outcome::Hit);
             }
             if !self.run.probes[i].advance(&shape) {
                 self.run.decide(i, Outcome::Miss);
@@ -59,16 +68,15 @@ impl<'a> Lockfree<'a> {
             return;
         }
         let last = self.run.probes[i].last(&shape);
-        match take(b.occupied(), b.invalid(), b.key == key, last) {
+        match take(bk.occupied(), bk.invalid() || damaged, mine, last) {
             Some(w) => {
-                let (rank, bucket) = (self.run.probes[i].rank, self.run.probes[i].bucket);
-                // Two keys of this run that chose one bucket in this round do
-                // not both write it: the later one reads it again next round.
-                let taken = self.run.probes[..i]
-                    .iter()
-                    .any(|q| q.phase == Some(Role::Store) && q.rank == rank && q.bucket == bucket);
-                if !taken {
-                    let p = &mut self.run.probes[i];
+                // Two keys of this run that chose one bucket do not both
+                // write it: the later one reads it again after the store.
+                let taken = contended(&self.run, b, i);
+                let p = &mut self.run.probes[i];
+                if taken {
+                    p.phase = Some(Role::Defer);
+                } else {
                     p.pending = super::Outcome::of(w);
                     p.phase = Some(Role::Store);
                 }
@@ -116,6 +124,7 @@ impl<'a> Lockfree<'a> {
                     let to = Remote::new(p.rank, shape.layout.offset(p.bucket) + at as u64);
                     b.write(to, 1, i, Role::Invalidate)[0] = INVALID;
                 }
+                Some(Role::Defer) => self.run.probes[i].phase = Some(Role::Data),
                 _ => unreachable!("lockfree plans reads, stores and invalidations"),
             }
         }
@@ -137,7 +146,7 @@ impl Machine for Lockfree<'_> {
             let op = b.op(j);
             let i = op.probe as usize;
             match op.role {
-                Role::Data => self.seen(i, b.bytes(j), now),
+                Role::Data => self.seen(b, j, now),
                 Role::Store => {
                     // Back to reading for a probe that must go on; a
                     // decided store ends here.

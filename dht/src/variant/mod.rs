@@ -182,6 +182,10 @@ pub(crate) enum Role {
     Invalidate,
     Claim,
     Publish,
+    /// Nothing this batch: another key of the run stores to the bucket this
+    /// probe wants, and the probe reads it again only once that store has
+    /// completed (ops of one batch are unordered).
+    Defer,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -565,6 +569,23 @@ impl<'a> Run<'a> {
             None => Ok(()),
         }
     }
+}
+
+/// Whether a writer may trust what it read of probe `i`'s bucket: not if
+/// another key of the run is about to store there (`phase` Store), nor if
+/// one stored there in the batch just completed (`done`), which was
+/// unordered with the read. Such a probe defers: it reads again once the
+/// store has completed.
+pub(crate) fn contended(run: &Run<'_>, done: &Batch, i: usize) -> bool {
+    let p = &run.probes[i];
+    let at = run.shape.data_at(p.rank, p.bucket);
+    run.probes[..i]
+        .iter()
+        .any(|q| q.phase == Some(Role::Store) && q.rank == p.rank && q.bucket == p.bucket)
+        || (0..done.len()).any(|j| {
+            let op = done.op(j);
+            op.role == Role::Store && op.at == at && op.probe as usize != i
+        })
 }
 
 /// Whether a writer takes a bucket, and with what outcome: the first

@@ -1,0 +1,375 @@
+//! The variants under the fault-injecting transport: against the HashMap
+//! model, with every op of an operation failing in turn (whatever it held
+//! must be given back), and with holds that never go away (deadlines from
+//! the test's clock, no sleeping).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{key, small, value, VARIANTS};
+use fabkit_dht::clock::TestClock;
+use fabkit_dht::placement::{default_candidates, hash_key, Placement};
+use fabkit_dht::transport::faulty::{Delay, Faults, FaultyTransport};
+use fabkit_dht::transport::local::LocalTransport;
+use fabkit_dht::transport::{Op, Remote, Transport};
+use fabkit_dht::{Config, Dht, Error, FindOrPut, Read, Variant, Write};
+use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
+use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+
+type Table = Dht<FaultyTransport<LocalTransport>>;
+
+/// `n` tables over shared local regions, rank r's transport injecting
+/// `faults(r)`; every table takes its time from its own test clock.
+fn tables(n: usize, cfg: Config, faults: impl Fn(usize) -> Faults) -> Vec<(Table, Arc<TestClock>)> {
+    let ts = LocalTransport::group(n, cfg.region_len());
+    let boots = ThreadGroup::members(n, Duration::from_secs(10));
+    let ts: Vec<_> = ts
+        .into_iter()
+        .enumerate()
+        .map(|(r, t)| FaultyTransport::new(t, faults(r)))
+        .collect();
+    let made: Vec<Table> = std::thread::scope(|s| {
+        let hs: Vec<_> = ts
+            .into_iter()
+            .zip(&boots)
+            .map(|(t, b)| s.spawn(move || Dht::create(t, cfg, b as &dyn Bootstrap).unwrap()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    made.into_iter()
+        .map(|mut d| {
+            let c = Arc::new(TestClock::new());
+            d.set_clock(c.clone());
+            d.set_deadline(Duration::from_secs(5)).unwrap();
+            (d, c)
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Write(u64, u64),
+    Read(u64),
+    WriteMany(Vec<(u64, u64)>),
+    ReadMany(Vec<u64>),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..40u64, 0..1000u64).prop_map(|(k, s)| Step::Write(k, s)),
+        (0..50u64).prop_map(Step::Read),
+        prop::collection::vec((0..40u64, 0..1000u64), 1..10).prop_map(Step::WriteMany),
+        prop::collection::vec(0..50u64, 1..10).prop_map(Step::ReadMany),
+    ]
+}
+
+proptest! {
+    // Fixed seeds: CI runs the same cases every time; a failure names its
+    // case, and rerunning reproduces it.
+    #![proptest_config(ProptestConfig {
+        cases: 12,
+        rng_seed: RngSeed::Fixed(0x00fa_b417),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn every_variant_under_faults_behaves_like_a_hash_map(
+        steps in prop::collection::vec(step(), 1..40),
+        seed in any::<u64>(),
+    ) {
+        for variant in VARIANTS {
+            // Torn reads come from a writer that ignores locks: only the
+            // checksummed variants claim to survive it.
+            let tear = if matches!(variant, Variant::Lockfree | Variant::Chunked) { 0.5 } else { 0.0 };
+            let mut cfg = small(variant, 512);
+            // A tear costs a re-read; enough re-reads that a key is not
+            // given up as corrupt by chance (0.25^21).
+            cfg.checksum_retries = 20;
+            let ts = tables(3, cfg, |r| {
+                Faults::seeded(seed ^ r as u64)
+                    .reorder()
+                    .split_reads(0.5)
+                    .tear_reads(tear)
+                    .delay_writes(Delay::UntilNextBatch, 0.5)
+            });
+            let d = &ts[1].0;
+            let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+            let put = |model: &mut HashMap<u64, Vec<u8>>, k: u64, s: u64, w: Write| {
+                let expect = if model.contains_key(&k) { Write::Updated } else { Write::Inserted };
+                prop_assert_eq!(w, expect, "{:?} key {}", variant, k);
+                model.insert(k, value(&key(k), 9, s, 24));
+                Ok(())
+            };
+            let get = |model: &HashMap<u64, Vec<u8>>, k: u64, r: &Read| {
+                let expect = model.get(&k).map_or(Read::Miss, |v| Read::Hit(v.clone()));
+                prop_assert_eq!(r, &expect, "{:?} key {}", variant, k);
+                Ok(())
+            };
+            for s in &steps {
+                match s {
+                    Step::Write(k, sq) => {
+                        let w = d.write(&key(*k), &value(&key(*k), 9, *sq, 24)).unwrap();
+                        put(&mut model, *k, *sq, w)?;
+                    }
+                    Step::Read(k) => get(&model, *k, &d.read(&key(*k)).unwrap())?,
+                    Step::WriteMany(items) => {
+                        let mut seen = std::collections::HashSet::new();
+                        let items: Vec<(u64, u64)> =
+                            items.iter().copied().filter(|(k, _)| seen.insert(*k)).collect();
+                        let keys: Vec<Vec<u8>> = items.iter().map(|(k, _)| key(*k)).collect();
+                        let vals: Vec<Vec<u8>> =
+                            items.iter().map(|(k, s)| value(&key(*k), 9, *s, 24)).collect();
+                        let refs: Vec<(&[u8], &[u8])> =
+                            keys.iter().zip(&vals).map(|(k, v)| (&k[..], &v[..])).collect();
+                        for ((k, s), w) in items.iter().zip(d.write_many(&refs).unwrap()) {
+                            put(&mut model, *k, *s, w)?;
+                        }
+                    }
+                    Step::ReadMany(ks) => {
+                        let keys: Vec<Vec<u8>> = ks.iter().map(|k| key(*k)).collect();
+                        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                        for (k, r) in ks.iter().zip(d.read_many(&refs).unwrap()) {
+                            get(&model, *k, &r)?;
+                        }
+                    }
+                }
+            }
+            let st = d.stats();
+            prop_assert_eq!(st.corrupt, 0);
+            let inj = d.transport().injected();
+            prop_assert!(inj.reordered_batches + inj.split_reads + inj.delayed_writes > 0,
+                "{:?}: no fault was injected: {:?}", variant, inj);
+        }
+    }
+}
+
+/// A key whose home is rank 1 of 2.
+fn remote_key(cfg: &Config) -> Vec<u8> {
+    let cands = default_candidates(cfg.buckets);
+    let p = Placement::new(2, cfg.buckets, cands);
+    (0..)
+        .map(key)
+        .find(|k| p.rank_of(hash_key(k)) == 1)
+        .unwrap()
+}
+
+/// Every word of `rank`'s region that holds a lock or a claim: lock words
+/// (fine: each bucket's first word; coarse: the region's first) with a
+/// non-zero tag (their low 40 bits), chunked state words that are odd.
+fn holds(t: &impl Transport, cfg: &Config, rank: usize) -> Vec<u64> {
+    let l = cfg.layout();
+    let mut region = vec![0u8; cfg.region_len()];
+    t.execute(&mut [Op::Read {
+        from: Remote::new(rank, 0),
+        into: &mut region,
+    }])
+    .unwrap();
+    let word =
+        |off: u64| u64::from_le_bytes(region[off as usize..off as usize + 8].try_into().unwrap());
+    match cfg.variant {
+        Variant::Coarse => [0u64]
+            .into_iter()
+            .filter(|&o| word(o) & ((1 << 40) - 1) != 0)
+            .collect(),
+        Variant::Fine => (0..cfg.buckets)
+            .filter(|&b| word(l.offset(b)) & ((1 << 40) - 1) != 0)
+            .collect(),
+        Variant::Chunked => (0..cfg.buckets)
+            .filter(|&b| word(l.offset(b)) & 1 == 1)
+            .collect(),
+        Variant::Lockfree => vec![],
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Insert,
+    Update,
+    Read,
+    FindOrPut,
+}
+
+/// Runs one operation of `kind` on `d` with key `k`.
+fn operate(d: &Table, kind: Kind, k: &[u8], seq: u64) -> Result<(), Error> {
+    let v = value(k, 0, seq, 24);
+    match kind {
+        Kind::Insert | Kind::Update => d.write(k, &v).map(|_| ()),
+        Kind::Read => d.read(k).map(|_| ()),
+        Kind::FindOrPut => d.find_or_put_many(&[(k, &v)]).map(|_| ()),
+    }
+}
+
+#[test]
+fn every_error_path_gives_back_what_it_holds() {
+    let mut cases = 0;
+    for variant in VARIANTS {
+        let cfg = small(variant, 64);
+        let k = remote_key(&cfg);
+        let kinds: &[Kind] = if variant == Variant::Chunked {
+            &[Kind::Insert, Kind::Update, Kind::Read, Kind::FindOrPut]
+        } else {
+            &[Kind::Insert, Kind::Update, Kind::Read]
+        };
+        for &kind in kinds {
+            // How many ops the operation issues when nothing fails.
+            let count = {
+                let ts = tables(2, cfg, |_| Faults::default());
+                if kind != Kind::Insert {
+                    ts[0].0.write(&k, &value(&k, 0, 0, 24)).unwrap();
+                }
+                ts[0].0.transport().reset_count();
+                operate(&ts[0].0, kind, &k, 1).unwrap();
+                ts[0].0.transport().ops_seen()
+            };
+            assert!(count >= 1);
+            for n in 1..=count {
+                let ts = tables(2, cfg, |_| Faults::seeded(n));
+                let (d0, d1) = (&ts[0].0, &ts[1].0);
+                if kind != Kind::Insert {
+                    d0.write(&k, &value(&k, 0, 0, 24)).unwrap();
+                }
+                d0.transport().reset_count();
+                d0.transport().set_fail_op(Some(n));
+                let r = operate(d0, kind, &k, 1);
+                let ctx = format!("{variant:?} {kind:?}, op {n} of {count} failed");
+                assert!(
+                    matches!(r, Err(Error::Transport(_))),
+                    "{ctx}: the operation must report the failure, got {r:?}"
+                );
+                assert_eq!(d0.transport().injected().failed_ops, 1, "{ctx}");
+                // Nothing is left held, and another rank's operations on the
+                // same bucket go through within their deadline.
+                for rank in 0..2 {
+                    assert_eq!(
+                        holds(d1.transport(), &cfg, rank),
+                        Vec::<u64>::new(),
+                        "{ctx}: rank {rank}"
+                    );
+                }
+                let v = value(&k, 1, 7, 24);
+                d1.write(&k, &v)
+                    .unwrap_or_else(|e| panic!("{ctx}: the next write failed: {e}"));
+                assert_eq!(d1.read(&k).unwrap(), Read::Hit(v), "{ctx}");
+                assert!(
+                    ts[1].1.elapsed() < Duration::from_secs(5),
+                    "{ctx}: waited to the deadline"
+                );
+                cases += 1;
+            }
+        }
+    }
+    // Every variant's write fails at least at its lock/claim, data and
+    // release steps: far more than 4 x 3 cases.
+    assert!(cases > 40, "only {cases} failure points");
+}
+
+/// Puts a hold of rank 7 (a rank that died holding it) where `k`'s first
+/// write would need it; returns the word's remote and its value.
+fn plant_hold(t: &impl Transport, cfg: &Config, k: &[u8]) -> (Remote, u64) {
+    let l = cfg.layout();
+    let p = Placement::new(2, cfg.buckets, default_candidates(cfg.buckets));
+    let h = hash_key(k);
+    let c0 = p.candidate(h, 0);
+    // The tag of rank 7: (rank + 1) << 16, sequence 0.
+    let tag = 8u64 << 16;
+    let (at, w) = match cfg.variant {
+        Variant::Coarse => (Remote::new(1, 0), tag),
+        Variant::Fine => (Remote::new(1, l.offset(c0)), tag),
+        Variant::Chunked => {
+            let chunk = u64::from(cfg.chunk).min(cfg.buckets);
+            let first = c0 % (cfg.buckets - chunk + 1);
+            (Remote::new(1, l.offset(first)), tag << 8 | 1)
+        }
+        Variant::Lockfree => unreachable!("lockfree holds nothing"),
+    };
+    let mut old = 0;
+    t.execute(&mut [Op::Swap {
+        at,
+        new: w,
+        old: &mut old,
+    }])
+    .unwrap();
+    (at, w)
+}
+
+#[test]
+fn a_hold_that_never_goes_away_ends_at_the_deadline_of_the_test_clock() {
+    for variant in [Variant::Fine, Variant::Coarse, Variant::Chunked] {
+        let cfg = small(variant, 64);
+        let k = remote_key(&cfg);
+        let ts = tables(2, cfg, |_| Faults::default());
+        let (d, clock) = (&ts[0].0, &ts[0].1);
+        let (at, _) = plant_hold(d.transport(), &cfg, &k);
+        // What each waits for: a writer for the lock or claim, a reader for
+        // a consistent snapshot (fine), the region lock (coarse) or the
+        // claim (chunked: the key may be in the claimed bucket).
+        let (write_waits, read_waits) = match variant {
+            Variant::Fine => ("the lock", "a consistent read"),
+            Variant::Coarse => ("the region lock", "the region lock"),
+            _ => ("the claim", "the claim"),
+        };
+        for (op, what) in [("write", write_waits), ("read", read_waits)] {
+            let before = clock.elapsed();
+            let r = if op == "write" {
+                d.write(&k, &value(&k, 0, 0, 24)).map(|_| ())
+            } else {
+                d.read(&k).map(|_| ())
+            };
+            let waited = clock.elapsed() - before;
+            let e = r.expect_err(&format!(
+                "{variant:?} {op}: a hold held for ever must end in an error"
+            ));
+            let msg = e.to_string();
+            assert!(
+                matches!(e, Error::Deadline { .. }),
+                "{variant:?} {op}: {msg}"
+            );
+            assert!(
+                msg.contains(what) && msg.contains("rank 1") && msg.contains("held by rank 7"),
+                "{variant:?} {op}: {msg}"
+            );
+            assert!(
+                msg.contains(&fabkit_dht_key_hex(&k)),
+                "{variant:?} {op}: {msg} names the key"
+            );
+            assert!(
+                waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
+                "{variant:?} {op}: gave up after {waited:?} of test time, not at the 5 s deadline"
+            );
+        }
+        // The hold goes; the same operations go through.
+        let mut old = 0;
+        d.transport()
+            .execute(&mut [Op::Swap {
+                at,
+                new: 0,
+                old: &mut old,
+            }])
+            .unwrap();
+        assert_eq!(
+            d.write(&k, &value(&k, 0, 1, 24)).unwrap(),
+            Write::Inserted,
+            "{variant:?}"
+        );
+        assert_eq!(
+            d.read(&k).unwrap(),
+            Read::Hit(value(&k, 0, 1, 24)),
+            "{variant:?}"
+        );
+        if variant == Variant::Chunked {
+            assert!(matches!(
+                d.find_or_put_many(&[(&k, &value(&k, 0, 2, 24))]).unwrap()[0],
+                FindOrPut::Found(_)
+            ));
+        }
+    }
+}
+
+fn fabkit_dht_key_hex(k: &[u8]) -> String {
+    k.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
