@@ -509,6 +509,10 @@ impl<T: Transport> Dht<T> {
                 Variant::Chunked => self.drive(Chunked::new(run), batch, ops)?,
             }
         }
+        debug_assert!(
+            out.iter().all(|o| *o != Outcome::Pending),
+            "a machine finished with a key undecided"
+        );
         Ok(())
     }
 

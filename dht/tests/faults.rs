@@ -373,3 +373,51 @@ fn a_hold_that_never_goes_away_ends_at_the_deadline_of_the_test_clock() {
 fn fabkit_dht_key_hex(k: &[u8]) -> String {
     k.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
+
+/// One batch of distinct keys into a small table, its ops reordered: each
+/// key reported inserted must be there afterwards (an eviction replaces one
+/// key by another), so no two keys of a batch may take one bucket. A
+/// key's re-read of a bucket must not be unordered with another key's store
+/// to it in the same batch.
+#[test]
+fn a_batch_never_stores_two_keys_in_one_bucket() {
+    for variant in VARIANTS {
+        let mut lost = 0;
+        for seed in 0..150u64 {
+            let mut cfg = small(variant, 16);
+            cfg.candidates = 4;
+            cfg.chunk = 2;
+            let ts = tables(1, cfg, |_| {
+                Faults::seeded(seed)
+                    .reorder()
+                    .delay_writes(Delay::UntilNextBatch, 0.5)
+            });
+            let d = &ts[0].0;
+            let keys: Vec<Vec<u8>> = (0..12).map(|i| key(seed * 100 + i)).collect();
+            let vals: Vec<Vec<u8>> = keys.iter().map(|k| value(k, 0, seed, 24)).collect();
+            let items: Vec<(&[u8], &[u8])> = keys
+                .iter()
+                .zip(&vals)
+                .map(|(k, v)| (&k[..], &v[..]))
+                .collect();
+            let ws = d.write_many(&items).unwrap();
+            let inserted = ws.iter().filter(|w| **w == Write::Inserted).count();
+            let mut hits = 0;
+            for (k, v) in keys.iter().zip(&vals) {
+                match d.read(k).unwrap() {
+                    Read::Hit(got) => {
+                        assert_eq!(&got, v, "{variant:?} seed {seed}: a wrong value");
+                        hits += 1;
+                    }
+                    Read::Miss => {}
+                    Read::Corrupt => panic!("{variant:?} seed {seed}: corrupt"),
+                }
+            }
+            lost += inserted.saturating_sub(hits);
+        }
+        assert_eq!(
+            lost, 0,
+            "{variant:?}: {lost} keys reported inserted were lost"
+        );
+    }
+}

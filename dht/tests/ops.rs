@@ -217,3 +217,30 @@ fn no_variant_writes_a_word_it_updates_atomically() {
         }
     }
 }
+
+/// Readers of the locking variants take nothing: they fetch the lock word
+/// before and after the data and modify no word, so no stream of readers
+/// can hold a writer off, and a reader that fails leaves nothing held.
+#[test]
+fn locking_readers_modify_nothing() {
+    for variant in [Variant::Fine, Variant::Coarse] {
+        let d = table(variant);
+        let keys: Vec<Vec<u8>> = (0..50).map(key).collect();
+        for k in &keys {
+            d.write(k, &value(k, 0, 0, 24)).unwrap();
+        }
+        d.transport().clear();
+        for k in keys.iter().chain(&[key(999)]) {
+            d.read(k).unwrap();
+        }
+        let kinds: Vec<_> = d.transport().kinds().into_iter().flatten().collect();
+        assert!(
+            kinds.contains(&Fetch) && kinds.contains(&Read),
+            "{variant:?}: {kinds:?}"
+        );
+        assert!(
+            kinds.iter().all(|k| matches!(k, Fetch | Read)),
+            "{variant:?}: a reader modified something: {kinds:?}"
+        );
+    }
+}

@@ -202,10 +202,10 @@ impl<'a> Coarse<'a> {
         let last = self.run.probes[i].last(&shape);
         match take(bk.occupied(), false, bk.key == key, last) {
             Some(w) => {
-                let taken = contended(&self.run, b, i);
+                let wait = contended(&self.run, b, i);
                 let p = &mut self.run.probes[i];
-                if taken {
-                    p.phase = Some(Role::Defer);
+                if let Some(next) = wait {
+                    p.phase = Some(next);
                 } else {
                     p.pending = Outcome::of(w);
                     p.phase = Some(Role::Store);

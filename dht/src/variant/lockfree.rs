@@ -72,10 +72,10 @@ impl<'a> Lockfree<'a> {
             Some(w) => {
                 // Two keys of this run that chose one bucket do not both
                 // write it: the later one reads it again after the store.
-                let taken = contended(&self.run, b, i);
+                let wait = contended(&self.run, b, i);
                 let p = &mut self.run.probes[i];
-                if taken {
-                    p.phase = Some(Role::Defer);
+                if let Some(next) = wait {
+                    p.phase = Some(next);
                 } else {
                     p.pending = super::Outcome::of(w);
                     p.phase = Some(Role::Store);

@@ -571,21 +571,26 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Whether a writer may trust what it read of probe `i`'s bucket: not if
-/// another key of the run is about to store there (`phase` Store), nor if
-/// one stored there in the batch just completed (`done`), which was
-/// unordered with the read. Such a probe defers: it reads again once the
-/// store has completed.
-pub(crate) fn contended(run: &Run<'_>, done: &Batch, i: usize) -> bool {
+/// Whether a writer may trust what it read of probe `i`'s bucket, and what
+/// to do if not: another key of the run is about to store there (its
+/// `phase` is Store): wait out that batch (`Defer`), then read again; one
+/// stored there in the batch just completed (`done`), unordered with the
+/// read: read again now (`Data`).
+pub(crate) fn contended(run: &Run<'_>, done: &Batch, i: usize) -> Option<Role> {
     let p = &run.probes[i];
     let at = run.shape.data_at(p.rank, p.bucket);
-    run.probes[..i]
+    if run.probes[..i]
         .iter()
         .any(|q| q.phase == Some(Role::Store) && q.rank == p.rank && q.bucket == p.bucket)
-        || (0..done.len()).any(|j| {
+    {
+        return Some(Role::Defer);
+    }
+    (0..done.len())
+        .any(|j| {
             let op = done.op(j);
             op.role == Role::Store && op.at == at && op.probe as usize != i
         })
+        .then_some(Role::Data)
 }
 
 /// Whether a writer takes a bucket, and with what outcome: the first
