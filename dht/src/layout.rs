@@ -19,8 +19,11 @@ pub const INVALID: u8 = 2;
 
 /// Chunked state word: free.
 pub const STATE_EMPTY: u64 = 0;
-// Any odd chunked state word is a claim: a writer (named by the tag in
-// the word's upper bits) is filling the bucket.
+/// Whether a chunked state word is a claim: any odd value. A writer,
+/// named by the tag in the word's upper bits, is filling the bucket.
+pub fn is_claimed(state: u64) -> bool {
+    state & 1 == 1
+}
 /// Chunked state word: data complete.
 pub const STATE_FULL: u64 = 2;
 

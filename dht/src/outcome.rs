@@ -56,7 +56,7 @@ pub enum Error {
     /// A bounded wait ran out: a lock, a claim or a consistent snapshot of
     /// one bucket did not come within the operation's deadline.
     #[error(
-        "{op} of key {key} gave up after {waited:?}: {what} of bucket {bucket} on rank {rank}{holder} \
+        "{op} of key {key} gave up after {waited:?}: {what} (bucket {bucket}) on rank {rank}{holder} \
          (a rank that died holding it, or contention past the deadline; raise it with Dht::set_deadline)"
     )]
     Deadline {
@@ -75,6 +75,29 @@ pub enum Error {
         /// How long the operation had waited.
         waited: std::time::Duration,
     },
+    /// A lock or claim this operation held was no longer its own when it
+    /// gave it back: another rank broke it, or a late operation landed.
+    #[error(
+        "{op} of key {key}: {what} of bucket {bucket} on rank {rank} was no longer held by this \
+         operation when it gave it back (the word was {found:#x}); the bucket's data may be torn"
+    )]
+    Lost {
+        /// "read", "write" or "find_or_put".
+        op: &'static str,
+        /// The key, as hex.
+        key: String,
+        /// "the lock", "the region lock" or "the claim".
+        what: &'static str,
+        /// The rank holding the bucket.
+        rank: usize,
+        /// The bucket.
+        bucket: u64,
+        /// The word found instead.
+        found: u64,
+    },
+    /// A defect in a variant's state machine (please report it).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The transport failed.
     #[error(transparent)]
     Transport(#[from] fabkit_fabric::Error),
@@ -91,7 +114,8 @@ pub enum Read {
     /// Not in the table.
     Miss,
     /// The key's bucket kept failing its checksum (lockfree, chunked): a
-    /// concurrent write, or damage. The bucket is now marked invalid.
+    /// concurrent write, or damage. Lockfree marks the bucket invalid, so
+    /// that a later write can reuse it.
     Corrupt,
 }
 

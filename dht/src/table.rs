@@ -166,6 +166,12 @@ impl<T: Transport> std::fmt::Debug for Dht<T> {
     }
 }
 
+/// A random start for a table's tag sequence.
+fn random_base() -> u32 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id()) as u32
+}
+
 /// The deadline of each operation when none is set: 30 s, times
 /// `FABKIT_TIMEOUT_SCALE` (emulated and oversubscribed machines).
 fn default_deadline() -> Duration {
@@ -228,7 +234,7 @@ impl<T: Transport> Dht<T> {
             shape,
             clock: Arc::new(SystemClock),
             work: Mutex::new(Work::default()),
-            seq: AtomicU32::new(0),
+            seq: AtomicU32::new(random_base()),
         })
     }
 
@@ -266,9 +272,11 @@ impl<T: Transport> Dht<T> {
         Ok(self.t)
     }
 
-    /// How long one operation may wait for locks, claims and consistent
-    /// re-reads before it gives back what it holds and fails with
-    /// [`Error::Deadline`] (default 30 s, times `FABKIT_TIMEOUT_SCALE`).
+    /// How long one operation (a batch of up to 1024 keys) may run while
+    /// it waits for locks, claims and consistent re-reads; past it, it gives
+    /// back what it holds and fails with [`Error::Deadline`] (default 30 s,
+    /// times `FABKIT_TIMEOUT_SCALE`). Giving back after an error is retried
+    /// for one more deadline.
     /// At least 1 µs, at most [`MAX_DEADLINE`].
     pub fn set_deadline(&mut self, d: Duration) -> Result<()> {
         if d < Duration::from_micros(1) || d > MAX_DEADLINE {
@@ -488,8 +496,9 @@ impl<T: Transport> Dht<T> {
             };
             probes.clear();
             probes.extend(ks.iter().map(|k| Probe::new(&self.shape, k)));
-            // Runs of one rank take tag bases MAX_RUN apart, so the tags of
-            // 64 runs in flight at once are all distinct.
+            // Runs of one table take tag bases MAX_RUN apart, so the tags of
+            // 64 runs in flight at once are all distinct; tables start at a
+            // random base, so two tables of one rank rarely meet.
             let seq = self.seq.fetch_add(MAX_RUN as u32, Ordering::Relaxed) as u16;
             let run = Run::new(
                 &self.shape,
@@ -509,10 +518,13 @@ impl<T: Transport> Dht<T> {
                 Variant::Chunked => self.drive(Chunked::new(run), batch, ops)?,
             }
         }
-        debug_assert!(
-            out.iter().all(|o| *o != Outcome::Pending),
-            "a machine finished with a key undecided"
-        );
+        if let Some(i) = out.iter().position(|o| *o == Outcome::Pending) {
+            return Err(Error::Internal(format!(
+                "the {:?} variant's {mode:?} ended with key {} undecided",
+                self.cfg.variant,
+                crate::outcome::key_hex(keys[i])
+            )));
+        }
         Ok(())
     }
 

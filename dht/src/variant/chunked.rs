@@ -12,17 +12,12 @@
 use std::time::{Duration, Instant};
 
 use super::{Batch, Hold, Machine, Mode, Outcome, Role, Run, Shape, Step};
-use crate::layout::{STATE_EMPTY, STATE_FULL};
+use crate::layout::{is_claimed, STATE_EMPTY, STATE_FULL};
 use crate::outcome::{Error, Result, Stats};
 
 /// The claim of a probe with tag `tag` (odd, so never empty or full).
 fn claim(tag: u64) -> u64 {
     tag << 8 | 1
-}
-
-/// Whether a state word is a claim.
-pub(crate) fn is_claimed(state: u64) -> bool {
-    state & 1 == 1
 }
 
 /// Where chunk `i` of a key starts.
@@ -321,6 +316,8 @@ impl Machine for Chunked<'_> {
                     } else {
                         // Another writer claimed it first: scan this chunk again.
                         p.phase = Some(Role::Data);
+                        p.seen = b.word(j);
+                        self.run.past_deadline(i, now, "the claim");
                     }
                 }
                 Role::Store => {
@@ -336,6 +333,9 @@ impl Machine for Chunked<'_> {
                 Role::Publish => {
                     progressed = true;
                     self.run.probes[i].hold = Hold::None;
+                    if b.word(j) != self.run.probes[i].word {
+                        self.run.lost(i, "the claim", b.word(j));
+                    }
                     let o = self.run.probes[i].pending;
                     self.run.decide(i, o);
                 }

@@ -68,6 +68,13 @@ impl<'a> Coarse<'a> {
     /// Starts on the lowest rank that has undecided keys.
     fn next_group(&mut self, b: &mut Batch) -> Step {
         b.clear();
+        if self.run.error.is_some() {
+            // A lock found lost when given back: nothing more is held.
+            for p in self.run.probes.iter_mut() {
+                p.done = true;
+            }
+            return Step::Done;
+        }
         let next = (0..self.run.probes.len())
             .filter(|&i| !self.run.probes[i].done)
             .min_by_key(|&i| self.run.probes[i].rank);
@@ -282,6 +289,7 @@ impl Machine for Coarse<'_> {
                     self.group = Group::Probe;
                 } else if !word::held(old) {
                     p.free = old;
+                    self.run.past_deadline(lead, now, "the region lock");
                 } else {
                     p.seen = old;
                     p.free = word::free(old);
@@ -305,12 +313,18 @@ impl Machine for Coarse<'_> {
                     self.commit_members();
                     return self.next_group(b);
                 }
-                // A writer came and went: read the rank's keys again.
+                // A writer came and went: read the rank's keys again, after
+                // a pause, within the deadline.
                 self.run.stats.lock_retries += 1;
                 self.restart_members();
                 self.group = Group::Snap;
+                self.run.past_deadline(lead, now, "a consistent read");
+                progressed = false;
             }
             Group::Release => {
+                if b.word(0) != self.run.probes[lead].word {
+                    self.run.lost(lead, "the region lock", b.word(0));
+                }
                 let p = &mut self.run.probes[lead];
                 p.hold = Hold::None;
                 p.dirty = false;

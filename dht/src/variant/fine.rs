@@ -123,6 +123,7 @@ impl<'a> Fine<'a> {
                 } else if !word::held(old) {
                     // The guess of the free value was wrong: now we know it.
                     p.free = old;
+                    self.run.past_deadline(i, now, "the lock");
                 } else {
                     // Held by another writer: try its likely release value.
                     p.seen = old;
@@ -133,6 +134,9 @@ impl<'a> Fine<'a> {
             }
             Role::Store => self.run.probes[i].phase = Some(Role::Release),
             Role::Release => {
+                if b.word(j) != self.run.probes[i].word {
+                    self.run.lost(i, "the lock", b.word(j));
+                }
                 let p = &mut self.run.probes[i];
                 p.hold = Hold::None;
                 p.dirty = false;

@@ -109,7 +109,7 @@ impl Shape {
 /// Tagged 8-byte words: the lock word of fine (per bucket) and coarse (per
 /// region), and the claim in a chunked state word.
 ///
-/// A lock word is `version << 40 | tag`: tag 0 is free, any other tag is
+/// A lock word is `version << 36 | tag`: tag 0 is free, any other tag is
 /// held by the writer it names. A writer takes it by compare-and-swap from
 /// the free value it saw to that value plus its tag, and gives it back by
 /// compare-and-swap from exactly its tagged value: to the next version if
@@ -118,10 +118,13 @@ impl Shape {
 /// same free value (a sequence lock), so no reader can hold a writer off,
 /// and a reader that fails holds nothing to give back.
 pub(crate) mod word {
-    const TAG_BITS: u32 = 40;
+    /// Tag bits: 20 for the rank, 16 for the sequence. The other 28 are
+    /// the version: a reader's two fetches would have to straddle exactly
+    /// 2^28 writes of one bucket to be fooled.
+    const TAG_BITS: u32 = 36;
     const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
-    /// Ranks are told apart modulo this (2^24 - 1).
-    const RANKS: u64 = (1 << 24) - 1;
+    /// Ranks are told apart modulo this (2^20 - 1).
+    const RANKS: u64 = (1 << 20) - 1;
 
     /// The tag of hold `seq` of `rank`: never 0.
     pub(crate) fn tag(rank: usize, seq: u16) -> u64 {
@@ -503,8 +506,13 @@ impl<'a> Run<'a> {
         }
         if self.error.is_none() {
             let p = self.probes[i];
+            let locked = matches!(
+                self.shape.layout.variant,
+                crate::Variant::Fine | crate::Variant::Coarse
+            );
             let holder = match what {
-                "a consistent read" | "the lock" | "the region lock" => word::holder(p.seen),
+                "the lock" | "the region lock" => word::holder(p.seen),
+                "a consistent read" if locked => word::holder(p.seen),
                 "the claim" => word::holder_of_tag(p.seen >> 8),
                 _ => None,
             };
@@ -523,6 +531,24 @@ impl<'a> Run<'a> {
             });
         }
         true
+    }
+
+    /// Records that probe `i`'s hold was not its own any more when given
+    /// back (the first error of the run wins).
+    pub(crate) fn lost(&mut self, i: usize, what: &'static str, found: u64) {
+        let p = self.probes[i];
+        self.error.get_or_insert(Error::Lost {
+            op: self.mode.name(),
+            key: key_hex(self.keys[i]),
+            what,
+            rank: p.rank,
+            bucket: if what == "the region lock" {
+                0
+            } else {
+                p.bucket
+            },
+            found,
+        });
     }
 
     /// Sets the wait before the next batch: none while some probe made
