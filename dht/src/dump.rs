@@ -44,7 +44,7 @@ impl<T: Transport> Dht<T> {
         let file =
             std::fs::File::create(&path).map_err(io(format!("creating {}", path.display())))?;
         let mut out = BufWriter::new(file);
-        let l = self.layout;
+        let l = self.cfg.layout();
         let mut entries: Vec<u8> = Vec::new();
         let mut count = 0u64;
         let per = (SCAN / l.bucket_len).max(1) as u64;

@@ -136,7 +136,6 @@ fn physical_memory() -> Option<u64> {
 pub struct Dht<T: Transport> {
     pub(crate) t: T,
     pub(crate) cfg: Config,
-    pub(crate) layout: Layout,
     pub(crate) stats: Mutex<Stats>,
     shape: Shape,
     clock: Arc<dyn Clock>,
@@ -228,7 +227,6 @@ impl<T: Transport> Dht<T> {
         };
         Ok(Dht {
             t,
-            layout: cfg.layout(),
             cfg,
             stats: Mutex::new(Stats::default()),
             shape,

@@ -13,7 +13,8 @@
 use std::time::Instant;
 
 use super::{
-    contended, plan_lock_release, take, word, Batch, Hold, Machine, Mode, Outcome, Role, Run, Step,
+    locked_read, plan_lock_release, store_or_advance, take, word, Batch, Hold, Machine, Mode,
+    Outcome, Role, Run, Step,
 };
 use crate::outcome::{Error, Result, Stats};
 use crate::transport::Remote;
@@ -189,17 +190,11 @@ impl<'a> Coarse<'a> {
         let data = b.bytes(j);
         let shape = *self.run.shape;
         let bk = shape.layout.decode(data, 0);
-        let key = self.run.keys[i];
         if self.run.mode == Mode::Read {
-            let o = if !bk.occupied() {
-                Outcome::Miss
-            } else if bk.key == key {
-                self.run.keep_value(i, bk.value);
-                Outcome::Hit
-            } else if self.run.probes[i].advance(&shape) {
-                return;
-            } else {
-                Outcome::Miss
+            let o = match locked_read(&mut self.run, i, &bk) {
+                Outcome::Pending if self.run.probes[i].advance(&shape) => return,
+                Outcome::Pending => Outcome::Miss,
+                o => o,
             };
             let p = &mut self.run.probes[i];
             p.pending = o;
@@ -207,21 +202,8 @@ impl<'a> Coarse<'a> {
             return;
         }
         let last = self.run.probes[i].last(&shape);
-        match take(bk.occupied(), false, bk.key == key, last) {
-            Some(w) => {
-                let wait = contended(&self.run, b, i);
-                let p = &mut self.run.probes[i];
-                if let Some(next) = wait {
-                    p.phase = Some(next);
-                } else {
-                    p.pending = Outcome::of(w);
-                    p.phase = Some(Role::Store);
-                }
-            }
-            None => {
-                self.run.probes[i].advance(&shape);
-            }
-        }
+        let choice = take(bk.occupied(), false, bk.key == self.run.keys[i], last);
+        store_or_advance(&mut self.run, b, i, choice);
     }
 
     /// After an error: rewrite what may be torn, give the region back.

@@ -18,8 +18,8 @@
 use std::time::Instant;
 
 use super::{
-    lock_failed, lock_released, release_step, take, word, Batch, Hold, Machine, Mode, Outcome,
-    Role, Run, Step,
+    lock_failed, lock_released, locked_read, release_step, take, word, Batch, Hold, Machine, Mode,
+    Outcome, Role, Run, Step,
 };
 use crate::outcome::{Error, Result, Stats};
 
@@ -67,17 +67,9 @@ impl<'a> Fine<'a> {
                 let bk = shape.layout.decode(b.bytes(j), 0);
                 let key = self.run.keys[i];
                 if self.run.mode == Mode::Read {
-                    // Decided only if the check finds the word unchanged.
-                    let o = if !bk.occupied() {
-                        Outcome::Miss
-                    } else if bk.key == key {
-                        self.run.keep_value(i, bk.value);
-                        Outcome::Hit
-                    } else if self.run.probes[i].last(&shape) {
-                        Outcome::Miss
-                    } else {
-                        Outcome::Pending
-                    };
+                    // Decided only if the check finds the word unchanged
+                    // (another key's: the check moves on, or misses).
+                    let o = locked_read(&mut self.run, i, &bk);
                     let p = &mut self.run.probes[i];
                     p.pending = o;
                     p.phase = Some(Role::Check);

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use super::{contended, take, Batch, Machine, Mode, Outcome, Role, Run, Step};
+use super::{store_or_advance, take, Batch, Machine, Mode, Outcome, Role, Run, Step};
 use crate::layout::INVALID;
 use crate::outcome::{Error, Result, Stats};
 use crate::transport::Remote;
@@ -68,23 +68,8 @@ impl<'a> Lockfree<'a> {
             return;
         }
         let last = self.run.probes[i].last(&shape);
-        match take(bk.occupied(), bk.invalid() || damaged, mine, last) {
-            Some(w) => {
-                // Two keys of this run that chose one bucket do not both
-                // write it: the later one reads it again after the store.
-                let wait = contended(&self.run, b, i);
-                let p = &mut self.run.probes[i];
-                if let Some(next) = wait {
-                    p.phase = Some(next);
-                } else {
-                    p.pending = super::Outcome::of(w);
-                    p.phase = Some(Role::Store);
-                }
-            }
-            None => {
-                self.run.probes[i].advance(&shape);
-            }
-        }
+        let choice = take(bk.occupied(), bk.invalid() || damaged, mine, last);
+        store_or_advance(&mut self.run, b, i, choice);
     }
 
     fn plan(&mut self, b: &mut Batch) -> Step {

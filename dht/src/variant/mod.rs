@@ -619,6 +619,42 @@ pub(crate) fn contended(run: &Run<'_>, done: &Batch, i: usize) -> Option<Role> {
         .then_some(Role::Data)
 }
 
+/// A writer without a lock of its own on the bucket (lockfree, coarse)
+/// acts on `choice` for probe `i`: store there, unless another key of the
+/// run contends for it (then defer or read again), or go on to the next
+/// candidate.
+pub(crate) fn store_or_advance(run: &mut Run<'_>, done: &Batch, i: usize, choice: Option<Write>) {
+    let Some(w) = choice else {
+        run.probes[i].advance(run.shape);
+        return;
+    };
+    // Two keys of this run that chose one bucket do not both write it: the
+    // later one reads it again after the store.
+    let wait = contended(run, done, i);
+    let p = &mut run.probes[i];
+    if let Some(next) = wait {
+        p.phase = Some(next);
+    } else {
+        p.pending = Outcome::of(w);
+        p.phase = Some(Role::Store);
+    }
+}
+
+/// What a reader under a lock (fine, coarse) makes of its key's bucket:
+/// `Miss` if empty (buckets never empty again, so the key is not further
+/// on), `Hit` with the value kept, or `Pending`: another key's, look at the
+/// next candidate.
+pub(crate) fn locked_read(run: &mut Run<'_>, i: usize, bk: &crate::layout::Bucket<'_>) -> Outcome {
+    if !bk.occupied() {
+        Outcome::Miss
+    } else if bk.key == run.keys[i] {
+        run.keep_value(i, bk.value);
+        Outcome::Hit
+    } else {
+        Outcome::Pending
+    }
+}
+
 /// Whether a writer takes a bucket, and with what outcome: the first
 /// candidate that is empty, invalid or holds the same key; else the last.
 pub(crate) fn take(occupied: bool, invalid: bool, same_key: bool, last: bool) -> Option<Write> {
