@@ -5,18 +5,17 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{key, small, value, VARIANTS};
+use common::model::{agree, step};
+use common::{key, small, tables_with, value, VARIANTS};
 use fabkit_dht::clock::TestClock;
 use fabkit_dht::placement::{default_candidates, hash_key, Placement};
 use fabkit_dht::transport::faulty::{Delay, Faults, FaultyTransport};
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::transport::{Op, Remote, Transport};
 use fabkit_dht::{Config, Dht, Error, FindOrPut, Read, Variant, Write};
-use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -25,21 +24,7 @@ type Table = Dht<FaultyTransport<LocalTransport>>;
 /// `n` tables over shared local regions, rank r's transport injecting
 /// `faults(r)`; every table takes its time from its own test clock.
 fn tables(n: usize, cfg: Config, faults: impl Fn(usize) -> Faults) -> Vec<(Table, Arc<TestClock>)> {
-    let ts = LocalTransport::group(n, cfg.region_len());
-    let boots = ThreadGroup::members(n, Duration::from_secs(10));
-    let ts: Vec<_> = ts
-        .into_iter()
-        .enumerate()
-        .map(|(r, t)| FaultyTransport::new(t, faults(r)))
-        .collect();
-    let made: Vec<Table> = std::thread::scope(|s| {
-        let hs: Vec<_> = ts
-            .into_iter()
-            .zip(&boots)
-            .map(|(t, b)| s.spawn(move || Dht::create(t, cfg, b as &dyn Bootstrap).unwrap()))
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let made = tables_with(n, cfg, |r, t| FaultyTransport::new(t, faults(r)));
     made.into_iter()
         .map(|mut d| {
             let c = Arc::new(TestClock::new());
@@ -48,23 +33,6 @@ fn tables(n: usize, cfg: Config, faults: impl Fn(usize) -> Faults) -> Vec<(Table
             (d, c)
         })
         .collect()
-}
-
-#[derive(Clone, Debug)]
-enum Step {
-    Write(u64, u64),
-    Read(u64),
-    WriteMany(Vec<(u64, u64)>),
-    ReadMany(Vec<u64>),
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        (0..40u64, 0..1000u64).prop_map(|(k, s)| Step::Write(k, s)),
-        (0..50u64).prop_map(Step::Read),
-        prop::collection::vec((0..40u64, 0..1000u64), 1..10).prop_map(Step::WriteMany),
-        prop::collection::vec(0..50u64, 1..10).prop_map(Step::ReadMany),
-    ]
 }
 
 proptest! {
@@ -79,7 +47,7 @@ proptest! {
 
     #[test]
     fn every_variant_under_faults_behaves_like_a_hash_map(
-        steps in prop::collection::vec(step(), 1..40),
+        steps in prop::collection::vec(step(40, 10), 1..40),
         seed in any::<u64>(),
     ) {
         for variant in VARIANTS {
@@ -98,49 +66,7 @@ proptest! {
                     .delay_writes(Delay::UntilNextBatch, 0.5)
             });
             let d = &ts[1].0;
-            let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
-            let put = |model: &mut HashMap<u64, Vec<u8>>, k: u64, s: u64, w: Write| {
-                let expect = if model.contains_key(&k) { Write::Updated } else { Write::Inserted };
-                prop_assert_eq!(w, expect, "{:?} key {}", variant, k);
-                model.insert(k, value(&key(k), 9, s, 24));
-                Ok(())
-            };
-            let get = |model: &HashMap<u64, Vec<u8>>, k: u64, r: &Read| {
-                let expect = model.get(&k).map_or(Read::Miss, |v| Read::Hit(v.clone()));
-                prop_assert_eq!(r, &expect, "{:?} key {}", variant, k);
-                Ok(())
-            };
-            for s in &steps {
-                match s {
-                    Step::Write(k, sq) => {
-                        let w = d.write(&key(*k), &value(&key(*k), 9, *sq, 24)).unwrap();
-                        put(&mut model, *k, *sq, w)?;
-                    }
-                    Step::Read(k) => get(&model, *k, &d.read(&key(*k)).unwrap())?,
-                    Step::WriteMany(items) => {
-                        let mut seen = std::collections::HashSet::new();
-                        let items: Vec<(u64, u64)> =
-                            items.iter().copied().filter(|(k, _)| seen.insert(*k)).collect();
-                        let keys: Vec<Vec<u8>> = items.iter().map(|(k, _)| key(*k)).collect();
-                        let vals: Vec<Vec<u8>> =
-                            items.iter().map(|(k, s)| value(&key(*k), 9, *s, 24)).collect();
-                        let refs: Vec<(&[u8], &[u8])> =
-                            keys.iter().zip(&vals).map(|(k, v)| (&k[..], &v[..])).collect();
-                        for ((k, s), w) in items.iter().zip(d.write_many(&refs).unwrap()) {
-                            put(&mut model, *k, *s, w)?;
-                        }
-                    }
-                    Step::ReadMany(ks) => {
-                        let keys: Vec<Vec<u8>> = ks.iter().map(|k| key(*k)).collect();
-                        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-                        for (k, r) in ks.iter().zip(d.read_many(&refs).unwrap()) {
-                            get(&model, *k, &r)?;
-                        }
-                    }
-                }
-            }
-            let st = d.stats();
-            prop_assert_eq!(st.corrupt, 0);
+            agree(d, variant, &steps)?;
             let inj = d.transport().injected();
             prop_assert!(inj.reordered_batches + inj.split_reads + inj.delayed_writes > 0,
                 "{:?}: no fault was injected: {:?}", variant, inj);

@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+pub mod model;
+
 use fabkit_dht::transport::local::LocalTransport;
-use fabkit_dht::{Config, Dht, Variant};
+use fabkit_dht::{Config, Dht, Transport, Variant};
 use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
 
 pub const VARIANTS: [Variant; 4] = [
@@ -26,7 +28,21 @@ pub fn small(variant: Variant, buckets: u64) -> Config {
 /// `n` tables over one shared set of local regions (created collectively on
 /// threads, then handed back).
 pub fn local_tables(n: usize, cfg: Config) -> Vec<Dht<LocalTransport>> {
-    let ts = LocalTransport::group(n, cfg.region_len());
+    tables_with(n, cfg, |_, t| t)
+}
+
+/// `n` tables over one shared set of local regions, rank r's transport
+/// made from its local one by `wrap(r, local)`.
+pub fn tables_with<T: Transport + Send>(
+    n: usize,
+    cfg: Config,
+    wrap: impl Fn(usize, LocalTransport) -> T,
+) -> Vec<Dht<T>> {
+    let ts: Vec<T> = LocalTransport::group(n, cfg.region_len())
+        .into_iter()
+        .enumerate()
+        .map(|(r, t)| wrap(r, t))
+        .collect();
     let boots = ThreadGroup::members(n, Duration::from_secs(10));
     std::thread::scope(|s| {
         let hs: Vec<_> = ts
