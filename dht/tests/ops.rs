@@ -244,3 +244,29 @@ fn locking_readers_modify_nothing() {
         );
     }
 }
+
+#[test]
+fn a_deadline_out_of_range_is_refused_by_name() {
+    use std::time::Duration;
+    let mut d = table(Variant::Fine);
+    for bad in [
+        Duration::ZERO,
+        Duration::from_nanos(999),
+        fabkit_dht::MAX_DEADLINE + Duration::from_nanos(1),
+        Duration::MAX,
+    ] {
+        let e = d.set_deadline(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("out of range") && e.contains("1 us"),
+            "{bad:?}: {e}"
+        );
+    }
+    for good in [Duration::from_micros(1), fabkit_dht::MAX_DEADLINE] {
+        d.set_deadline(good).unwrap();
+        assert_eq!(d.deadline(), good);
+    }
+    // The shortest deadline still lets an uncontended operation finish:
+    // only a failed attempt (a lock held, a wrong guess) meets it.
+    d.set_deadline(Duration::from_micros(1)).unwrap();
+    d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap();
+}
