@@ -41,6 +41,14 @@ pub fn reduce(x: u64, n: u64) -> u64 {
 /// Distinct streams derived from one key hash.
 const RANK_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
 const CANDIDATE_STREAM: u64 = 0xd1b5_4a32_d192_ed03;
+const REDRAW_STREAM: u64 = 0x8cb9_2ba7_2f3d_8dd7;
+
+/// The most candidates a key may have.
+pub const MAX_CANDIDATES: u32 = 64;
+
+/// Draws before a candidate that keeps colliding with earlier ones is
+/// taken as the lowest bucket not yet chosen instead.
+const REDRAWS: u64 = 64;
 
 /// Placement of keys over `ranks` regions of `buckets` buckets each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,12 +68,14 @@ pub fn default_candidates(buckets: u64) -> u32 {
 
 impl Placement {
     /// Placement over `ranks` regions of `buckets` buckets, trying
-    /// `candidates` buckets per key.
+    /// `candidates` distinct buckets per key (at most `buckets`, and at
+    /// most [`MAX_CANDIDATES`]).
     pub fn new(ranks: u32, buckets: u64, candidates: u32) -> Placement {
         assert!(
             ranks > 0 && buckets > 0 && candidates > 0,
             "empty placement"
         );
+        let candidates = u64::from(candidates.min(MAX_CANDIDATES)).min(buckets) as u32;
         Placement {
             ranks,
             buckets,
@@ -93,15 +103,48 @@ impl Placement {
         reduce(mix(hash ^ RANK_STREAM), u64::from(self.ranks)) as u32
     }
 
-    /// Candidate `k` (0-based) of `hash` in its rank's region.
+    /// Candidate `k` (0-based) of `hash` in its rank's region. The
+    /// candidates of a key are distinct: each is drawn uniformly from the
+    /// buckets the earlier ones left (a draw that repeats one is redrawn
+    /// from an independent stream), so no key probes a bucket twice.
     pub fn candidate(&self, hash: u64, k: u32) -> u64 {
-        let stream = CANDIDATE_STREAM.wrapping_mul(u64::from(k) + 1);
-        reduce(mix(hash ^ stream), self.buckets)
+        let mut chosen = [0u64; MAX_CANDIDATES as usize];
+        let k = k.min(self.candidates - 1) as usize;
+        for n in 0..=k {
+            chosen[n] = self.draw(hash, n as u32, &chosen[..n]);
+        }
+        chosen[k]
+    }
+
+    /// Candidate `k`, given the `earlier` ones.
+    fn draw(&self, hash: u64, k: u32, earlier: &[u64]) -> u64 {
+        let first = mix(hash ^ CANDIDATE_STREAM.wrapping_mul(u64::from(k) + 1));
+        for redraw in 0..REDRAWS {
+            let z = if redraw == 0 {
+                first
+            } else {
+                mix(first ^ REDRAW_STREAM.wrapping_mul(redraw))
+            };
+            let b = reduce(z, self.buckets);
+            if !earlier.contains(&b) {
+                return b;
+            }
+        }
+        // Only when nearly every bucket is already a candidate (a region
+        // of a few buckets): the lowest one left. Candidates never exceed
+        // the buckets, so one is left.
+        (0..self.buckets)
+            .find(|b| !earlier.contains(b))
+            .expect("fewer candidates than buckets")
     }
 
     /// All candidates of `hash`, in probing order.
     pub fn candidates_of(&self, hash: u64) -> impl Iterator<Item = u64> + '_ {
-        (0..self.candidates).map(move |k| self.candidate(hash, k))
+        let mut chosen = [0u64; MAX_CANDIDATES as usize];
+        (0..self.candidates as usize).map(move |n| {
+            chosen[n] = self.draw(hash, n as u32, &chosen[..n]);
+            chosen[n]
+        })
     }
 }
 
@@ -182,6 +225,42 @@ mod tests {
                     "rank choice biased: {per_rank:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_candidates_of_a_key_are_distinct() {
+        // Drawn with replacement, 8 candidates in 256 buckets repeat one
+        // for about 10 % of keys; in 8 buckets, nearly all.
+        for &(buckets, cands) in &[(256u64, 8u32), (8, 8), (9, 8), (3, 8), (1, 8), (1 << 40, 8)] {
+            let p = Placement::new(1, buckets, cands);
+            assert_eq!(u64::from(p.candidates()), u64::from(cands).min(buckets));
+            for i in 0..20_000u64 {
+                let h = hash_key(&i.to_le_bytes());
+                let all: Vec<u64> = p.candidates_of(h).collect();
+                let one_by_one: Vec<u64> = (0..p.candidates()).map(|k| p.candidate(h, k)).collect();
+                assert_eq!(all, one_by_one);
+                let mut sorted = all.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                assert_eq!(sorted.len(), all.len(), "{buckets} buckets, key {i}: {all:?}");
+                assert!(all.iter().all(|&b| b < buckets));
+            }
+        }
+    }
+
+    #[test]
+    fn later_candidates_stay_uniform_in_a_small_region() {
+        // Redraws must not favour low buckets: in 10 buckets with 8
+        // candidates, the last is drawn from the 3 the first 7 left.
+        let p = Placement::new(1, 10, 8);
+        for k in 0..8 {
+            let mut counts = vec![0u64; 10];
+            for i in 0..200_000u64 {
+                counts[p.candidate(hash_key(&i.to_le_bytes()), k) as usize] += 1;
+            }
+            let x = chi2(&counts);
+            assert!(x < chi2_bound(9.0), "candidate {k}: chi2 {x:.1}, {counts:?}");
         }
     }
 

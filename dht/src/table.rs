@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::{Clock, SystemClock};
 use crate::layout::{Layout, Variant};
 use crate::outcome::{Error, FindOrPut, Read, Result, Stats, Write};
-use crate::placement::{default_candidates, Placement};
+use crate::placement::{default_candidates, Placement, MAX_CANDIDATES};
 use crate::transport::{Op, Transport};
 use crate::variant::{
     chunked::Chunked, coarse::Coarse, fine::Fine, lockfree::Lockfree, recycle, Batch, Machine,
@@ -90,6 +90,12 @@ impl Config {
             return Err(Error::Config(
                 "a region must hold at least one bucket (buckets = 0)".into(),
             ));
+        }
+        if self.candidates > MAX_CANDIDATES {
+            return Err(Error::Config(format!(
+                "{} candidates per key: at most {MAX_CANDIDATES} (0 takes the published default)",
+                self.candidates
+            )));
         }
         if let Some(mem) = physical_memory() {
             let need = self.region_len() as u128;
