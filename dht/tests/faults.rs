@@ -166,6 +166,7 @@ fn every_error_path_gives_back_what_it_holds() {
                         let _ = t.execute(&mut [Op::Write {
                             to: Remote::new(0, 0),
                             from: &[1],
+                            completion: fabkit_dht::transport::Completion::Transmit,
                         }]);
                         t.injected().failed_applied == landed
                     })

@@ -105,6 +105,9 @@ pub struct Hints {
     pub domain: Option<String>,
     /// Capabilities required.
     pub caps: Caps,
+    /// The ordering mechanism to ask for ([`Ordering::None`]: none). Only
+    /// entries that offer it are returned.
+    pub ordering: Ordering,
 }
 
 impl Hints {
@@ -114,6 +117,15 @@ impl Hints {
             provider: Some(provider.into()),
             domain: None,
             caps,
+            ordering: Ordering::None,
+        }
+    }
+
+    /// The same hints, asking for `ordering`.
+    pub fn with_ordering(&self, ordering: Ordering) -> Hints {
+        Hints {
+            ordering,
+            ..self.clone()
         }
     }
 
@@ -130,6 +142,23 @@ impl Hints {
         unsafe {
             let i = raw.as_ptr();
             (*i).caps = self.caps.bits();
+            // What makes a write visible before a later op (see Ordering).
+            match self.ordering {
+                Ordering::DeliveryComplete => {
+                    // The endpoint's default completion level for ops posted
+                    // without flags; fabkit posts writes with explicit flags,
+                    // so transmit-complete writes stay cheap.
+                    (*(*i).tx_attr).op_flags |= ffi::FI_DELIVERY_COMPLETE as u64;
+                }
+                Ordering::Fence => (*i).caps |= ffi::FI_FENCE as u64,
+                Ordering::ReadBack => {
+                    // Ordering "requires matching ordering semantics on the
+                    // receiving side" (fi_endpoint(3), msg_order).
+                    (*(*i).tx_attr).msg_order |= ffi::FI_ORDER_RMA_RAW;
+                    (*(*i).rx_attr).msg_order |= ffi::FI_ORDER_RMA_RAW;
+                }
+                Ordering::None => {}
+            }
             // We pass an fi_context2 with every operation, so both context
             // modes are satisfied.
             (*i).mode = ffi::FI_CONTEXT | ffi::FI_CONTEXT2;
@@ -280,6 +309,9 @@ pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
         if let Some(p) = &hints.provider {
             v.retain(|i| i.provider() == *p);
         }
+        // A provider may accept an ordering hint and still not give it
+        // (tcp;ofi_rxm takes FI_ORDER_RMA_RAW with max_order_raw_size 0).
+        v.retain(|i| i.offers(hints.ordering));
         v
     };
     let getinfo = |h: &Hints| getinfo(Some(h)).map(exact);
@@ -385,6 +417,70 @@ pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
     Ok(found.swap_remove(0))
 }
 
+/// Finds a configuration as [`find`] does, together with the ordering
+/// mechanism it offers: with `want` set, that one (an error names it if the
+/// provider does not offer it); otherwise the first of
+/// [`Ordering::PREFERENCE`] the provider offers, else [`Ordering::None`].
+/// The returned info was asked for the mechanism, so an endpoint opened
+/// from it is set up for it.
+pub fn find_ordered(
+    hints: &Hints,
+    prefer_loopback: bool,
+    want: Option<Ordering>,
+) -> Result<(Info, Ordering)> {
+    let candidates: &[Ordering] = match &want {
+        Some(m) => std::slice::from_ref(m),
+        None => &Ordering::PREFERENCE,
+    };
+    for &m in candidates {
+        // An error here only says the mechanism is not offered; the plain
+        // query below gives the real error if the provider is unusable.
+        if let Ok(info) = find(&hints.with_ordering(m), prefer_loopback) {
+            return Ok((info, m));
+        }
+    }
+    let info = find(&hints.with_ordering(Ordering::None), prefer_loopback)?;
+    match want {
+        Some(m) if m != Ordering::None => Err(Error::Unsupported {
+            provider: info.provider(),
+            what: format!("ordering by {} ({})", m.label(), m.mechanism()),
+            hint: format!(
+                "leave the ordering unset to use what the provider offers ({}; see `fabkit info`)",
+                ordering_offered(hints).map_or("-", Ordering::label)
+            ),
+        }),
+        _ => Ok((info, Ordering::None)),
+    }
+}
+
+/// The ordering mechanism `hints.provider` offers: the first of
+/// [`orderings_offered`], else [`Ordering::None`]. What `fabkit info`
+/// reports; a rank picks the same way ([`find_ordered`]).
+pub fn ordering_offered(hints: &Hints) -> Result<Ordering> {
+    Ok(orderings_offered(hints)?
+        .first()
+        .copied()
+        .unwrap_or(Ordering::None))
+}
+
+/// Every mechanism of [`Ordering::PREFERENCE`] that `fi_getinfo` grants
+/// `hints.provider` for RDM endpoints with `hints.caps`, best first.
+pub fn orderings_offered(hints: &Hints) -> Result<Vec<Ordering>> {
+    let mut offered = Vec::new();
+    for m in Ordering::PREFERENCE {
+        let found = getinfo(Some(&hints.with_ordering(m)))?;
+        let matches = |i: &Info| {
+            hints.provider.as_ref().is_none_or(|p| i.provider() == *p)
+                && i.ep_type() == "FI_EP_RDM"
+                && i.offers(m)
+        };
+        if found.iter().any(matches) {
+            offered.push(m);
+        }
+    }
+    Ok(offered)
+}
+
 /// The interface of this host with an address inside `addr/prefix`.
 fn interface_in(addr: &str, prefix: &str) -> Result<String> {
     let bad = |why: &str| {
@@ -482,6 +578,86 @@ fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>> {
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
     Ok(out)
+}
+
+/// How a provider makes a write visible at its target before a later
+/// operation to that target: the mechanism behind
+/// [`Completion::Delivery`](crate::Completion). fi_cq(3), "Target completion
+/// semantics": an RMA write that completes as transmit-complete says nothing
+/// about when its bytes are visible; the initiator must "take additional
+/// steps". The variants are those steps, in the order fabkit prefers them
+/// ([`Ordering::PREFERENCE`]); a rank picks one at setup from what the
+/// provider grants in `fi_getinfo` and asks for it in the hints its endpoint
+/// is opened with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// `FI_DELIVERY_COMPLETE` in `tx_attr->op_flags` is granted: a Delivery
+    /// write is posted with `fi_writemsg(FI_DELIVERY_COMPLETE)`, and its
+    /// completion means "processed by the destination endpoint", the result
+    /// available (fi_cq(3)). Exact, and costs one acknowledgement.
+    DeliveryComplete,
+    /// The `FI_FENCE` capability is granted: after a batch with a Delivery
+    /// write to a peer, the next operation posted to that peer, in a later
+    /// batch (the release), carries `FI_FENCE`. The fenced operation "and
+    /// any operation posted after \[it\] will be deferred until all previous
+    /// operations targeting the same peer endpoint have completed.
+    /// Operations posted after the fencing will see and/or replace the
+    /// results of any operations initiated prior to the fenced operation"
+    /// (fi_rma(3), fi_atomic(3)). The write's own batch returns at transmit
+    /// completion; the ordering is paid by the next operation to that peer.
+    Fence,
+    /// The endpoint orders an RMA read after an RMA write
+    /// (`FI_ORDER_RMA_RAW` in `msg_order`) and keeps data order for
+    /// transfers up to `max_order_raw_size` bytes: a Delivery write is
+    /// followed, in the same batch, by a read of the same bytes, and the
+    /// batch returns when that read has. "Where the target memory locations
+    /// overlap, the RMA or atomic read operation will see the results of the
+    /// previous RMA or atomic write" (fi_endpoint(3), data ordering), and
+    /// ordering is per byte, so the read covers every byte written; writes
+    /// are split at `max_order_raw_size`. Costs a round trip and the bytes
+    /// again.
+    ReadBack,
+    /// None of the above is granted: a Delivery write is posted as a
+    /// transmit-complete one, and nothing orders it before a later
+    /// operation. What depends on such ordering is not safe on this
+    /// provider.
+    None,
+}
+
+impl Ordering {
+    /// The mechanisms fabkit uses, best first.
+    pub const PREFERENCE: [Ordering; 3] = [
+        Ordering::DeliveryComplete,
+        Ordering::Fence,
+        Ordering::ReadBack,
+    ];
+
+    /// Short name, as `fabkit info` prints it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Ordering::DeliveryComplete => "delivery",
+            Ordering::Fence => "fence",
+            Ordering::ReadBack => "raw",
+            Ordering::None => "none",
+        }
+    }
+
+    /// The libfabric attribute behind it.
+    pub fn mechanism(self) -> &'static str {
+        match self {
+            Ordering::DeliveryComplete => "FI_DELIVERY_COMPLETE",
+            Ordering::Fence => "FI_FENCE",
+            Ordering::ReadBack => "FI_ORDER_RMA_RAW with max_order_raw_size",
+            Ordering::None => "nothing",
+        }
+    }
+}
+
+impl std::fmt::Display for Ordering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
 }
 
 /// Progress model of a provider (`fi_progress`).
@@ -628,6 +804,49 @@ impl Info {
         self.domain_attr().mr_key_size
     }
 
+    /// Default transmit operation flags (`tx_attr->op_flags`).
+    pub fn tx_op_flags(&self) -> u64 {
+        self.tx_attr().map_or(0, |t| t.op_flags)
+    }
+
+    /// Transmit message ordering bits (`tx_attr->msg_order`).
+    pub fn tx_msg_order(&self) -> u64 {
+        self.tx_attr().map_or(0, |t| t.msg_order)
+    }
+
+    /// Largest RMA read after RMA write whose data order is kept
+    /// (`ep_attr->max_order_raw_size`; 0: none).
+    pub fn max_order_raw_size(&self) -> usize {
+        self.ep_attr().map_or(0, |e| e.max_order_raw_size)
+    }
+
+    /// Whether this configuration's attributes grant `ordering`
+    /// ([`Ordering::None`] always holds).
+    pub fn offers(&self, ordering: Ordering) -> bool {
+        match ordering {
+            Ordering::DeliveryComplete => {
+                self.tx_op_flags() & ffi::FI_DELIVERY_COMPLETE as u64 != 0
+            }
+            Ordering::Fence => self.caps_bits() & ffi::FI_FENCE as u64 != 0,
+            Ordering::ReadBack => {
+                let raw = ffi::FI_ORDER_RMA_RAW | u64::from(ffi::FI_ORDER_RAW);
+                self.tx_msg_order() & raw != 0 && self.max_order_raw_size() > 0
+            }
+            Ordering::None => true,
+        }
+    }
+
+    /// The first of [`Ordering::PREFERENCE`] this configuration's attributes
+    /// grant. An entry returned for hints that did not ask for an ordering
+    /// may understate what the provider offers (op_flags come back as they
+    /// were asked for); [`ordering_offered`] asks.
+    pub fn ordering(&self) -> Ordering {
+        Ordering::PREFERENCE
+            .into_iter()
+            .find(|&m| self.offers(m))
+            .unwrap_or(Ordering::None)
+    }
+
     /// A serialisable summary for reports.
     pub fn summary(&self) -> ProviderInfo {
         ProviderInfo {
@@ -646,6 +865,7 @@ impl Info {
             inject_size: self.inject_size(),
             tx_size: self.tx_size(),
             rx_size: self.rx_size(),
+            ordering: self.ordering(),
         }
     }
 }
@@ -683,6 +903,8 @@ pub struct ProviderInfo {
     pub tx_size: usize,
     /// Receive queue depth.
     pub rx_size: usize,
+    /// The ordering mechanism these attributes grant ([`Info::ordering`]).
+    pub ordering: Ordering,
 }
 
 /// Names of the set `mr_mode` bits.

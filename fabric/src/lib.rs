@@ -10,7 +10,11 @@
 //! - [`bootstrap`]: how ranks exchange addresses (threads, files, MPI).
 //! - [`Rank`]: an endpoint, an exposed region and every peer's address and
 //!   key; [`Op`] batches of RMA reads and writes and u64 atomics with a
-//!   bounded number in flight, plus small messages.
+//!   bounded number in flight, plus small messages. A write says which
+//!   [`Completion`] it needs; a write that must be visible at its target
+//!   before a later operation (a lock release) asks for
+//!   [`Completion::Delivery`], which the rank meets with the [`Ordering`]
+//!   mechanism its provider offers.
 //!
 //! Every wait has a timeout, and errors name the peer and the operation;
 //! `FABKIT_TIMEOUT_SCALE` stretches them all ([`env::timeout_scale`]). The
@@ -58,6 +62,6 @@ pub use domain::{AtomicSupport, AtomicsBy, Domain, Fabric};
 pub use ep::Endpoint;
 pub use error::{strerror, Error, OpKind, Result};
 pub use fabric_sys;
-pub use info::{Caps, Hints, Info, Progress, ProviderInfo};
+pub use info::{Caps, Hints, Info, Ordering, Progress, ProviderInfo};
 pub use mr::{MemoryRegion, RemoteRegion};
-pub use rank::{Initiator, Op, ProgressMode, Rank, RankConfig, Remote};
+pub use rank::{Completion, Initiator, Op, OrderingStats, ProgressMode, Rank, RankConfig, Remote};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{init_env, with_ranks};
 use fabkit_fabric::bootstrap::{FileBootstrap, ThreadGroup};
-use fabkit_fabric::{Error, OpKind, Rank, RankConfig, Remote};
+use fabkit_fabric::{Error, OpKind, Ordering, Rank, RankConfig, Remote};
 
 fn establish_alone(cfg: RankConfig) -> Result<Rank, Error> {
     init_env();
@@ -39,6 +39,33 @@ fn unknown_provider_names_the_available_ones() {
     }
     let msg = err.to_string();
     assert!(msg.contains("nosuchfabric") && msg.contains("shm"), "{msg}");
+}
+
+#[test]
+fn an_ordering_the_provider_does_not_grant_is_refused_by_name() {
+    // tcp;ofi_rxm grants FI_DELIVERY_COMPLETE only: no FI_FENCE, and
+    // FI_ORDER_RMA_RAW without data order (max_order_raw_size 0).
+    for (m, names) in [
+        (Ordering::Fence, "FI_FENCE"),
+        (Ordering::ReadBack, "FI_ORDER_RMA_RAW"),
+    ] {
+        let mut cfg = RankConfig::new("tcp;ofi_rxm");
+        cfg.ordering = Some(m);
+        let err = establish_alone(cfg).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(&err, Error::Unsupported { provider, .. } if provider == "tcp;ofi_rxm"),
+            "{err:?}"
+        );
+        assert!(
+            msg.contains(m.label()) && msg.contains(names) && msg.contains("delivery"),
+            "{msg}"
+        );
+    }
+    // Asking for nothing is always possible.
+    let mut cfg = RankConfig::new("tcp;ofi_rxm");
+    cfg.ordering = Some(Ordering::None);
+    assert_eq!(establish_alone(cfg).unwrap().ordering(), Ordering::None);
 }
 
 #[test]

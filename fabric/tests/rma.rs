@@ -4,7 +4,8 @@
 mod common;
 
 use common::{providers, with_ranks};
-use fabkit_fabric::{Op, RankConfig, Remote};
+use fabkit_fabric::info::{self, Caps, Hints};
+use fabkit_fabric::{Completion, Op, Ordering, OrderingStats, RankConfig, Remote};
 
 fn pattern(rank: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + rank * 7 + 1) as u8).collect()
@@ -73,6 +74,7 @@ fn batches_with_a_small_window_keep_every_result() {
                 .map(|(i, rec)| Op::Write {
                     to: Remote::new(peer, base + (i * 184) as u64),
                     from: rec,
+                    completion: Completion::Transmit,
                 })
                 .collect();
             r.execute(&mut ops).unwrap();
@@ -158,6 +160,235 @@ fn batched_messages_arrive_whole_on_every_provider() {
                 want.sort();
                 assert_eq!(got, want, "{prov}");
             }
+        });
+    }
+}
+
+/// What `fi_getinfo` grants each provider here, best first (its answer to
+/// hints asking for FI_DELIVERY_COMPLETE, FI_FENCE, FI_ORDER_RMA_RAW).
+fn documented(prov: &str) -> Option<&'static [Ordering]> {
+    use Ordering::{DeliveryComplete as Dc, Fence, ReadBack};
+    Some(match prov {
+        "shm" => &[Dc, ReadBack],
+        "sockets" => &[Dc, Fence, ReadBack],
+        "tcp;ofi_rxm" => &[Dc],
+        "udp;ofi_rxd" => &[Dc, ReadBack],
+        // Granted by ofi_rxm, which passes the flag to verbs (soft-RoCE).
+        "verbs;ofi_rxm" => &[Dc],
+        _ => return None,
+    })
+}
+
+#[test]
+fn ordering_is_what_the_provider_grants() {
+    for prov in ["shm", "sockets", "tcp;ofi_rxm", "udp;ofi_rxd"] {
+        let offered = info::orderings_offered(&Hints::new(prov, Caps::ALL)).unwrap();
+        assert_eq!(offered, documented(prov).unwrap(), "{prov}");
+    }
+    for prov in providers() {
+        let prov = prov.as_str();
+        let Some(offered) = documented(prov) else {
+            continue;
+        };
+        let got = with_ranks(2, RankConfig::new(prov), |r| r.ordering());
+        assert_eq!(got, vec![offered[0]; 2], "{prov}: the best it grants");
+        assert_ne!(got[0], Ordering::None, "{prov}");
+    }
+}
+
+/// Writer (rank 0) and reader (rank 1, on its own region through the
+/// provider): each round the writer writes a record with Delivery and, in
+/// the next batch, publishes its number with a compare-and-swap; the reader
+/// polls the number and reads the record it names. Returns the writer's
+/// ordering counters.
+fn publish_rounds(prov: &str, ordering: Ordering, rounds: u64) -> OrderingStats {
+    const SEQ: u64 = 0;
+    const REC: usize = 184;
+    let record = |i: u64| pattern(i as usize, REC);
+    let mut cfg = RankConfig::new(prov);
+    cfg.ordering = Some(ordering);
+    let stats = with_ranks(2, cfg, |r| {
+        assert_eq!(r.ordering(), ordering, "{prov}");
+        let target = Remote::new(1, SEQ);
+        let slot = |i: u64| Remote::new(1, 64 + (i % 4) * REC as u64);
+        if r.rank() == 0 {
+            let before = r.ordering_stats();
+            for i in 0..rounds {
+                let data = record(i);
+                r.execute(&mut [Op::Write {
+                    to: slot(i),
+                    from: &data,
+                    completion: Completion::Delivery,
+                }])
+                .unwrap();
+                // The release: a later batch, never the same one.
+                assert_eq!(r.compare_and_swap(target, i, i + 1).unwrap(), i, "{prov}");
+                // The reader has read record i before slot i is reused.
+                while r.fetch(Remote::new(1, 8)).unwrap() + 3 < i + 1 {
+                    std::thread::yield_now();
+                }
+            }
+            let after = r.ordering_stats();
+            Some(OrderingStats {
+                delivery_complete: after.delivery_complete - before.delivery_complete,
+                fenced: after.fenced - before.fenced,
+                read_backs: after.read_backs - before.read_backs,
+                unordered: after.unordered - before.unordered,
+            })
+        } else {
+            let mut seen = 0;
+            while seen < rounds {
+                let published = r.fetch(target).unwrap();
+                if published == seen {
+                    std::thread::yield_now();
+                    continue;
+                }
+                let i = published - 1;
+                let mut back = vec![0u8; REC];
+                r.read(slot(i), &mut back).unwrap();
+                assert_eq!(
+                    back,
+                    record(i),
+                    "{prov} {ordering:?}: record {i} after its release"
+                );
+                seen = published;
+                r.swap(Remote::new(1, 8), seen).unwrap();
+            }
+            None
+        }
+    });
+    stats.into_iter().flatten().next().unwrap()
+}
+
+#[test]
+fn delivery_writes_then_a_release_with_every_mechanism_every_provider() {
+    const ROUNDS: u64 = 40;
+    for prov in providers() {
+        let prov = prov.as_str();
+        let Some(offered) = documented(prov) else {
+            continue;
+        };
+        for &m in offered.iter().chain([&Ordering::None]) {
+            let s = publish_rounds(prov, m, ROUNDS);
+            // One piece per write (184 B): exactly one use per round.
+            let want = match m {
+                Ordering::DeliveryComplete => (ROUNDS, 0, 0, 0),
+                Ordering::Fence => (0, ROUNDS, 0, 0),
+                Ordering::ReadBack => (0, 0, ROUNDS, 0),
+                Ordering::None => (0, 0, 0, ROUNDS),
+            };
+            let got = (s.delivery_complete, s.fenced, s.read_backs, s.unordered);
+            assert_eq!(got, want, "{prov} {m:?}: {s:?}");
+        }
+    }
+}
+
+#[test]
+fn a_fence_rides_on_the_first_op_of_every_kind_after_a_delivery_write() {
+    if !providers().iter().any(|p| p == "sockets") {
+        return;
+    }
+    let mut cfg = RankConfig::new("sockets");
+    cfg.ordering = Some(Ordering::Fence);
+    with_ranks(2, cfg, |r| {
+        if r.rank() == 1 {
+            // Rank 0's fenced send.
+            let (mut into, mut len) = ([0u8; 8], 0);
+            r.execute(&mut [Op::Recv {
+                from: 0,
+                into: &mut into,
+                len: &mut len,
+            }])
+            .unwrap();
+            assert_eq!(&into[..len], b"fenced");
+            return;
+        }
+        let data = pattern(5, 100);
+        let at = Remote::new(1, 256);
+        let word = Remote::new(1, 0);
+        let deliver = || {
+            r.write_with(at, &data, Completion::Delivery).unwrap();
+        };
+        let fenced = || r.ordering_stats().fenced;
+        // A transmit-complete write asks for nothing.
+        r.write(at, &data).unwrap();
+        r.fetch(word).unwrap();
+        assert_eq!(fenced(), 0);
+        let expect = std::cell::Cell::new(0);
+        let check = |what: &str| {
+            expect.set(expect.get() + 1);
+            assert_eq!(fenced(), expect.get(), "{what} carried the fence");
+        };
+        deliver();
+        assert_eq!(r.compare_and_swap(word, 0, 1).unwrap(), 0);
+        check("compare-and-swap");
+        // Only the first op after the write is fenced.
+        assert_eq!(r.fetch(word).unwrap(), 1);
+        assert_eq!(fenced(), expect.get());
+        deliver();
+        assert_eq!(r.fetch_add(word, 1).unwrap(), 1);
+        check("fetch-add");
+        deliver();
+        assert_eq!(r.swap(word, 7).unwrap(), 2);
+        check("swap");
+        deliver();
+        assert_eq!(r.fetch(word).unwrap(), 7);
+        check("fetch");
+        deliver();
+        let mut back = vec![0u8; 100];
+        r.read(at, &mut back).unwrap();
+        assert_eq!(back, data);
+        check("read");
+        deliver();
+        r.write(Remote::new(1, 512), &[9; 16]).unwrap();
+        check("write");
+        deliver();
+        r.execute(&mut [Op::Send {
+            to: 1,
+            data: b"fenced",
+        }])
+        .unwrap();
+        check("send");
+        // A batch of writes to one peer, then one op: one fence covers all.
+        let many: Vec<Vec<u8>> = (0..5).map(|i| pattern(i, 64)).collect();
+        let mut ops: Vec<Op> = many
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Op::Write {
+                to: Remote::new(1, 1024 + 64 * i as u64),
+                from: d,
+                completion: Completion::Delivery,
+            })
+            .collect();
+        r.execute(&mut ops).unwrap();
+        drop(ops);
+        r.fetch(word).unwrap();
+        check("the op after a batch of writes");
+        r.fetch(word).unwrap();
+        assert_eq!(fenced(), expect.get());
+    });
+}
+
+#[test]
+fn read_back_splits_a_large_delivery_write_and_reads_every_piece() {
+    for prov in providers() {
+        let prov = prov.as_str();
+        if !documented(prov).is_some_and(|o| o.contains(&Ordering::ReadBack)) {
+            continue;
+        }
+        let mut cfg = RankConfig::new(prov);
+        cfg.ordering = Some(Ordering::ReadBack);
+        cfg.staging_len = 4096; // a write of 20 000 B is five pieces
+        with_ranks(2, cfg, |r| {
+            let peer = 1 - r.rank();
+            let base = r.rank() as u64 * 65536;
+            let big = pattern(r.rank() + 1, 20_000);
+            r.write_with(Remote::new(peer, base), &big, Completion::Delivery)
+                .unwrap();
+            assert_eq!(r.ordering_stats().read_backs, 5, "{prov}");
+            let mut back = vec![0u8; big.len()];
+            r.read(Remote::new(peer, base), &mut back).unwrap();
+            assert_eq!(back, big, "{prov}");
         });
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use fabkit_fabric::bootstrap::Bootstrap;
-use fabkit_fabric::{Op, Rank, RankConfig, Remote};
+use fabkit_fabric::{Completion, Op, Rank, RankConfig, Remote};
 use serde::{Deserialize, Serialize};
 
 /// What the checks run against: anything that executes batches of one-sided
@@ -21,7 +21,11 @@ pub trait Rma {
 
     /// One write.
     fn write(&self, to: Remote, data: &[u8]) -> fabkit_fabric::Result<()> {
-        self.run(&mut [Op::Write { to, from: data }])
+        self.run(&mut [Op::Write {
+            to,
+            from: data,
+            completion: Completion::Transmit,
+        }])
     }
     /// One read.
     fn read(&self, from: Remote, into: &mut [u8]) -> fabkit_fabric::Result<()> {

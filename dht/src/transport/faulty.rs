@@ -72,7 +72,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fabkit_fabric::{Error, Op, Remote, Result};
+use fabkit_fabric::{Completion, Error, Op, Remote, Result};
 
 use super::Transport;
 
@@ -322,6 +322,7 @@ impl<T: Transport> FaultyTransport<T> {
         self.inner.execute(&mut [Op::Write {
             to: w.to,
             from: &w.data,
+            completion: Completion::Transmit,
         }])
     }
 
@@ -380,7 +381,7 @@ impl<T: Transport> FaultyTransport<T> {
                         garbage,
                     });
                 }
-                Op::Write { to, from }
+                Op::Write { to, from, .. }
                     if f.delay_writes.is_some()
                         && !from.is_empty()
                         && self.fits(*to, from.len())
@@ -636,6 +637,7 @@ mod tests {
         t.execute(&mut [Op::Write {
             to: Remote::new(rank, offset),
             from: data,
+            completion: Completion::Transmit,
         }])
         .unwrap();
     }
@@ -676,6 +678,7 @@ mod tests {
             Op::Write {
                 to: Remote::new(1, 0),
                 from: &[5; 16],
+                completion: Completion::Transmit,
             },
             Op::Read {
                 from: Remote::new(1, 64),
@@ -702,6 +705,7 @@ mod tests {
                 .map(|(i, d)| Op::Write {
                     to: Remote::new(1, 8 * i as u64),
                     from: d,
+                    completion: Completion::Transmit,
                 })
                 .collect();
             let err = f.execute(&mut ops).unwrap_err();
@@ -733,6 +737,7 @@ mod tests {
             f.execute(&mut [Op::Write {
                 to: Remote::new(1, 64),
                 from: &[9; 8],
+                completion: Completion::Transmit,
             }])
             .unwrap();
             assert_eq!(f.ops_seen(), 6);
@@ -926,6 +931,7 @@ mod tests {
             .execute(&mut [Op::Write {
                 to: Remote::new(2, 0),
                 from: &[1; 8],
+                completion: Completion::Transmit,
             }])
             .unwrap_err();
         assert!(matches!(err, Error::NoSuchRank { .. }));
@@ -942,6 +948,7 @@ mod tests {
         f.execute(&mut [Op::Write {
             to: Remote::new(1, 0),
             from: &[7; 16],
+            completion: Completion::Transmit,
         }])
         .unwrap();
         assert_eq!(peek(&g[1], 1, 0, 16), [0; 16], "visible at once");
@@ -953,6 +960,7 @@ mod tests {
             Op::Write {
                 to: Remote::new(1, 128),
                 from: &[8; 16],
+                completion: Completion::Transmit,
             },
             Op::Read {
                 from: Remote::new(1, 0),
@@ -981,6 +989,7 @@ mod tests {
         f.execute(&mut [Op::Write {
             to: Remote::new(1, 0),
             from: &[7; 16],
+            completion: Completion::Transmit,
         }])
         .unwrap();
         assert_eq!(peek(&g[1], 1, 0, 16), [0; 16]);
@@ -1004,6 +1013,7 @@ mod tests {
         f.execute(&mut [Op::Write {
             to: Remote::new(1, 8),
             from: &[3; 5],
+            completion: Completion::Transmit,
         }])
         .unwrap();
         assert_eq!(peek(&g[1], 1, 8, 5), [0; 5]);
@@ -1023,6 +1033,7 @@ mod tests {
             f.execute(&mut [Op::Write {
                 to: Remote::new(1, 4),
                 from: &[1; 12],
+                completion: Completion::Transmit,
             }])
             .unwrap();
             if f.injected().delayed_writes == 0 {
@@ -1032,6 +1043,7 @@ mod tests {
             f.execute(&mut [Op::Write {
                 to: Remote::new(1, 8),
                 from: &[2; 8],
+                completion: Completion::Transmit,
             }])
             .unwrap();
             f.flush().unwrap();
@@ -1057,10 +1069,12 @@ mod tests {
                 Op::Write {
                     to: Remote::new(1, 0),
                     from: &[1; 8],
+                    completion: Completion::Transmit,
                 },
                 Op::Write {
                     to: Remote::new(1, 8),
                     from: &[2; 8],
+                    completion: Completion::Transmit,
                 },
                 Op::Read {
                     from: Remote::new(1, 16),
@@ -1074,6 +1088,7 @@ mod tests {
                 Op::Write {
                     to: Remote::new(0, 32),
                     from: &[3; 16],
+                    completion: Completion::Transmit,
                 },
                 Op::Fetch {
                     at: Remote::new(1, 48),
@@ -1121,6 +1136,7 @@ mod tests {
                 Op::Write {
                     to: Remote::new(1, 64),
                     from: &[1; 8],
+                    completion: Completion::Transmit,
                 },
                 Op::Fetch {
                     at: Remote::new(1, 72),
@@ -1166,6 +1182,7 @@ mod tests {
                 Op::Write {
                     to: Remote::new(1, 0),
                     from: &[1; 8],
+                    completion: Completion::Transmit,
                 },
                 Op::Recv {
                     from: 1,
@@ -1207,6 +1224,7 @@ mod tests {
                 Op::Write {
                     to: Remote::new(1, 128 + 8 * u64::from(round % 3)),
                     from: &[round; 16],
+                    completion: Completion::Transmit,
                 },
                 Op::Read {
                     from: Remote::new(1, 130),

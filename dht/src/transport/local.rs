@@ -3,6 +3,10 @@
 //! time, so a reader can see half of a concurrent write (a torn read) exactly
 //! as over RDMA, without undefined behaviour. Atomics are single-word atomic
 //! operations, like a NIC's.
+//!
+//! Every op has taken effect when `execute` returns, so a write meets
+//! [`Completion::Delivery`](fabkit_fabric::Completion::Delivery) trivially:
+//! its word stores are `Release` and precede any later op of this thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -146,7 +150,8 @@ impl Transport for LocalTransport {
                     let r = self.region(kind, *from, into.len())?;
                     read_bytes(r, from.offset as usize, into);
                 }
-                Op::Write { to, from } => {
+                // Visible when execute returns: meets Delivery trivially.
+                Op::Write { to, from, .. } => {
                     let r = self.region(kind, *to, from.len())?;
                     write_bytes(r, to.offset as usize, from);
                 }
@@ -187,6 +192,7 @@ impl Transport for LocalTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fabkit_fabric::Completion;
 
     #[test]
     fn unaligned_bytes_round_trip_without_touching_neighbours() {
@@ -194,11 +200,13 @@ mod tests {
         t.execute(&mut [Op::Write {
             to: Remote::new(1, 0),
             from: &[0xff; 32],
+            completion: Completion::Transmit,
         }])
         .unwrap();
         t.execute(&mut [Op::Write {
             to: Remote::new(1, 3),
             from: &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+            completion: Completion::Transmit,
         }])
         .unwrap();
         let mut back = [0u8; 16];

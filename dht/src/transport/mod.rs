@@ -26,7 +26,7 @@ pub mod mpi;
 pub mod recording;
 pub mod shm;
 
-pub use fabkit_fabric::{Op, OpKind, Remote};
+pub use fabkit_fabric::{Completion, Op, OpKind, Remote};
 
 /// Executes batches of one-sided operations on the ranks' regions.
 pub trait Transport {

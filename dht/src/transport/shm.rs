@@ -9,6 +9,14 @@
 //! as soon as one rank is elsewhere, all atomics go through the fabric, for
 //! every region, and only reads and writes take the shortcut. Lock-free
 //! uses no atomics and always takes it.
+//!
+//! Completion: a same-node write is a copy into the mapping, its stores
+//! (`Release`) done when `execute` returns, so any later operation that
+//! reaches the bytes, a CPU's or a NIC's (host memory is coherent with DMA),
+//! sees them: it meets
+//! [`Completion::Delivery`](fabkit_fabric::Completion::Delivery) trivially.
+//! Ops to other nodes go to the [`Rank`] with their completion unchanged,
+//! which meets Delivery with its provider's mechanism ([`Rank::ordering`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -211,7 +219,17 @@ impl Transport for ShmTransport {
 fn reborrow<'s>(op: &'s mut Op<'_>) -> Op<'s> {
     match op {
         Op::Read { from, into } => Op::Read { from: *from, into },
-        Op::Write { to, from } => Op::Write { to: *to, from },
+        // The completion goes to the Rank unchanged: it meets Delivery with
+        // its provider's mechanism.
+        Op::Write {
+            to,
+            from,
+            completion,
+        } => Op::Write {
+            to: *to,
+            from,
+            completion: *completion,
+        },
         Op::CompareAndSwap {
             at,
             expected,

@@ -304,7 +304,11 @@ impl Batch {
                 Plan::Write { len } => {
                     let (from, rest) = std::mem::take(&mut data).split_at_mut(len);
                     data = rest;
-                    ops.push(Op::Write { to: p.at, from });
+                    ops.push(Op::Write {
+                        to: p.at,
+                        from,
+                        completion: crate::transport::Completion::Transmit,
+                    });
                 }
                 Plan::Cas { expected, new } => ops.push(Op::CompareAndSwap {
                     at: p.at,

@@ -2,14 +2,23 @@
 //! pieces no larger than a transfer, and planned into rounds that fit the
 //! window and the staging buffer; each round is staged, posted, waited for
 //! and delivered. A round that times out retires its staging buffer.
+//!
+//! A write that asks for [`Completion::Delivery`] is met with the rank's
+//! [`Ordering`]: posted with `FI_DELIVERY_COMPLETE`; or followed, in the same
+//! batch, by a read of its bytes (read-after-write data order); or, with
+//! `FI_FENCE`, by marking its peer in the [`FenceBook`] when the batch ends,
+//! so that the next operation posted to that peer carries the fence.
 
+use std::sync::atomic::{self, AtomicU64};
 use std::time::Instant;
 
 use fabric_sys as ffi;
+use serde::Serialize;
 
-use super::{Op, Rank};
+use super::{Completion, Op, Rank};
 use crate::cq::{Outcome, Ticket};
 use crate::error::{Error, OpKind, Result};
+use crate::info::Ordering;
 use crate::mr::MemoryRegion;
 
 /// Staging layout of an atomic: operand, compare value, result.
@@ -27,6 +36,89 @@ struct Piece {
     user_off: usize,
     /// Offset in the staging buffer.
     stage_off: usize,
+    /// A write that asks for delivery completion.
+    delivery: bool,
+    /// A read of the write piece planned just before it, which makes that
+    /// write visible ([`Ordering::ReadBack`]); nothing reaches the caller.
+    read_back: bool,
+}
+
+/// What the ordering mechanism has done on a rank (see [`Rank::ordering`]).
+/// Counts posted pieces (a write larger than a transfer is several).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OrderingStats {
+    /// Writes posted with `FI_DELIVERY_COMPLETE`.
+    pub delivery_complete: u64,
+    /// Operations posted with `FI_FENCE`.
+    pub fenced: u64,
+    /// Reads posted after Delivery writes to make them visible.
+    pub read_backs: u64,
+    /// Delivery writes posted with no mechanism ([`Ordering::None`]).
+    pub unordered: u64,
+}
+
+/// Which peers an operation must be fenced to ([`Ordering::Fence`]), shared
+/// by every thread posting on the rank's endpoint.
+///
+/// `marks[p]` counts batches that ended with a Delivery write to `p` (each
+/// posted, and waited for to transmit completion or an error); `covered[p]`
+/// is the highest mark a posted fenced operation covers. An operation to `p`
+/// is fenced while `marks[p] > covered[p]`. A mark is taken after its write
+/// was posted, and a fenced operation covers only the marks it loaded before
+/// it was posted, so every marked write was posted before the fence that
+/// covers it, and a mark taken meanwhile fences the next operation again.
+#[derive(Debug)]
+pub(super) struct FenceBook {
+    marks: Box<[AtomicU64]>,
+    covered: Box<[AtomicU64]>,
+    delivery_complete: AtomicU64,
+    fenced: AtomicU64,
+    read_backs: AtomicU64,
+    unordered: AtomicU64,
+}
+
+impl FenceBook {
+    pub(super) fn new(peers: usize) -> Self {
+        let zeros = || (0..peers).map(|_| AtomicU64::new(0)).collect();
+        FenceBook {
+            marks: zeros(),
+            covered: zeros(),
+            delivery_complete: AtomicU64::new(0),
+            fenced: AtomicU64::new(0),
+            read_backs: AtomicU64::new(0),
+            unordered: AtomicU64::new(0),
+        }
+    }
+
+    /// A Delivery write to `peer` has been posted and waited for: the next
+    /// operation to `peer` must carry the fence.
+    fn mark(&self, peer: usize) {
+        // Release: a poster that sees the mark also sees the write posted.
+        self.marks[peer].fetch_add(1, atomic::Ordering::Release);
+    }
+
+    /// The mark a fenced operation to `peer` posted now would cover, if the
+    /// operation must be fenced.
+    fn due(&self, peer: usize) -> Option<u64> {
+        let m = self.marks[peer].load(atomic::Ordering::Acquire);
+        (m > self.covered[peer].load(atomic::Ordering::Acquire)).then_some(m)
+    }
+
+    /// A fenced operation to `peer` covering `mark` has been posted.
+    fn cover(&self, peer: usize, mark: u64) {
+        self.covered[peer].fetch_max(mark, atomic::Ordering::AcqRel);
+        self.fenced.fetch_add(1, atomic::Ordering::Relaxed);
+    }
+
+    pub(super) fn stats(&self) -> OrderingStats {
+        let get = |c: &AtomicU64| c.load(atomic::Ordering::Relaxed);
+        OrderingStats {
+            delivery_complete: get(&self.delivery_complete),
+            fenced: get(&self.fenced),
+            read_backs: get(&self.read_backs),
+            unordered: get(&self.unordered),
+        }
+    }
 }
 
 impl Rank {
@@ -74,6 +166,13 @@ impl Rank {
     /// returns when all have completed. Operations in one batch are
     /// unordered: to order two, put them in two batches. Every operation is
     /// checked (rank, bounds, alignment, atomics) before anything is posted.
+    ///
+    /// A write with [`Completion::Delivery`] is visible at its target to any
+    /// later operation, from any rank, once this returns, by the mechanism
+    /// of [`Rank::ordering`] (with [`Ordering::Fence`]: visible to every
+    /// operation this rank posts to that peer afterwards, the fence being on
+    /// the first of them). With [`Ordering::None`] it is posted like a
+    /// transmit-complete write.
     pub fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
         let mut staging = self.staging.lock().unwrap();
         self.execute_with(&mut staging, ops)
@@ -99,39 +198,83 @@ impl Rank {
             .max(1)
             .min(staging.len())
             .min(1 << 30);
+        // Read-after-write data order holds only up to this size.
+        let raw_chunk = chunk.min(self.info.max_order_raw_size().max(1));
         let mut pieces = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
             let at = op.target();
             let (kind, len) = (op.kind(), op.len());
+            let piece = Piece {
+                op: i,
+                kind,
+                peer: at.rank,
+                offset: at.offset,
+                len,
+                user_off: 0,
+                stage_off: 0,
+                delivery: op.completion() == Some(Completion::Delivery),
+                read_back: false,
+            };
             if kind.is_atomic() || matches!(kind, OpKind::Send | OpKind::Recv) {
                 // Atomics are one word; a message is never split (validated
                 // to fit a transfer and the staging buffer).
-                pieces.push(Piece {
-                    op: i,
-                    kind,
-                    peer: at.rank,
-                    offset: at.offset,
-                    len,
-                    user_off: 0,
-                    stage_off: 0,
-                });
+                pieces.push(piece);
                 continue;
             }
+            let read_back = piece.delivery && self.ordering == Ordering::ReadBack;
+            let max = if read_back { raw_chunk } else { chunk };
             let mut off = 0;
             while off < len {
-                let n = chunk.min(len - off);
-                pieces.push(Piece {
-                    op: i,
-                    kind,
-                    peer: at.rank,
+                let n = max.min(len - off);
+                let part = Piece {
                     offset: at.offset + off as u64,
                     len: n,
                     user_off: off,
-                    stage_off: 0,
-                });
+                    ..piece
+                };
+                pieces.push(part);
+                if read_back {
+                    // Posted after the write (same round or a later one), so
+                    // ordered after it; it reads every byte written, since
+                    // data order is per byte (fi_endpoint(3)).
+                    pieces.push(Piece {
+                        kind: OpKind::Read,
+                        delivery: false,
+                        read_back: true,
+                        ..part
+                    });
+                }
                 off += n;
             }
         }
+        // With fences, the peers whose next operation must carry one once
+        // this batch ends, however it ends (a failed batch may still have
+        // written).
+        let mut to_fence: Vec<usize> = Vec::new();
+        if self.ordering == Ordering::Fence {
+            to_fence = pieces
+                .iter()
+                .filter(|p| p.delivery)
+                .map(|p| p.peer)
+                .collect();
+            to_fence.sort_unstable();
+            to_fence.dedup();
+        }
+        let result = self.run_rounds(staging, ops, &mut pieces);
+        for &peer in &to_fence {
+            self.fences.mark(peer);
+        }
+        result
+    }
+
+    /// Plans the pieces into rounds and runs them, stopping at the first
+    /// failed round.
+    fn run_rounds(
+        &self,
+        staging: &mut MemoryRegion,
+        ops: &mut [Op<'_>],
+        pieces: &mut [Piece],
+    ) -> Result<()> {
         let mut next = 0;
         while next < pieces.len() {
             // Plan one round: as many pieces as the window and staging allow.
@@ -163,6 +306,9 @@ impl Rank {
     ) -> Result<()> {
         // Stage inputs.
         for p in round {
+            if p.read_back {
+                continue;
+            }
             let dst = staging.ptr_at(p.stage_off);
             let words: [u64; 2] = match &ops[p.op] {
                 Op::Write { from, .. } | Op::Send { data: from, .. } => {
@@ -187,11 +333,11 @@ impl Rank {
 
         let timeout = self.cfg.timeout;
         let deadline = Instant::now() + timeout;
-        let mut tickets: Vec<(Ticket, &Piece)> = Vec::with_capacity(round.len());
+        let mut tickets: Vec<(Ticket, &Piece, bool)> = Vec::with_capacity(round.len());
         let mut first_err = None;
         for p in round {
             match self.post_piece(staging, p, deadline) {
-                Ok(t) => tickets.push((t, p)),
+                Ok((t, fenced)) => tickets.push((t, p, fenced)),
                 Err(e) => {
                     first_err = Some(e);
                     break;
@@ -200,8 +346,14 @@ impl Rank {
         }
         let mut timed_out = false;
         let mut received = vec![0usize; round.len()];
-        for (i, (t, p)) in tickets.iter().enumerate() {
-            match self.cq.inner.wait(*t, deadline) {
+        for (i, (t, p, fenced)) in tickets.iter().enumerate() {
+            let outcome = self.cq.inner.wait(*t, deadline);
+            if *fenced && !matches!(outcome, Outcome::Done { .. }) {
+                // What a failed fence guarantees is not defined: fence the
+                // next operation to that peer again.
+                self.fences.mark(p.peer);
+            }
+            match outcome {
                 Outcome::Done { len } => received[i] = len,
                 Outcome::Failed { code, prov_errno } => {
                     first_err.get_or_insert(Error::completion(p.kind, p.peer, code, prov_errno));
@@ -228,6 +380,9 @@ impl Rank {
         }
         // Deliver outputs.
         for (i, p) in round.iter().enumerate() {
+            if p.read_back {
+                continue;
+            }
             let src = staging.ptr_at(p.stage_off);
             match &mut ops[p.op] {
                 Op::Recv { into, len, .. } => {
@@ -268,64 +423,148 @@ impl Rank {
         Ok(())
     }
 
-    fn post_piece(&self, staging: &MemoryRegion, p: &Piece, deadline: Instant) -> Result<Ticket> {
+    /// Posts one piece; returns its ticket and whether it carries a fence.
+    fn post_piece(
+        &self,
+        staging: &MemoryRegion,
+        p: &Piece,
+        deadline: Instant,
+    ) -> Result<(Ticket, bool)> {
         let peer = self.peer(p.peer)?;
         let raddr = peer.region.base + p.offset;
         let key = peer.region.key;
         let ep = self.ep.raw();
         let buf = staging.ptr_at(p.stage_off).cast::<libc::c_void>();
         let desc = staging.desc();
+        // A receive is not a transmit: a fence does not apply to it.
+        let fence = match (self.ordering, p.kind) {
+            (_, OpKind::Recv) => None,
+            (Ordering::Fence, _) => self.fences.due(p.peer),
+            _ => None,
+        };
+        let delivery_complete = p.delivery && self.ordering == Ordering::DeliveryComplete;
+        // Every transmit is posted with explicit flags, which override the
+        // endpoint's default op_flags (fi_endpoint(3)): those hold
+        // FI_DELIVERY_COMPLETE when the rank asked for it, and only Delivery
+        // writes should pay for it (shm 1.17 never completes a zero-length
+        // send with it). No completion level: the provider's default,
+        // transmit-complete. FI_COMPLETION is ignored without selective
+        // completion (the CQ is bound without it) but says what we want.
+        let mut flags = u64::from(ffi::FI_COMPLETION);
+        if fence.is_some() {
+            flags |= u64::from(ffi::FI_FENCE);
+        }
+        if delivery_complete {
+            flags |= u64::from(ffi::FI_DELIVERY_COMPLETE);
+        }
+        let atomic_op = match p.kind {
+            OpKind::CompareAndSwap => ffi::FI_CSWAP,
+            OpKind::FetchAdd => ffi::FI_SUM,
+            OpKind::Fetch => ffi::FI_ATOMIC_READ,
+            _ => ffi::FI_ATOMIC_WRITE,
+        };
         // SAFETY: (every post below) the endpoint is open; buf points into the
         // registered staging buffer with room for the piece (planned), which
         // stays alive and untouched until the op completes or the buffer is
-        // retired; ctx is a slot reserved for this op.
+        // retired; ctx is a slot reserved for this op. The *msg variants'
+        // descriptors (iovecs, keys, the msg itself) live on this stack frame
+        // for the call: libfabric copies them (we do not set FI_ASYNC_IOV).
         let post = |ctx: *mut libc::c_void| unsafe {
+            // One pointer to the descriptor, shared by whichever msg is used.
+            let mut d = desc;
+            let dp: *mut *mut libc::c_void = &mut d;
+            let iov = ffi::iovec {
+                iov_base: buf,
+                iov_len: p.len,
+            };
+            let rma_iov = ffi::fi_rma_iov {
+                addr: raddr,
+                len: p.len,
+                key,
+            };
+            let rma = ffi::fi_msg_rma {
+                msg_iov: &iov,
+                desc: dp,
+                iov_count: 1,
+                addr: peer.addr,
+                rma_iov: &rma_iov,
+                rma_iov_count: 1,
+                context: ctx,
+                data: 0,
+            };
+            // Atomic staging: operand at 0, compare value at 8, result at 16
+            // (wrapping: for other pieces these point nowhere and are unused).
+            let word = |at: usize| ffi::fi_ioc {
+                addr: buf.cast::<u8>().wrapping_add(at).cast(),
+                count: 1,
+            };
+            let (operand, compare, mut result) = (word(0), word(8), word(16));
+            let (mut compare_desc, mut result_desc) = (desc, desc);
+            let rma_ioc = ffi::fi_rma_ioc {
+                addr: raddr,
+                count: 1,
+                key,
+            };
+            let atomic = ffi::fi_msg_atomic {
+                msg_iov: &operand,
+                desc: dp,
+                iov_count: 1,
+                addr: peer.addr,
+                rma_iov: &rma_ioc,
+                rma_iov_count: 1,
+                datatype: ffi::FI_UINT64,
+                op: atomic_op,
+                context: ctx,
+                data: 0,
+            };
             match p.kind {
-                OpKind::Read => ffi::fi_read(ep, buf, p.len, desc, peer.addr, raddr, key, ctx),
-                OpKind::Write => ffi::fi_write(ep, buf, p.len, desc, peer.addr, raddr, key, ctx),
-                OpKind::Send => ffi::fi_send(ep, buf, p.len, desc, peer.addr, ctx),
                 OpKind::Recv => ffi::fi_recv(ep, buf, p.len, desc, ffi::FI_ADDR_UNSPEC, ctx),
-                OpKind::CompareAndSwap => ffi::fi_compare_atomic(
-                    ep,
-                    buf,
-                    1,
-                    desc,
-                    buf.cast::<u8>().add(8).cast(),
-                    desc,
-                    buf.cast::<u8>().add(16).cast(),
-                    desc,
-                    peer.addr,
-                    raddr,
-                    key,
-                    ffi::FI_UINT64,
-                    ffi::FI_CSWAP,
-                    ctx,
-                ),
-                kind => {
-                    let op = match kind {
-                        OpKind::FetchAdd => ffi::FI_SUM,
-                        OpKind::Fetch => ffi::FI_ATOMIC_READ,
-                        _ => ffi::FI_ATOMIC_WRITE,
+                OpKind::Write => ffi::fi_writemsg(ep, &rma, flags),
+                OpKind::Read => ffi::fi_readmsg(ep, &rma, flags),
+                OpKind::Send => {
+                    let msg = ffi::fi_msg {
+                        msg_iov: &iov,
+                        desc: dp,
+                        iov_count: 1,
+                        addr: peer.addr,
+                        context: ctx,
+                        data: 0,
                     };
-                    ffi::fi_fetch_atomic(
-                        ep,
-                        buf,
-                        1,
-                        desc,
-                        buf.cast::<u8>().add(16).cast(),
-                        desc,
-                        peer.addr,
-                        raddr,
-                        key,
-                        ffi::FI_UINT64,
-                        op,
-                        ctx,
-                    )
+                    ffi::fi_sendmsg(ep, &msg, flags)
                 }
+                OpKind::CompareAndSwap => ffi::fi_compare_atomicmsg(
+                    ep,
+                    &atomic,
+                    &compare,
+                    &mut compare_desc,
+                    1,
+                    &mut result,
+                    &mut result_desc,
+                    1,
+                    flags,
+                ),
+                _ => ffi::fi_fetch_atomicmsg(ep, &atomic, &mut result, &mut result_desc, 1, flags),
             }
         };
-        self.ep
-            .post(p.kind, p.peer, deadline, self.cfg.timeout, post)
+        let t = self
+            .ep
+            .post(p.kind, p.peer, deadline, self.cfg.timeout, post)?;
+        let count = |c: &AtomicU64| {
+            c.fetch_add(1, atomic::Ordering::Relaxed);
+        };
+        if let Some(mark) = fence {
+            self.fences.cover(p.peer, mark);
+        }
+        if delivery_complete {
+            count(&self.fences.delivery_complete);
+        }
+        if p.read_back {
+            count(&self.fences.read_backs);
+        }
+        if p.delivery && self.ordering == Ordering::None {
+            count(&self.fences.unordered);
+        }
+        Ok((t, fence.is_some()))
     }
 }
 

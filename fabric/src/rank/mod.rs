@@ -11,9 +11,9 @@
 //! The module is split by job, so that the data path reads on its own:
 //! - here: [`Rank`] itself, how to set one up ([`RankConfig`],
 //!   [`ProgressMode`]) and its accessors;
-//! - `op`: the vocabulary of one-sided operations, [`Remote`] and [`Op`],
-//!   and the one-operation shorthands ([`Rank::read`], [`Rank::write`],
-//!   [`Rank::fetch_add`], ...);
+//! - `op`: the vocabulary of one-sided operations, [`Remote`], [`Op`] and
+//!   [`Completion`], and the one-operation shorthands ([`Rank::read`],
+//!   [`Rank::write`], [`Rank::fetch_add`], ...);
 //! - `setup`: establishing a rank ([`Rank::establish`]): the bootstrap
 //!   exchange of peer cards and their wire format, the address-vector
 //!   inserts and the progress thread; and [`Rank::finish`];
@@ -22,6 +22,18 @@
 //!   staging buffer, posting, waiting, delivering, and retiring a staging
 //!   buffer after a timeout;
 //! - `msg`: single messages ([`Rank::send`], [`Rank::recv`]).
+//!
+//! # Ordering
+//!
+//! A write completes at transmit completion unless it asks for
+//! [`Completion::Delivery`]; then it is visible at its target to any later
+//! operation once its batch has returned. At setup the rank picks how,
+//! from what the provider grants in `fi_getinfo` ([`Ordering`], best
+//! first): `FI_DELIVERY_COMPLETE` on the write itself; `FI_FENCE` on the
+//! next operation posted to that peer, in a later batch; or a read of the
+//! written bytes in the same batch where the provider keeps read-after-write
+//! data order. [`Rank::ordering`] says which; [`Rank::ordering_stats`]
+//! counts what was done. No write is ever posted as an inject.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -33,7 +45,7 @@ use crate::cq::CompletionQueue;
 use crate::domain::{AtomicSupport, Domain, Fabric};
 use crate::ep::Endpoint;
 use crate::error::{Error, Result};
-use crate::info::Info;
+use crate::info::{Info, Ordering};
 use crate::mr::{MemoryRegion, RemoteRegion};
 
 mod data;
@@ -41,9 +53,10 @@ mod msg;
 mod op;
 mod setup;
 
-pub use data::Initiator;
-pub use op::{Op, Remote};
+pub use data::{Initiator, OrderingStats};
+pub use op::{Completion, Op, Remote};
 
+use data::FenceBook;
 use setup::ProgressThread;
 
 /// Whether a rank runs a background thread that progresses its endpoint.
@@ -91,6 +104,11 @@ pub struct RankConfig {
     /// blocking. Only for benchmarks on otherwise idle cores (what fabtests
     /// and perftest do); on a busy node it starves peers.
     pub busy_poll: bool,
+    /// How to meet [`Completion::Delivery`]: `None` picks the best the
+    /// provider offers ([`Ordering::PREFERENCE`]); `Some(m)` insists on `m`
+    /// (setup fails if the provider does not offer it), e.g. to test or
+    /// measure one mechanism. `Some(Ordering::None)` asks for nothing.
+    pub ordering: Option<Ordering>,
 }
 
 impl RankConfig {
@@ -108,6 +126,7 @@ impl RankConfig {
             progress: ProgressMode::Auto,
             shared_region: None,
             busy_poll: false,
+            ordering: None,
         }
     }
 }
@@ -134,6 +153,8 @@ pub struct Rank {
     _fabric: Fabric,
     info: Info,
     atomics: AtomicSupport,
+    ordering: Ordering,
+    fences: FenceBook,
     rank: usize,
     cfg: RankConfig,
 }
@@ -145,6 +166,7 @@ impl std::fmt::Debug for Rank {
             .field("ranks", &self.peers.len())
             .field("provider", &self.info.provider())
             .field("domain", &self.info.domain_name())
+            .field("ordering", &self.ordering)
             .finish()
     }
 }
@@ -173,6 +195,19 @@ impl Rank {
     /// The u64 atomics the provider offers.
     pub fn atomic_support(&self) -> AtomicSupport {
         self.atomics
+    }
+
+    /// How this rank meets [`Completion::Delivery`], chosen at setup from
+    /// what the provider grants (see [`Ordering`]). [`Ordering::None`]: a
+    /// Delivery write is posted as a transmit-complete one and nothing
+    /// orders it before later operations.
+    pub fn ordering(&self) -> Ordering {
+        self.ordering
+    }
+
+    /// What the ordering mechanism has done so far.
+    pub fn ordering_stats(&self) -> OrderingStats {
+        self.fences.stats()
     }
 
     /// The memory this rank exposes. Peers may write it at any time.

@@ -1,5 +1,6 @@
-//! The vocabulary of one-sided operations: where ([`Remote`]) and what
-//! ([`Op`]), and the [`Rank`] shorthands that execute a single one.
+//! The vocabulary of one-sided operations: where ([`Remote`]), what
+//! ([`Op`]) and, for writes, which completion they need ([`Completion`]);
+//! and the [`Rank`] shorthands that execute a single one.
 
 use super::Rank;
 use crate::error::{OpKind, Result};
@@ -20,6 +21,35 @@ impl Remote {
     }
 }
 
+/// The completion a write needs before its batch may return: what its
+/// completion says about the bytes at the target (fi_cq(3), "Completion
+/// semantics" and "Target completion semantics").
+///
+/// Reads and fetching atomics need no choice: data comes back to the
+/// initiator, so their completion is delivery-complete by definition
+/// (fi_cq(3): "for operations that return data to the initiator ... this is
+/// the default completion mode").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Completion {
+    /// `FI_TRANSMIT_COMPLETE` (the provider's default): the write no longer
+    /// depends on local resources or the fabric, but "the state of the
+    /// operation at the peer endpoint is not defined"; "if an RMA operation
+    /// completes at the initiator as FI_INJECT_COMPLETE or
+    /// FI_TRANSMIT_COMPLETE, the data visibility at the target is not
+    /// guaranteed". Another rank may read the old bytes after the batch
+    /// returned, and an atomic issued in a later batch (a lock release) may
+    /// take effect before them. Enough for data nothing else points to yet.
+    Transmit,
+    /// `FI_DELIVERY_COMPLETE`: the write "has been processed by the
+    /// destination endpoint" and its result is available there. When the
+    /// batch returns, any later operation, from any rank, that reaches the
+    /// bytes sees them; so a write that precedes a release (an unlock, a
+    /// publish) must ask for this. A transport meets it with the mechanism
+    /// its provider offers (see [`Ordering`](crate::Ordering)): natively,
+    /// with a fence on the next operation to that peer, or with a read-back.
+    Delivery,
+}
+
 /// One remote operation. Atomics act on an 8-byte-aligned u64.
 #[derive(Debug)]
 pub enum Op<'b> {
@@ -30,12 +60,16 @@ pub enum Op<'b> {
         /// Destination.
         into: &'b mut [u8],
     },
-    /// Copy `from` to remote memory.
+    /// Copy `from` to remote memory. Never posted as an inject (a buffered
+    /// send with no completion level): its completion is what `completion`
+    /// asks for.
     Write {
         /// Destination.
         to: Remote,
         /// Source.
         from: &'b [u8],
+        /// What the write's completion must mean at the target.
+        completion: Completion,
     },
     /// If the word equals `expected`, replace it by `new`; `old` receives the
     /// previous value either way.
@@ -122,6 +156,14 @@ impl Op<'_> {
         }
     }
 
+    /// The completion a write asks for; `None` for every other kind.
+    pub fn completion(&self) -> Option<Completion> {
+        match self {
+            Op::Write { completion, .. } => Some(*completion),
+            _ => None,
+        }
+    }
+
     /// Bytes moved (8 for the atomics).
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
@@ -139,9 +181,18 @@ impl Rank {
         self.execute(&mut [Op::Read { from, into }])
     }
 
-    /// Writes `data` at `to`.
+    /// Writes `data` at `to`, transmit-complete ([`Completion::Transmit`]).
     pub fn write(&self, to: Remote, data: &[u8]) -> Result<()> {
-        self.execute(&mut [Op::Write { to, from: data }])
+        self.write_with(to, data, Completion::Transmit)
+    }
+
+    /// Writes `data` at `to` with the completion it needs.
+    pub fn write_with(&self, to: Remote, data: &[u8], completion: Completion) -> Result<()> {
+        self.execute(&mut [Op::Write {
+            to,
+            from: data,
+            completion,
+        }])
     }
 
     /// Executes one atomic whose result lands in the u64 it is given.

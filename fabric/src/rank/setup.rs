@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::data::ATOMIC_STAGE;
+use super::data::{FenceBook, ATOMIC_STAGE};
 use super::{Peer, ProgressMode, Rank, RankConfig};
 use crate::av::AddressVector;
 use crate::bootstrap::Bootstrap;
@@ -126,9 +126,13 @@ impl Rank {
             provider: Some(cfg.provider.clone()),
             domain: cfg.domain.clone(),
             caps,
+            ordering: info::Ordering::None,
         };
         let same_host = boot.same_host()?;
-        let info = info::find(&hints, same_host)?;
+        // The endpoint is opened from an info that asked for the ordering
+        // mechanism it will use (FI_DELIVERY_COMPLETE in op_flags, the
+        // FI_FENCE capability, or read-after-write order).
+        let (info, ordering) = info::find_ordered(&hints, same_host, cfg.ordering)?;
         crate::env::check_ranks(&info.provider(), boot.size())?;
         let fabric = Fabric::open(&info)?;
         let domain = Domain::open(&fabric, &info)?;
@@ -212,6 +216,8 @@ impl Rank {
             _fabric: fabric,
             info,
             atomics,
+            ordering,
+            fences: FenceBook::new(cards.len()),
             rank: boot.rank(),
             cfg,
         })

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use fabkit_fabric::bootstrap::Bootstrap;
-use fabkit_fabric::{Initiator, Op, Rank, RankConfig, Remote};
+use fabkit_fabric::{Completion, Initiator, Op, Rank, RankConfig, Remote};
 use serde::{Deserialize, Serialize};
 
 use self::stats::{Latency, Rates};
@@ -258,7 +258,12 @@ struct Job<'a> {
 /// The one-sided operation `op` on `at` with the given buffers.
 pub(crate) fn rma_op<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op<'b> {
     match op {
-        PerfOp::Write => Op::Write { to: at, from: buf },
+        // Transmit-complete: what fi_rma_bw measures.
+        PerfOp::Write => Op::Write {
+            to: at,
+            from: buf,
+            completion: Completion::Transmit,
+        },
         PerfOp::Read => Op::Read {
             from: at,
             into: buf,
