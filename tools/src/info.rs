@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use fabkit_fabric::info::{self, getinfo, Caps, Hints};
-use fabkit_fabric::{env, AtomicSupport, AtomicsBy, Domain, Fabric, Progress};
+use fabkit_fabric::{env, AtomicSupport, AtomicsBy, Domain, Fabric, Ordering, Progress};
 use serde::Serialize;
 
 use fabkit_fabric::verbs;
@@ -36,6 +36,13 @@ pub struct ProviderRow {
     pub inject_size: usize,
     /// Whether fabkit can run RMA on it (RDM endpoints with RMA).
     pub fabkit_rma: bool,
+    /// How a rank on it makes a Delivery write visible before a later
+    /// operation (what `fi_getinfo` grants when asked; `None` where fabkit
+    /// cannot run).
+    pub ordering: Option<Ordering>,
+    /// Every mechanism it grants, best first (a rank may be told to use
+    /// any of them).
+    pub orderings: Vec<Ordering>,
 }
 
 /// Everything `fabkit info` reports.
@@ -78,6 +85,8 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
             max_msg_size: i.max_msg_size(),
             inject_size: i.inject_size(),
             fabkit_rma: false,
+            ordering: None,
+            orderings: Vec::new(),
         });
         let t = i.ep_type().to_string();
         if !row.ep_types.contains(&t) {
@@ -107,6 +116,20 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
                 .and_then(|f| Domain::open(&f, i))
                 .map(|d| d.atomic_support())
                 .ok();
+        }
+        // What a rank would pick: asked with the capabilities it asks for
+        // (atomics where offered, as a rank asks by default).
+        if row.fabkit_rma {
+            let caps = if found.is_empty() {
+                Caps::RMA
+            } else {
+                Caps::ALL
+            };
+            let hints = Hints::new(row.provider.clone(), caps);
+            if let Ok(offered) = info::orderings_offered(&hints) {
+                row.ordering = Some(offered.first().copied().unwrap_or(Ordering::None));
+                row.orderings = offered;
+            }
         }
     }
     Ok(Report {
@@ -154,8 +177,17 @@ pub fn print(r: &Report) {
         .unwrap_or(0)
         .max(7);
     println!(
-        "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} domains",
-        "provider", "rma", "fk", "u64 atomics", "by", "progress", "maxmsg", "inject", "mr_mode"
+        "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} domains",
+        "provider",
+        "rma",
+        "fk",
+        "u64 atomics",
+        "by",
+        "progress",
+        "order",
+        "maxmsg",
+        "inject",
+        "mr_mode"
     );
     for p in &r.providers {
         let supported = p.atomics.map(|a| a.supported()).unwrap_or_default();
@@ -170,13 +202,14 @@ pub fn print(r: &Report) {
             p.atomics_by.label()
         };
         println!(
-            "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} {}",
+            "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} {}",
             p.provider,
             if p.rma { "yes" } else { "no" },
             if p.fabkit_rma { "yes" } else { "no" },
             atomics,
             by,
             format!("{:?}", p.progress).to_lowercase(),
+            p.ordering.map_or("-", Ordering::label),
             size(p.max_msg_size),
             size(p.inject_size),
             mr_of(p),
@@ -190,6 +223,10 @@ pub fn print(r: &Report) {
     println!("target's libfabric applies with its CPU, as ofi_rxm does over verbs).");
     println!("progress manual: peers' one-sided operations need the target to progress;");
     println!("fabkit runs a progress thread for those ranks.");
+    println!("order: how a write that must be visible before a later operation (a lock");
+    println!("release) is made so: delivery (FI_DELIVERY_COMPLETE on the write), fence");
+    println!("(FI_FENCE on the next operation to that peer), raw (a read of the written");
+    println!("bytes after it: FI_ORDER_RMA_RAW data order), none (no guarantee).");
     println!();
     println!("RDMA devices (libibverbs):");
     match &r.rdma.none_because {

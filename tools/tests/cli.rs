@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const PROVIDERS: &[&str] = &["shm", "tcp;ofi_rxm", "sockets"];
 
@@ -61,7 +61,18 @@ fn info_lists_the_rma_providers_and_says_there_is_no_rdma_device() {
         assert_eq!(row["fabkit_rma"], true, "{p}");
         assert_eq!(row["atomics"]["compare_swap"], true, "{p}");
         assert_eq!(row["atomics"]["fetch_add"], true, "{p}");
+        // All three grant FI_DELIVERY_COMPLETE in tx_attr->op_flags here.
+        assert_eq!(row["ordering"], "delivery_complete", "{p}");
     }
+    let orderings = |p: &str| {
+        let row = provs.iter().find(|r| r["provider"] == p).unwrap();
+        row["orderings"].clone()
+    };
+    assert_eq!(
+        orderings("sockets"),
+        json!(["delivery_complete", "fence", "read_back"])
+    );
+    assert_eq!(orderings("tcp;ofi_rxm"), json!(["delivery_complete"]));
     let shm = provs.iter().find(|r| r["provider"] == "shm").unwrap();
     assert_eq!(shm["progress"], "manual");
     // Plain tcp: connected endpoints only, so not usable by fabkit.
@@ -78,6 +89,26 @@ fn info_lists_the_rma_providers_and_says_there_is_no_rdma_device() {
         text.contains("tcp;ofi_rxm") && text.contains("RDMA devices"),
         "{text}"
     );
+    let header: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("provider"))
+        .unwrap_or_else(|| panic!("no header: {text}"))
+        .split_whitespace()
+        .collect();
+    for column in [
+        "provider", "rma", "fk", "progress", "order", "maxmsg", "mr_mode",
+    ] {
+        assert!(header.contains(&column), "{column} in {header:?}");
+    }
+    let shm: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("shm "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let at = header.iter().position(|c| *c == "order").unwrap();
+    // "u64 atomics" and "all four" are two words each: the same offset.
+    assert_eq!(shm[at], "delivery", "{shm:?}");
 }
 
 #[test]
