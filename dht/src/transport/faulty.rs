@@ -52,6 +52,15 @@
 //!   delegated unchanged (a delayed write can land after an MPI-style region
 //!   unlock, which MPI itself forbids). If no further batch comes, a pending
 //!   write lands only at `flush` or drop.
+//!
+//!   A write that asks for [`Completion::Delivery`] is never delayed: the
+//!   transport contract is that it is visible when its batch returns (what
+//!   `FI_DELIVERY_COMPLETE`, a fence or `MPI_Win_flush` give a real one).
+//!   Pending writes it overlaps are applied first, so this transport's
+//!   writes to the same bytes still land in the order issued.
+//!   [`Faults::ignore_delivery`] delays Delivery writes like Transmit ones:
+//!   a transport that does not honour delivery completion, so a test can
+//!   show what goes wrong without ordering.
 //! - **A failing op** ([`Faults::fail_op`]): counting every op this transport
 //!   is asked to execute, from 1, across batches, the Nth fails, once. With
 //!   seeded probability 1/2 it still takes effect at the target (executed
@@ -102,6 +111,9 @@ pub struct Faults {
     pub delay_writes: Option<Delay>,
     /// Probability that a Write is delayed (with `delay_writes` set).
     pub delay_prob: f64,
+    /// Delay writes that ask for [`Completion::Delivery`] too (by default
+    /// they are never delayed).
+    pub ignore_delivery: bool,
     /// The Nth op (from 1, across batches) fails, once.
     pub fail_op: Option<u64>,
 }
@@ -138,6 +150,15 @@ impl Faults {
     pub fn delay_writes(mut self, delay: Delay, p: f64) -> Self {
         self.delay_writes = Some(delay);
         self.delay_prob = p;
+        self
+    }
+
+    /// Models a provider or transport that does not honour delivery
+    /// completion: writes with [`Completion::Delivery`] are delayed like
+    /// [`Completion::Transmit`] ones (with `delay_writes`), so a test can
+    /// show what goes wrong without ordering.
+    pub fn ignore_delivery(mut self) -> Self {
+        self.ignore_delivery = true;
         self
     }
 
@@ -200,6 +221,7 @@ impl Rng {
 struct PendingWrite {
     to: Remote,
     data: Vec<u8>,
+    completion: Completion,
 }
 
 impl PendingWrite {
@@ -322,7 +344,7 @@ impl<T: Transport> FaultyTransport<T> {
         self.inner.execute(&mut [Op::Write {
             to: w.to,
             from: &w.data,
-            completion: Completion::Transmit,
+            completion: w.completion,
         }])
     }
 
@@ -342,7 +364,7 @@ impl<T: Transport> FaultyTransport<T> {
         let mut guard = self.state();
         let st = &mut *guard;
         let taken = std::mem::take(&mut st.pending);
-        let (early, late) = match f.delay_writes {
+        let (mut early, mut late) = match f.delay_writes {
             Some(Delay::PastNextBatch) => (Vec::new(), taken),
             _ => (taken, Vec::new()),
         };
@@ -381,18 +403,30 @@ impl<T: Transport> FaultyTransport<T> {
                         garbage,
                     });
                 }
-                Op::Write { to, from, .. }
-                    if f.delay_writes.is_some()
-                        && !from.is_empty()
-                        && self.fits(*to, from.len())
-                        && (late.iter().any(|w| w.overlaps(*to, from.len()))
-                            || st.rng.chance(f.delay_prob)) =>
+                Op::Write {
+                    to,
+                    from,
+                    completion,
+                } if f.delay_writes.is_some()
+                    && !from.is_empty()
+                    && self.fits(*to, from.len())
+                    && (*completion == Completion::Transmit || f.ignore_delivery)
+                    && (late.iter().any(|w| w.overlaps(*to, from.len()))
+                        || st.rng.chance(f.delay_prob)) =>
                 {
                     st.injected.delayed_writes += 1;
                     st.pending.push(PendingWrite {
                         to: *to,
                         data: from.to_vec(),
+                        completion: *completion,
                     });
+                }
+                Op::Write { to, from, .. } if late.iter().any(|w| w.overlaps(*to, from.len())) => {
+                    // A write that is not delayed (a Delivery one) must not
+                    // be overwritten by an older pending write: land them all
+                    // before this batch, in the order issued.
+                    early.append(&mut late);
+                    steps.push(Step::Whole(i));
                 }
                 _ => steps.push(Step::Whole(i)),
             }
@@ -1053,6 +1087,173 @@ mod tests {
             assert_eq!(peek(&g[1], 1, 0, 16), want, "seed {seed}");
         }
         assert!(checked > 0);
+    }
+
+    /// Records, right after each inner batch that holds a compare-and-swap,
+    /// the bytes another rank would read at `watch`: what a reader that
+    /// takes the lock as soon as it is released sees.
+    #[derive(Debug)]
+    struct AtRelease {
+        inner: LocalTransport,
+        watch: Remote,
+        len: usize,
+        seen: Mutex<Vec<Vec<u8>>>,
+    }
+
+    impl Transport for AtRelease {
+        fn rank(&self) -> usize {
+            self.inner.rank()
+        }
+        fn ranks(&self) -> usize {
+            self.inner.ranks()
+        }
+        fn region_len(&self, rank: usize) -> usize {
+            self.inner.region_len(rank)
+        }
+        fn has_atomics(&self) -> bool {
+            true
+        }
+        fn name(&self) -> String {
+            "at-release".into()
+        }
+        fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
+            let released = ops.iter().any(|o| o.kind() == OpKind::CompareAndSwap);
+            let r = self.inner.execute(ops);
+            if released {
+                let (at, len) = (self.watch, self.len);
+                let now = peek(&self.inner, at.rank, at.offset, len);
+                self.seen.lock().unwrap().push(now);
+            }
+            r
+        }
+    }
+
+    /// A writer's publish: data with `completion`, then (a later batch) the
+    /// release of a lock word. Returns the data a reader sees at the
+    /// release, the data after the writer's batches, and what was injected.
+    fn publish(faults: Faults, completion: Completion) -> (Vec<u8>, Vec<u8>, Injected) {
+        let g = group();
+        let data = Remote::new(1, 64);
+        let observer = AtRelease {
+            inner: g[0].clone(),
+            watch: data,
+            len: 24,
+            seen: Mutex::new(Vec::new()),
+        };
+        let f = FaultyTransport::new(observer, faults);
+        poke(&g[1], 1, 0, &1u64.to_le_bytes()); // locked by the writer
+        f.execute(&mut [Op::Write {
+            to: data,
+            from: &[7; 24],
+            completion,
+        }])
+        .unwrap();
+        let mut old = 0;
+        f.execute(&mut [Op::CompareAndSwap {
+            at: Remote::new(1, 0),
+            expected: 1,
+            new: 0,
+            old: &mut old,
+        }])
+        .unwrap();
+        assert_eq!(old, 1);
+        let seen = f.inner().seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "one release");
+        let after = peek(&g[1], 1, 64, 24);
+        (seen[0].clone(), after, f.injected())
+    }
+
+    #[test]
+    fn delivery_writes_are_never_delayed() {
+        for delay in [Delay::UntilNextBatch, Delay::PastNextBatch] {
+            let faults = || Faults::seeded(5).reorder().delay_writes(delay, 1.0);
+            // Alone: visible when its batch returns.
+            let g = group();
+            let f = FaultyTransport::new(g[0].clone(), faults());
+            f.execute(&mut [
+                Op::Write {
+                    to: Remote::new(1, 0),
+                    from: &[3; 16],
+                    completion: Completion::Delivery,
+                },
+                Op::Write {
+                    to: Remote::new(1, 32),
+                    from: &[4; 16],
+                    completion: Completion::Transmit,
+                },
+            ])
+            .unwrap();
+            assert_eq!(peek(&g[1], 1, 0, 16), [3; 16], "{delay:?}");
+            assert_eq!(
+                peek(&g[1], 1, 32, 16),
+                [0; 16],
+                "{delay:?}: transmit delayed"
+            );
+            assert_eq!(f.injected().delayed_writes, 1, "{delay:?}");
+            assert_eq!(f.pending_writes(), 1, "{delay:?}");
+            // In a publish: the reader sees the data once the lock is free.
+            let (at_release, _, inj) = publish(faults(), Completion::Delivery);
+            assert_eq!(at_release, [7; 24], "{delay:?}");
+            assert_eq!(inj.delayed_writes, 0, "{delay:?}");
+        }
+    }
+
+    #[test]
+    fn a_delivery_write_lands_after_older_pending_writes_to_the_same_bytes() {
+        let g = group();
+        let f = FaultyTransport::new(
+            g[0].clone(),
+            Faults::seeded(1).delay_writes(Delay::PastNextBatch, 1.0),
+        );
+        f.execute(&mut [Op::Write {
+            to: Remote::new(1, 4),
+            from: &[1; 12],
+            completion: Completion::Transmit,
+        }])
+        .unwrap();
+        assert_eq!(f.pending_writes(), 1);
+        f.execute(&mut [Op::Write {
+            to: Remote::new(1, 8),
+            from: &[2; 8],
+            completion: Completion::Delivery,
+        }])
+        .unwrap();
+        // The older write landed first, the Delivery one over it.
+        assert_eq!(
+            peek(&g[1], 1, 0, 16),
+            [&[0; 4][..], &[1; 4], &[2; 8]].concat()
+        );
+        assert_eq!(f.pending_writes(), 0);
+        f.flush().unwrap();
+        assert_eq!(
+            peek(&g[1], 1, 0, 16),
+            [&[0; 4][..], &[1; 4], &[2; 8]].concat()
+        );
+    }
+
+    #[test]
+    fn ignore_delivery_delays_delivery_writes_and_a_reader_sees_old_bytes_after_the_release() {
+        let faults = Faults::seeded(1)
+            .delay_writes(Delay::PastNextBatch, 1.0)
+            .ignore_delivery();
+        assert!(faults.ignore_delivery);
+        // What a transport without delivery completion does to a publish:
+        // when the lock is released, the data are still the old bytes; they
+        // land later.
+        let (at_release, after, inj) = publish(faults.clone(), Completion::Delivery);
+        assert_eq!((at_release, after), (vec![0; 24], vec![7; 24]));
+        assert_eq!(inj.delayed_writes, 1);
+        // A transmit-complete write does the same with or without the knob.
+        let past = Faults::seeded(1).delay_writes(Delay::PastNextBatch, 1.0);
+        let (at_release, _, _) = publish(past.clone(), Completion::Transmit);
+        assert_eq!(at_release, [0; 24]);
+        // Without the knob, the same faults leave a Delivery write alone.
+        let (at_release, _, inj) = publish(past, Completion::Delivery);
+        assert_eq!((at_release, inj.delayed_writes), (vec![7; 24], 0));
+        // The knob alone delays nothing: it only widens delay_writes.
+        let (at_release, _, inj) =
+            publish(Faults::seeded(1).ignore_delivery(), Completion::Delivery);
+        assert_eq!((at_release, inj.delayed_writes), (vec![7; 24], 0));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use fabkit_fabric::{Op, OpKind, Remote, Result};
+use fabkit_fabric::{Completion, Op, OpKind, Remote, Result};
 
 use super::Transport;
 
@@ -23,6 +23,8 @@ pub struct Logged {
 pub struct RecordingTransport<T> {
     inner: T,
     log: Mutex<Vec<Vec<Logged>>>,
+    /// Per batch, the completion each op asked for (writes only).
+    completions: Mutex<Vec<Vec<Option<Completion>>>>,
 }
 
 impl<T: Transport> RecordingTransport<T> {
@@ -31,6 +33,7 @@ impl<T: Transport> RecordingTransport<T> {
         RecordingTransport {
             inner,
             log: Mutex::new(Vec::new()),
+            completions: Mutex::new(Vec::new()),
         }
     }
 
@@ -47,9 +50,17 @@ impl<T: Transport> RecordingTransport<T> {
             .collect()
     }
 
+    /// The completion each operation asked for ([`Op::completion`]: `Some`
+    /// for writes), batch by batch, in the order of [`Self::batches`].
+    pub fn completions(&self) -> Vec<Vec<Option<Completion>>> {
+        self.completions.lock().unwrap().clone()
+    }
+
     /// Forgets the log.
     pub fn clear(&self) {
-        self.log.lock().unwrap().clear();
+        let mut log = self.log.lock().unwrap();
+        log.clear();
+        self.completions.lock().unwrap().clear();
     }
 }
 
@@ -78,7 +89,53 @@ impl<T: Transport> Transport for RecordingTransport<T> {
                 len: o.len(),
             })
             .collect();
-        self.log.lock().unwrap().push(batch);
+        let asked = ops.iter().map(Op::completion).collect();
+        // Both logs under the first lock, so their batches stay aligned.
+        let mut log = self.log.lock().unwrap();
+        log.push(batch);
+        self.completions.lock().unwrap().push(asked);
+        drop(log);
         self.inner.execute(ops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::local::LocalTransport;
+
+    #[test]
+    fn records_the_completion_each_write_asked_for() {
+        let g = LocalTransport::group(2, 64);
+        let t = RecordingTransport::new(g[0].clone());
+        let mut v = 0;
+        t.execute(&mut [
+            Op::Write {
+                to: Remote::new(1, 0),
+                from: &[1; 8],
+                completion: Completion::Delivery,
+            },
+            Op::Fetch {
+                at: Remote::new(1, 8),
+                value: &mut v,
+            },
+        ])
+        .unwrap();
+        t.execute(&mut [Op::Write {
+            to: Remote::new(1, 16),
+            from: &[2; 8],
+            completion: Completion::Transmit,
+        }])
+        .unwrap();
+        assert_eq!(
+            t.completions(),
+            vec![
+                vec![Some(Completion::Delivery), None],
+                vec![Some(Completion::Transmit)]
+            ]
+        );
+        assert_eq!(t.batches().len(), 2);
+        t.clear();
+        assert!(t.completions().is_empty());
     }
 }
