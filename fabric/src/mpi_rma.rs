@@ -248,19 +248,30 @@ impl Window {
     /// targets (from [`Window::lock`] or [`Window::lock_all`]): issues the
     /// operations, then `MPI_Win_flush` per target, so results are delivered
     /// when it returns.
+    ///
+    /// Every write is therefore remotely complete when this returns: "the
+    /// operations are completed both at the origin and at the target"
+    /// (MPI 3.1, 11.5.4, `MPI_Win_flush`). That is what
+    /// [`Completion::Delivery`](crate::Completion::Delivery) asks for, so
+    /// both completions are posted alike (`MPI_Put`), and an operation of a
+    /// later batch (a lock release) cannot overtake them. The targets are
+    /// flushed even when issuing fails part-way, so that what was issued
+    /// is complete before the caller's error path (a release) runs.
     pub fn execute_in_epoch(&mut self, ops: &mut [Op<'_>]) -> Result<()> {
         for op in ops.iter() {
             self.validate(op)?;
         }
         let targets: BTreeSet<usize> = ops.iter().map(|o| o.target().rank).collect();
-        self.issue(ops)?;
+        let issued = self.issue(ops);
+        let mut flushed = Ok(());
         for &t in &targets {
             // SAFETY: the window is live and in an epoch on t.
-            check("MPI_Win_flush", unsafe {
+            let r = check("MPI_Win_flush", unsafe {
                 ffi::MPI_Win_flush(t as i32, self.win)
-            })?;
+            });
+            flushed = flushed.and(r);
         }
-        Ok(())
+        issued.and(flushed)
     }
 
     /// Whether a `lock_all` epoch is open.

@@ -3,6 +3,14 @@
 //! run in one `MPI_Win_lock_all` epoch with a flush per batch; coarse locks
 //! the target's whole window per operation with `MPI_Win_lock` (shared for
 //! reads, exclusive for writes), as the published MPI-DHT does.
+//!
+//! Completion: every batch ends with `MPI_Win_flush` on each of its targets
+//! ([`Window::execute_in_epoch`]), which completes the operations "both at
+//! the origin and at the target"; a coarse batch outside a region lock
+//! ends with `MPI_Win_unlock`, which does the same. So a write is visible at
+//! its target when its batch returns, whatever its
+//! [`Completion`](fabkit_fabric::Completion): Delivery costs nothing extra
+//! here, and a release in a later batch never overtakes the data before it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
