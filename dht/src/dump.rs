@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use fabkit_fabric::bootstrap::Bootstrap;
 
-use crate::layout::{Variant, STATE_FULL};
+use crate::layout::{is_full, Variant};
 use crate::outcome::{Error, Result};
 use crate::table::Dht;
 use crate::transport::{Op, Remote, Transport};
@@ -63,10 +63,11 @@ impl<T: Transport> Dht<T> {
                     _ => (0, b),
                 };
                 let bk = l.decode(data, state);
+                // A lock-free bucket marked invalid whose checksum passes
+                // was rewritten whole since (or after) it was marked: kept.
                 let valid = bk.occupied()
-                    && !bk.invalid()
                     && bk.checksum_ok()
-                    && (l.variant != Variant::Chunked || state == STATE_FULL);
+                    && (l.variant != Variant::Chunked || is_full(state));
                 if valid {
                     entries.extend_from_slice(bk.key);
                     entries.extend_from_slice(bk.value);

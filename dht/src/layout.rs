@@ -19,13 +19,32 @@ pub const INVALID: u8 = 2;
 
 /// Chunked state word: free.
 pub const STATE_EMPTY: u64 = 0;
+/// Chunked state word: data complete, version 0. A full word is any even
+/// non-zero value whose low byte is 2; its bits 8 to 23 count the
+/// bucket's publications, so that a compare-and-swap from a full value
+/// seen earlier fails if the bucket was rewritten since (see [`full`]).
+pub const STATE_FULL: u64 = 2;
+
 /// Whether a chunked state word is a claim: any odd value. A writer,
 /// named by the tag in the word's upper bits, is filling the bucket.
 pub fn is_claimed(state: u64) -> bool {
     state & 1 == 1
 }
-/// Chunked state word: data complete.
-pub const STATE_FULL: u64 = 2;
+
+/// Whether a chunked state word says the data is complete.
+pub fn is_full(state: u64) -> bool {
+    state & 0xff == STATE_FULL
+}
+
+/// The full state word of publication `version` of a bucket.
+pub fn full(version: u16) -> u64 {
+    u64::from(version) << 8 | STATE_FULL
+}
+
+/// The publication count of a full state word.
+pub fn full_version(state: u64) -> u16 {
+    (state >> 8) as u16
+}
 
 /// The DHT variants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -224,7 +243,7 @@ impl Layout {
         let base = self.data_start();
         let meta = match self.meta {
             Some(m) => data[m - base],
-            None if state == STATE_FULL => OCCUPIED,
+            None if is_full(state) => OCCUPIED,
             None => 0,
         };
         let k = self.key - base;

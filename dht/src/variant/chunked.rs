@@ -1,80 +1,139 @@
 //! Chunked linear probing (seed 002, Oortwijn): a key's buckets are linear
 //! runs of C buckets (chunks), the i-th chunk placed by quadratic probing
-//! from the key's first candidate, so runs do not cluster. A chunk is one
-//! remote read; each round fetches two chunks (the next one with the
-//! current), halving round trips for long probes. An empty bucket is claimed
-//! by one compare-and-swap on its state word (empty to a claim carrying the
-//! claimer's tag), filled, then published (claim to full by compare-and-swap)
-//! in a later batch; reads verify the CRC. A failed batch gives every claim
-//! it holds or may hold back (claim to empty by compare-and-swap, which does
-//! nothing if the claim was never taken or already published).
+//! from the key's first candidate, so runs do not cluster. A chunk starts at
+//! any bucket with equal probability and wraps past the region's last
+//! bucket to bucket 0 (two reads then). Each round fetches two chunks (the
+//! next one with the current), halving round trips for long probes.
+//!
+//! Every store is made under a claim of the bucket's state word (see
+//! [`crate::layout`]): empty or full becomes a claim by compare-and-swap,
+//! the data is written (with delivery completion), and a compare-and-swap
+//! from the claim publishes it, full with its publication count moved on.
+//! A claim word is odd; bit 1 says the bucket was full when claimed (an
+//! update or an eviction: the data under it is a whole record or one being
+//! replaced); bits 8 to 43 hold the claimer's tag; bits 48 to 63 the
+//! publication count of the full value it replaced.
+//!
+//! - Readers take nothing. An empty bucket, or one claimed while empty (a
+//!   first fill), ends the probe: a miss. A bucket claimed while full is
+//!   read like a full one: a whole record of the key is a hit.
+//! - Writers never pass a bucket claimed while empty (it may be getting
+//!   their key) nor one of their key's claimed for an update: they wait for
+//!   its publication. A claim seen unchanged for a whole deadline is taken
+//!   over by compare-and-swap: its claimer is gone or stalled, and its
+//!   publish (a compare-and-swap from its own claim) now fails, so it
+//!   starts again instead of publishing over the new owner's record.
+//! - A failed batch gives back every claim held or perhaps held: an insert
+//!   to empty; an update to full, after rewriting the record if its write
+//!   failed (compare-and-swaps from the tagged claim, which do nothing if
+//!   it was never taken or was taken over).
 
 use std::time::{Duration, Instant};
 
 use super::{Batch, Hold, Machine, Mode, Outcome, Role, Run, Shape, Step};
-use crate::layout::{is_claimed, STATE_EMPTY, STATE_FULL};
+use crate::layout::{full, full_version, is_claimed, is_full, STATE_EMPTY};
 use crate::outcome::{Error, Result, Stats};
 
-/// The claim of a probe with tag `tag` (odd, so never empty or full).
-fn claim(tag: u64) -> u64 {
-    tag << 8 | 1
+/// The claim by `tag` of a bucket that was full (`over_full`) with
+/// publication count `version`, or empty.
+fn claim(tag: u64, over_full: bool, version: u16) -> u64 {
+    const TAG: u64 = (1 << 36) - 1;
+    u64::from(version) << 48 | (tag & TAG) << 8 | u64::from(over_full) << 1 | 1
 }
 
-/// Where chunk `i` of a key starts.
-fn start(shape: &Shape, c0: u64, i: u32) -> u64 {
-    let chunk = u64::from(shape.chunk).min(shape.buckets);
-    let starts = shape.buckets - chunk + 1;
-    let tri = u64::from(i) * (u64::from(i) + 1) / 2;
-    (c0 % starts + tri.wrapping_mul(chunk) % starts) % starts
+/// Whether claim `c` was taken of a full bucket.
+fn over_full(c: u64) -> bool {
+    c & 2 != 0
 }
 
+/// The publication count of the full value claim `c` replaced.
+fn claim_version(c: u64) -> u16 {
+    (c >> 48) as u16
+}
+
+/// Buckets per chunk.
 fn chunk_len(shape: &Shape) -> u64 {
     u64::from(shape.chunk).min(shape.buckets)
 }
 
-/// A scanned bucket.
-enum Seen {
-    Empty(u64),
-    Claimed(u64, u64),
-    Mine {
-        bucket: u64,
-        at: usize,
-        ok: bool,
-    },
-    /// Full, another key, and its checksum fails: a write in flight (its
-    /// key bytes may be torn too, so it may be this key's).
-    Torn,
-    Other,
+/// Where chunk `i` of a key whose first candidate is `c0` starts: uniform
+/// over every bucket, the chunks of one key spread quadratically.
+fn start(shape: &Shape, c0: u64, i: u32) -> u64 {
+    let tri = u128::from(i) * (u128::from(i) + 1) / 2;
+    let at = u128::from(c0) + tri * u128::from(chunk_len(shape));
+    (at % u128::from(shape.buckets)) as u64
 }
 
-/// Scans a fetched chunk (first bucket `first`) for `key` up to the first
-/// decisive bucket.
-fn scan(shape: &Shape, bytes: &[u8], first: u64, key: &[u8]) -> Seen {
+/// Plans the read of the chunk starting at `s` (two reads if it wraps).
+fn read_chunk(shape: &Shape, b: &mut Batch, rank: usize, s: u64, i: usize, role: Role) {
     let bl = shape.layout.bucket_len;
+    let len = chunk_len(shape);
+    let head = (shape.buckets - s).min(len);
+    b.read(shape.word_at(rank, s), head as usize * bl, i, role);
+    if head < len {
+        b.read(
+            shape.word_at(rank, 0),
+            (len - head) as usize * bl,
+            i,
+            Role::Wrap,
+        );
+    }
+}
+
+/// What a chunk shows for one key, up to the first decisive bucket.
+#[derive(Clone, Copy, Debug)]
+enum Seen {
+    /// Empty, or claimed while empty (`claim`): the key is not further on.
+    Empty { bucket: u64, claim: Option<u64> },
+    /// This key, whole, at byte `at` of the chunk; `state` is full or a
+    /// claim over full (an update in progress).
+    Mine { bucket: u64, at: usize, state: u64 },
+    /// Its checksum fails: a write in flight or damage. `mine` if its key
+    /// bytes are this key's.
+    Torn { bucket: u64, state: u64, mine: bool },
+    /// Every bucket holds another key; the last one and its state.
+    Other { last: u64, state: u64 },
+}
+
+/// Scans the chunk `bytes` (first bucket `first`) for `key`. Torn buckets
+/// of other keys are passed over once `patient` is false (their retries
+/// are spent: damage, not a write in flight).
+fn scan(shape: &Shape, bytes: &[u8], first: u64, key: &[u8], patient: bool) -> Seen {
+    let bl = shape.layout.bucket_len;
+    let mut last = Seen::Other {
+        last: first,
+        state: 0,
+    };
     for (j, b) in bytes.chunks_exact(bl).enumerate() {
         let state = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-        let bucket = first + j as u64;
-        if state == STATE_EMPTY {
-            return Seen::Empty(bucket);
+        let bucket = (first + j as u64) % shape.buckets;
+        if state == STATE_EMPTY || (is_claimed(state) && !over_full(state)) {
+            let claim = (state != STATE_EMPTY).then_some(state);
+            return Seen::Empty { bucket, claim };
         }
-        if is_claimed(state) {
-            return Seen::Claimed(bucket, state);
-        }
-        if state == STATE_FULL {
-            let bk = shape.layout.decode(&b[8..], state);
-            if bk.key == key {
-                return Seen::Mine {
+        let bk = shape.layout.decode(&b[8..], crate::layout::STATE_FULL);
+        let mine = bk.key == key;
+        if !bk.checksum_ok() {
+            if mine || patient {
+                return Seen::Torn {
                     bucket,
-                    at: j * bl + 8,
-                    ok: bk.checksum_ok(),
+                    state,
+                    mine,
                 };
             }
-            if !bk.checksum_ok() {
-                return Seen::Torn;
-            }
+        } else if mine {
+            return Seen::Mine {
+                bucket,
+                at: j * bl + 8,
+                state,
+            };
         }
+        last = Seen::Other {
+            last: bucket,
+            state,
+        };
     }
-    Seen::Other
+    last
 }
 
 pub(crate) struct Chunked<'a> {
@@ -93,109 +152,207 @@ impl<'a> Chunked<'a> {
         }
     }
 
-    /// The chunks of probe `i` arrived in ops `j` (and `j + 1` if `two`).
-    /// Returns whether it moved on rather than waiting on a claim.
-    fn seen(&mut self, b: &Batch, j: usize, two: bool, now: Instant) -> bool {
+    /// The chunks of probe `i` arrived: `n1` reads from op `j`, then `n2`
+    /// (the next chunk; 0 if none). Returns whether it moved on rather than
+    /// waiting on a claim.
+    fn seen(&mut self, b: &Batch, j: usize, n1: usize, n2: usize, now: Instant) -> bool {
         let shape = *self.run.shape;
         let i = b.op(j).probe as usize;
         let p = self.run.probes[i];
         let c0 = shape.place.candidate(p.hash, 0);
-        let key = self.run.keys[i];
-        let mut seen = Seen::Other;
-        let mut scanned = 0;
-        for (n, op) in [j, j + 1]
-            .into_iter()
-            .take(1 + usize::from(two))
-            .enumerate()
-        {
-            scanned += 1;
-            seen = scan(&shape, b.bytes(op), start(&shape, c0, p.k + n as u32), key);
-            if !matches!(seen, Seen::Other) {
-                if let Seen::Mine { at, ok, bucket } = seen {
-                    let bl = shape.layout.bucket_len;
-                    let data = &b.bytes(op)[at..at + bl - 8];
-                    let bk = shape.layout.decode(data, STATE_FULL);
-                    match self.run.mode {
-                        Mode::Read if ok => {
-                            self.run.keep_value(i, bk.value);
-                            self.run.decide(i, Outcome::Hit);
-                        }
-                        Mode::Read => {
-                            let p = &mut self.run.probes[i];
-                            if p.retries < shape.checksum_retries {
-                                p.retries += 1;
-                                self.run.stats.checksum_retries += 1;
-                                self.run.past_deadline(i, now, "a consistent read");
-                            } else {
-                                self.run.decide(i, Outcome::Corrupt);
-                            }
-                        }
-                        Mode::FindOrPut => {
-                            self.run.keep_value(i, bk.value);
-                            self.run.decide(i, Outcome::Found);
-                        }
-                        Mode::Write => {
-                            // An update in place (a claim first: issue 12).
-                            let p = &mut self.run.probes[i];
-                            p.bucket = bucket;
-                            p.pending = Outcome::Updated;
-                            p.phase = Some(Role::Store);
-                        }
-                    }
-                    return true;
-                }
+        let patient = p.retries < shape.checksum_retries;
+        let mut at = j;
+        for (k, n) in [(p.k, n1), (p.k + 1, n2)] {
+            if n == 0 {
                 break;
             }
-        }
-        let p = &mut self.run.probes[i];
-        if matches!(seen, Seen::Torn) {
-            if p.retries < shape.checksum_retries {
-                p.retries += 1;
-                self.run.stats.checksum_retries += 1;
-                self.run.past_deadline(i, now, "a consistent read");
-                return true;
-            }
-            // Still torn: damage; move past it as another key's.
-            seen = Seen::Other;
-        }
-        match seen {
-            Seen::Empty(bucket) => {
-                if self.run.mode == Mode::Read {
-                    self.run.decide(i, Outcome::Miss);
-                } else {
-                    p.bucket = bucket;
-                    p.phase = Some(Role::Claim);
-                }
-            }
-            Seen::Claimed(bucket, state) => {
-                // Being written, perhaps with this key: look again, until
-                // the deadline.
-                p.bucket = bucket;
-                p.seen = state;
-                self.run.past_deadline(i, now, "the claim");
-                return false;
-            }
-            Seen::Other => {
-                let last_chunk = p.k + scanned - 1;
-                p.k += scanned;
-                p.retries = 0;
-                if p.k < shape.place.candidates() {
-                    return true;
-                }
-                match self.run.mode {
-                    Mode::Read => self.run.decide(i, Outcome::Miss),
-                    Mode::FindOrPut => self.run.decide(i, Outcome::Full),
-                    Mode::Write => {
-                        // Every chunk full: overwrite the last bucket probed.
-                        p.bucket = start(&shape, c0, last_chunk) + chunk_len(&shape) - 1;
-                        p.pending = Outcome::Evicted;
-                        p.phase = Some(Role::Store);
+            let bytes = b.span(at, n);
+            let seen = scan(
+                &shape,
+                bytes,
+                start(&shape, c0, k),
+                self.run.keys[i],
+                patient,
+            );
+            at += n;
+            self.run.probes[i].k = k;
+            match seen {
+                Seen::Other { last, state } => {
+                    if k + 1 < shape.place.candidates() {
+                        continue;
                     }
+                    return self.probed_all(i, last, state, now);
                 }
+                Seen::Empty { bucket, claim } => return self.empty(i, bucket, claim, now),
+                Seen::Mine { bucket, at, state } => {
+                    let bl = shape.layout.bucket_len;
+                    let data = &bytes[at..at + bl - 8];
+                    return self.mine(i, bucket, data, state, now);
+                }
+                Seen::Torn {
+                    bucket,
+                    state,
+                    mine,
+                } => return self.torn(i, bucket, state, mine, now),
             }
-            Seen::Mine { .. } | Seen::Torn => unreachable!("handled above"),
+        }
+        // Both chunks hold other keys: the next round reads the two after.
+        let p = &mut self.run.probes[i];
+        p.k += 1;
+        p.retries = 0;
+        true
+    }
+
+    /// Every chunk of probe `i` holds other keys; `last` is the last bucket
+    /// of the last chunk.
+    fn probed_all(&mut self, i: usize, last: u64, state: u64, now: Instant) -> bool {
+        match self.run.mode {
+            Mode::Read => self.run.decide(i, Outcome::Miss),
+            Mode::FindOrPut => self.run.decide(i, Outcome::Full),
+            // Evict the last bucket probed, under a claim.
+            Mode::Write if is_full(state) => self.take(i, last, state, Outcome::Evicted),
+            Mode::Write => return self.wait_claim(i, last, state, now),
         }
         true
+    }
+
+    fn empty(&mut self, i: usize, bucket: u64, claim: Option<u64>, now: Instant) -> bool {
+        match (self.run.mode, claim) {
+            (Mode::Read, _) => self.run.decide(i, Outcome::Miss),
+            (_, None) => self.take(i, bucket, STATE_EMPTY, Outcome::Inserted),
+            // Being filled, perhaps with this key: an insert never passes it.
+            (_, Some(c)) => return self.wait_claim(i, bucket, c, now),
+        }
+        true
+    }
+
+    fn mine(&mut self, i: usize, bucket: u64, data: &[u8], state: u64, now: Instant) -> bool {
+        let value = self
+            .run
+            .shape
+            .layout
+            .decode(data, crate::layout::STATE_FULL)
+            .value;
+        match self.run.mode {
+            Mode::Read => {
+                self.run.keep_value(i, value);
+                self.run.decide(i, Outcome::Hit);
+            }
+            Mode::FindOrPut => {
+                self.run.keep_value(i, value);
+                self.run.decide(i, Outcome::Found);
+            }
+            Mode::Write if is_full(state) => self.take(i, bucket, state, Outcome::Updated),
+            // Another writer is updating this key: after it.
+            Mode::Write => return self.wait_claim(i, bucket, state, now),
+        }
+        true
+    }
+
+    fn torn(&mut self, i: usize, bucket: u64, state: u64, mine: bool, now: Instant) -> bool {
+        let shape = *self.run.shape;
+        let p = &mut self.run.probes[i];
+        if p.retries < shape.checksum_retries {
+            p.retries += 1;
+            self.run.stats.checksum_retries += 1;
+            self.run.past_deadline(i, now, "a consistent read");
+            return true;
+        }
+        // Still failing, with this key's bytes: damage (scan passes over
+        // other keys' damage once patience is spent).
+        debug_assert!(mine);
+        match self.run.mode {
+            Mode::Read => self.run.decide(i, Outcome::Corrupt),
+            _ if is_full(state) => {
+                let o = if self.run.mode == Mode::Write {
+                    Outcome::Updated
+                } else {
+                    Outcome::Inserted
+                };
+                self.take(i, bucket, state, o);
+            }
+            _ => return self.wait_claim(i, bucket, state, now),
+        }
+        true
+    }
+
+    /// Probe `i` claims `bucket`, seen in `state` (empty or full), to store
+    /// with outcome `o`.
+    fn take(&mut self, i: usize, bucket: u64, state: u64, o: Outcome) {
+        let tag = self.run.tag(i);
+        let p = &mut self.run.probes[i];
+        p.bucket = bucket;
+        p.seen = state;
+        p.free = state;
+        p.word = claim(tag, is_full(state), full_version(state));
+        p.since = None;
+        p.pending = o;
+        p.phase = Some(Role::Claim);
+    }
+
+    /// Probe `i` waits for claim `c` on `bucket` to be published; once it
+    /// has seen the same claim for a whole deadline, it takes it over.
+    fn wait_claim(&mut self, i: usize, bucket: u64, c: u64, now: Instant) -> bool {
+        let deadline = self.run.shape.deadline;
+        let tag = self.run.tag(i);
+        let p = &mut self.run.probes[i];
+        p.phase = Some(Role::Data);
+        if p.bucket == bucket && p.seen == c {
+            if let Some(t) = p.since {
+                if now.saturating_duration_since(t) >= deadline {
+                    // Its claimer is gone or stalled: the bucket goes back
+                    // to full when given back, never to empty (a hole would
+                    // hide keys further on), and what it holds is read
+                    // under the new claim before anything is decided.
+                    p.free = full(claim_version(c));
+                    p.word = claim(tag, true, claim_version(c));
+                    p.since = None;
+                    p.pending = Outcome::Pending;
+                    p.phase = Some(Role::Claim);
+                    return true;
+                }
+                return false;
+            }
+        }
+        p.bucket = bucket;
+        p.seen = c;
+        p.since = Some(now);
+        // A new claim: others are making progress, and this probe has
+        // waited its whole deadline only if the run has.
+        self.run.past_deadline(i, now, "the claim");
+        false
+    }
+
+    /// A takeover's read of the bucket it now holds: this key's whole
+    /// record is updated (found); another key's is published back as it
+    /// was and the probe looks on; anything not whole is overwritten.
+    fn checked(&mut self, i: usize, data: &[u8]) {
+        let layout = self.run.shape.layout;
+        let bk = layout.decode(data, crate::layout::STATE_FULL);
+        let whole = bk.checksum_ok();
+        let mine = bk.key == self.run.keys[i];
+        let (o, phase) = match (whole, mine, self.run.mode) {
+            (true, true, Mode::FindOrPut) => {
+                self.run.keep_value(i, bk.value);
+                (Outcome::Found, Role::Publish)
+            }
+            (true, true, _) => (Outcome::Updated, Role::Store),
+            (true, false, _) => (Outcome::Pending, Role::Publish),
+            (false, _, _) => (Outcome::Inserted, Role::Store),
+        };
+        let p = &mut self.run.probes[i];
+        p.pending = o;
+        p.phase = Some(phase);
+    }
+
+    /// The state word probe `p` publishes: the next full value if it wrote,
+    /// else what it claimed.
+    fn publish_value(p: &super::Probe) -> u64 {
+        if p.dirty {
+            full(claim_version(p.word).wrapping_add(1))
+        } else {
+            p.free
+        }
     }
 
     fn plan(&mut self, b: &mut Batch, progressed: bool, now: Instant) -> Step {
@@ -204,7 +361,6 @@ impl<'a> Chunked<'a> {
             return self.release(b, now);
         }
         let shape = *self.run.shape;
-        let bl = shape.layout.bucket_len;
         let chunks = shape.place.candidates();
         for i in 0..self.run.probes.len() {
             let p = self.run.probes[i];
@@ -214,26 +370,27 @@ impl<'a> Chunked<'a> {
             match p.phase {
                 Some(Role::Data) => {
                     let c0 = shape.place.candidate(p.hash, 0);
-                    let len = chunk_len(&shape) as usize * bl;
-                    for (k, role) in [(p.k, Role::Data), (p.k + 1, Role::Next)] {
-                        if k < chunks {
-                            let at = shape.word_at(p.rank, start(&shape, c0, k));
-                            b.read(at, len, i, role);
-                        }
+                    read_chunk(&shape, b, p.rank, start(&shape, c0, p.k), i, Role::Data);
+                    if p.k + 1 < chunks {
+                        let s = start(&shape, c0, p.k + 1);
+                        read_chunk(&shape, b, p.rank, s, i, Role::Next);
                     }
                 }
-                Some(Role::Claim) => {
-                    let c = claim(self.run.tag(i));
-                    self.run.probes[i].word = c;
-                    b.cas(
-                        shape.word_at(p.rank, p.bucket),
-                        STATE_EMPTY,
-                        c,
-                        i,
-                        Role::Claim,
-                    );
-                }
+                Some(Role::Claim) => b.cas(
+                    shape.word_at(p.rank, p.bucket),
+                    p.seen,
+                    p.word,
+                    i,
+                    Role::Claim,
+                ),
+                Some(Role::Check) => b.read(
+                    shape.data_at(p.rank, p.bucket),
+                    shape.layout.data_len(),
+                    i,
+                    Role::Check,
+                ),
                 Some(Role::Store) => {
+                    self.run.probes[i].dirty = true;
                     let at = shape.data_at(p.rank, p.bucket);
                     let buf = b.write(at, shape.layout.data_len(), i, Role::Store);
                     self.run.encode(i, buf);
@@ -241,7 +398,7 @@ impl<'a> Chunked<'a> {
                 Some(Role::Publish) => b.cas(
                     shape.word_at(p.rank, p.bucket),
                     p.word,
-                    STATE_FULL,
+                    Self::publish_value(&p),
                     i,
                     Role::Publish,
                 ),
@@ -255,31 +412,56 @@ impl<'a> Chunked<'a> {
         Step::Issue
     }
 
-    /// Gives back every claim held or perhaps held (claim to empty).
+    /// Gives back every claim held or perhaps held: first the rewrites of
+    /// updates whose write failed, then the claims (an insert's to empty,
+    /// an update's to full).
     fn release(&mut self, b: &mut Batch, now: Instant) -> Step {
-        self.releasing = true;
-        self.run.failed_at(now);
-        b.clear();
-        let shape = *self.run.shape;
-        for i in 0..self.run.probes.len() {
-            let p = &mut self.run.probes[i];
-            p.done = true;
-            if p.hold != Hold::None {
-                p.phase = Some(Role::Release);
-                b.cas(
-                    shape.word_at(p.rank, p.bucket),
-                    p.word,
-                    STATE_EMPTY,
-                    i,
-                    Role::Release,
-                );
+        if !self.releasing {
+            self.releasing = true;
+            for p in self.run.probes.iter_mut() {
+                p.done = true;
+                if p.hold == Hold::None {
+                    p.phase = None;
+                    continue;
+                }
+                let failed_store = p.phase == Some(Role::Store) && p.dirty;
+                if failed_store && p.free == STATE_EMPTY {
+                    // A first fill: back to empty, whatever landed.
+                    p.dirty = false;
+                }
+                p.phase = Some(if failed_store && p.dirty {
+                    Role::Store
+                } else {
+                    Role::Release
+                });
             }
         }
-        if b.is_empty() || !self.run.may_retry_release(now) {
-            b.clear();
+        self.run.failed_at(now);
+        b.clear();
+        if !self.run.may_retry_release(now) {
             return Step::Done;
         }
-        Step::Issue
+        let shape = *self.run.shape;
+        for role in [Role::Store, Role::Release] {
+            for i in 0..self.run.probes.len() {
+                let p = self.run.probes[i];
+                if p.hold == Hold::None || p.phase != Some(role) {
+                    continue;
+                }
+                if role == Role::Store {
+                    let at = shape.data_at(p.rank, p.bucket);
+                    let buf = b.write(at, shape.layout.data_len(), i, Role::Store);
+                    self.run.encode(i, buf);
+                } else {
+                    let at = shape.word_at(p.rank, p.bucket);
+                    b.cas(at, p.word, Self::publish_value(&p), i, Role::Release);
+                }
+            }
+            if !b.is_empty() {
+                return Step::Issue;
+            }
+        }
+        Step::Done
     }
 }
 
@@ -291,7 +473,17 @@ impl Machine for Chunked<'_> {
     fn on_complete(&mut self, b: &mut Batch, now: Instant) -> Step {
         if self.releasing {
             for j in 0..b.len() {
-                self.run.probes[b.op(j).probe as usize].hold = Hold::None;
+                let op = b.op(j);
+                let p = &mut self.run.probes[op.probe as usize];
+                match op.role {
+                    Role::Store => p.phase = Some(Role::Release),
+                    _ => {
+                        // Given back, or not its own any more (taken
+                        // over): either way nothing is held.
+                        p.hold = Hold::None;
+                        p.phase = None;
+                    }
+                }
             }
             return self.release(b, now);
         }
@@ -300,44 +492,69 @@ impl Machine for Chunked<'_> {
         while j < b.len() {
             let op = b.op(j);
             let i = op.probe as usize;
+            let follows = |at: usize, role: Role| {
+                at < b.len() && b.op(at).role == role && b.op(at).probe == op.probe
+            };
             match op.role {
                 Role::Data => {
-                    let two = j + 1 < b.len() && b.op(j + 1).role == Role::Next;
-                    progressed |= self.seen(b, j, two, now);
-                    j += usize::from(two);
+                    let n1 = 1 + usize::from(follows(j + 1, Role::Wrap));
+                    let n2 = if follows(j + n1, Role::Next) {
+                        1 + usize::from(follows(j + n1 + 1, Role::Wrap))
+                    } else {
+                        0
+                    };
+                    progressed |= self.seen(b, j, n1, n2, now);
+                    j += n1 + n2;
+                    continue;
                 }
                 Role::Claim => {
-                    progressed = true;
                     let p = &mut self.run.probes[i];
-                    if b.word(j) == STATE_EMPTY {
+                    if b.word(j) == p.seen {
+                        progressed = true;
                         p.hold = Hold::Held;
-                        p.pending = Outcome::Inserted;
-                        p.phase = Some(Role::Store);
+                        p.dirty = false;
+                        p.phase = Some(if p.pending == Outcome::Pending {
+                            Role::Check
+                        } else {
+                            Role::Store
+                        });
                     } else {
-                        // Another writer claimed it first: scan this chunk again.
+                        // Another writer got there first: scan again.
                         p.phase = Some(Role::Data);
                         p.seen = b.word(j);
+                        p.since = None;
                         self.run.past_deadline(i, now, "the claim");
                     }
                 }
+                Role::Check => {
+                    progressed = true;
+                    self.checked(i, b.bytes(j));
+                }
                 Role::Store => {
                     progressed = true;
-                    let p = &mut self.run.probes[i];
-                    if p.hold == Hold::Held {
-                        p.phase = Some(Role::Publish);
-                    } else {
-                        let o = p.pending;
-                        self.run.decide(i, o);
-                    }
+                    self.run.probes[i].phase = Some(Role::Publish);
                 }
                 Role::Publish => {
                     progressed = true;
-                    self.run.probes[i].hold = Hold::None;
-                    if b.word(j) != self.run.probes[i].word {
-                        self.run.lost(i, "the claim", b.word(j));
+                    let p = &mut self.run.probes[i];
+                    p.hold = Hold::None;
+                    let ours = b.word(j) == p.word;
+                    p.dirty = false;
+                    if ours && p.pending != Outcome::Pending {
+                        let o = p.pending;
+                        self.run.decide(i, o);
+                    } else {
+                        // Published back another key's record after a
+                        // takeover: look on. Or taken over (this claim was
+                        // stalled a deadline): start again.
+                        if !ours {
+                            p.k = 0;
+                            p.retries = 0;
+                        }
+                        p.phase = Some(Role::Data);
+                        p.since = None;
+                        self.run.past_deadline(i, now, "the claim");
                     }
-                    let o = self.run.probes[i].pending;
-                    self.run.decide(i, o);
                 }
                 _ => {}
             }
@@ -363,5 +580,29 @@ impl Machine for Chunked<'_> {
 
     fn finish(&mut self, stats: &mut Stats) -> Result<()> {
         self.run.finish(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::word;
+    use super::*;
+
+    #[test]
+    fn claims_are_odd_and_say_what_they_replaced() {
+        let tag = word::tag(5, 0xbeef);
+        for (over, v) in [(false, 0u16), (true, 7), (true, u16::MAX)] {
+            let c = claim(tag, over, v);
+            assert!(is_claimed(c) && !is_full(c) && c != STATE_EMPTY);
+            assert_eq!(over_full(c), over);
+            assert_eq!(claim_version(c), v);
+            assert_eq!(word::holder_of_tag(c >> 8), Some(5));
+        }
+        assert_eq!(full(u16::MAX).wrapping_add(0), full(u16::MAX));
+        assert!(is_full(full(0)) && is_full(full(u16::MAX)));
+        assert_eq!(
+            full_version(full(claim_version(claim(tag, true, 9)) + 1)),
+            10
+        );
     }
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crate::layout::Layout;
 use crate::outcome::{key_hex, Error, Result, Stats, Write};
 use crate::placement::Placement;
-use crate::transport::{Op, Remote};
+use crate::transport::{Completion, Op, Remote};
 
 /// The most keys one run of a machine takes; the table splits larger
 /// batches. It bounds the per-round scans and keeps the tags of one run's
@@ -177,6 +177,9 @@ pub(crate) enum Role {
     Data,
     /// The second chunk of a chunked round.
     Next,
+    /// The part of a chunk that wraps past the region's last bucket, read
+    /// from bucket 0 (it follows its chunk's `Data` or `Next` read).
+    Wrap,
     /// A lock word re-read after the data.
     Check,
     Acquire,
@@ -280,6 +283,21 @@ impl Batch {
         }
     }
 
+    /// The bytes reads `i..i + n` fetched, as one slice: reads planned one
+    /// after another have adjacent buffers.
+    pub(crate) fn span(&self, i: usize, n: usize) -> &[u8] {
+        let start = self.ops[i].off;
+        let mut end = start;
+        for op in &self.ops[i..i + n] {
+            let Plan::Read { len } = op.plan else {
+                unreachable!("a span is of reads")
+            };
+            debug_assert_eq!(op.off, end, "reads of a span are adjacent");
+            end += len;
+        }
+        &self.data[start..end]
+    }
+
     /// The old value atomic op `i` returned.
     pub(crate) fn word(&self, i: usize) -> u64 {
         match self.ops[i].plan {
@@ -304,10 +322,14 @@ impl Batch {
                 Plan::Write { len } => {
                     let (from, rest) = std::mem::take(&mut data).split_at_mut(len);
                     data = rest;
+                    // Every store of the DHT precedes a release (a lock's,
+                    // a claim's publication) or the end of its operation,
+                    // after which another rank may read it: it completes
+                    // only once its data are visible at the target.
                     ops.push(Op::Write {
                         to: p.at,
                         from,
-                        completion: crate::transport::Completion::Transmit,
+                        completion: Completion::Delivery,
                     });
                 }
                 Plan::Cas { expected, new } => ops.push(Op::CompareAndSwap {
@@ -385,6 +407,12 @@ pub(crate) struct Probe {
     pub(crate) done: bool,
     /// A decision waiting for a check (fine reads).
     pub(crate) pending: Outcome,
+    /// Since when the probe has watched `seen` unchanged (chunked: a claim
+    /// it waits on, taken over once it is a deadline old).
+    pub(crate) since: Option<Instant>,
+    /// A damaged bucket a writer may reuse, kept while it looks further for
+    /// its key (lockfree).
+    pub(crate) spare: Option<u64>,
 }
 
 /// What a probe holds.
