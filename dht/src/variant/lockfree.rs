@@ -4,13 +4,31 @@
 //! write can reuse it. No atomics: a lock-free read hit on the first
 //! candidate is one remote read. It holds nothing, so an error has nothing
 //! to give back.
+//!
+//! What it guarantees, and what it does not:
+//! - A hit is a whole record of the key, up to the CRC32: a torn record
+//!   passes it with probability 2^-32 per torn read.
+//! - Two writers racing for one bucket (an insert of two keys, or two
+//!   updates of one) may lose one of the writes, never mix them into a
+//!   record that passes the checksum (up to the same 2^-32).
+//! - An invalidation hides no record that was whole at its last look: it
+//!   looks again after a pause, marks only the same failing bytes, and adds
+//!   the invalid bit to the occupied one, so a record that lands between
+//!   its look and its mark is still read (a whole record counts whatever
+//!   the bit says).
+//! - A writer reuses a damaged bucket only once the candidates after it
+//!   are known not to hold its key, so no older copy is left further on.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{store_or_advance, take, Batch, Machine, Mode, Outcome, Role, Run, Step};
-use crate::layout::INVALID;
-use crate::outcome::{Error, Result, Stats};
+use super::{store_or_advance, Batch, Machine, Mode, Outcome, Role, Run, Step};
+use crate::layout::{INVALID, OCCUPIED};
+use crate::outcome::{Error, Result, Stats, Write};
 use crate::transport::Remote;
+
+/// How long a reader waits before its last look at a bucket it is about
+/// to mark invalid: a write in flight has landed by then.
+const INVALIDATE_PAUSE: Duration = Duration::from_millis(1);
 
 pub(crate) struct Lockfree<'a> {
     run: Run<'a>,
@@ -32,7 +50,10 @@ impl<'a> Lockfree<'a> {
         let bk = shape.layout.decode(data, 0);
         let key = self.run.keys[i];
         let mine = bk.key == key;
-        if bk.occupied() && !bk.checksum_ok() {
+        // A whole record counts whatever its invalid bit says: the bit may
+        // have landed after a write that made the bucket whole again.
+        let damaged = bk.occupied() && !bk.checksum_ok();
+        if damaged {
             // A write in flight (or damage): its key bytes may be torn too,
             // so neither "mine" nor "another key's" can be trusted yet.
             let p = &mut self.run.probes[i];
@@ -45,20 +66,19 @@ impl<'a> Lockfree<'a> {
                 return;
             }
             if self.run.mode == Mode::Read && mine {
-                // Still failing: give up on it, and mark it for reuse.
-                p.pending = Outcome::Corrupt;
-                p.phase = Some(Role::Invalidate);
+                // Still failing: look once more after a pause, and mark it
+                // invalid only if it still shows these very bytes.
+                p.seen = crate::placement::hash_key(data);
+                p.phase = Some(Role::Check);
                 return;
             }
-            // A reader moves past it; a writer takes it as damaged.
         }
-        let damaged = bk.occupied() && !bk.checksum_ok();
         if self.run.mode == Mode::Read {
             if !bk.occupied() && !bk.invalid() {
                 // Buckets never become empty again: the key is not further on.
                 return self.run.decide(i, Outcome::Miss);
             }
-            if bk.occupied() && mine && !damaged {
+            if mine && !damaged {
                 self.run.keep_value(i, bk.value);
                 return self.run.decide(i, Outcome::Hit);
             }
@@ -67,9 +87,56 @@ impl<'a> Lockfree<'a> {
             }
             return;
         }
-        let last = self.run.probes[i].last(&shape);
-        let choice = take(bk.occupied(), bk.invalid() || damaged, mine, last);
+        let reusable = damaged || (!bk.occupied() && bk.invalid());
+        self.write_choice(b, i, bk.occupied(), reusable, mine);
+    }
+
+    /// Where a writer stores, given what its current candidate holds. A
+    /// damaged bucket (or one marked invalid before it was written again)
+    /// is reused only once the candidates after it are known not to hold
+    /// the key: an older copy left further on would come back when the
+    /// reused bucket is damaged again.
+    fn write_choice(&mut self, b: &Batch, i: usize, occupied: bool, damaged: bool, mine: bool) {
+        let shape = *self.run.shape;
+        let p = &mut self.run.probes[i];
+        let here = p.bucket;
+        let choice = if occupied && mine {
+            // This key's bucket, whole or torn: updated in place.
+            Some(Write::Updated)
+        } else if damaged {
+            p.spare.get_or_insert(here);
+            if p.advance(&shape) {
+                return;
+            }
+            Some(Write::Inserted)
+        } else if !occupied {
+            Some(Write::Inserted)
+        } else if p.last(&shape) {
+            Some(if p.spare.is_some() {
+                Write::Inserted
+            } else {
+                Write::Evicted
+            })
+        } else {
+            None
+        };
+        let target = match choice {
+            Some(Write::Updated) | None => here,
+            Some(_) => p.spare.unwrap_or(here),
+        };
+        if target == here {
+            return store_or_advance(&mut self.run, b, i, choice);
+        }
+        p.bucket = target;
         store_or_advance(&mut self.run, b, i, choice);
+        let p = &mut self.run.probes[i];
+        if p.phase != Some(Role::Store) {
+            // Another key of the run stores to the spare: start over.
+            p.k = 0;
+            p.bucket = shape.place.candidate(p.hash, 0);
+            p.spare = None;
+            p.retries = 0;
+        }
     }
 
     fn plan(&mut self, b: &mut Batch) -> Step {
@@ -101,13 +168,24 @@ impl<'a> Lockfree<'a> {
                     );
                     self.run.encode(i, buf);
                 }
+                Some(Role::Check) => {
+                    b.read(
+                        shape.data_at(p.rank, p.bucket),
+                        shape.layout.data_len(),
+                        i,
+                        Role::Check,
+                    );
+                    b.wait = Some(INVALIDATE_PAUSE);
+                }
                 Some(Role::Invalidate) => {
+                    // The invalid bit is added, the occupied bit kept: a
+                    // whole record that lands first stays readable.
                     let at = shape
                         .layout
                         .meta
                         .expect("lockfree buckets have a meta byte");
                     let to = Remote::new(p.rank, shape.layout.offset(p.bucket) + at as u64);
-                    b.write(to, 1, i, Role::Invalidate)[0] = INVALID;
+                    b.write(to, 1, i, Role::Invalidate)[0] = OCCUPIED | INVALID;
                 }
                 Some(Role::Defer) => self.run.probes[i].phase = Some(Role::Data),
                 _ => unreachable!("lockfree plans reads, stores and invalidations"),
@@ -132,6 +210,18 @@ impl Machine for Lockfree<'_> {
             let i = op.probe as usize;
             match op.role {
                 Role::Data => self.seen(b, j, now),
+                Role::Check => {
+                    let p = &mut self.run.probes[i];
+                    if crate::placement::hash_key(b.bytes(j)) == p.seen {
+                        p.pending = Outcome::Corrupt;
+                        p.phase = Some(Role::Invalidate);
+                    } else {
+                        // Changed since: judge it afresh, from a read.
+                        p.retries = 0;
+                        p.phase = Some(Role::Data);
+                        self.seen(b, j, now);
+                    }
+                }
                 Role::Store => {
                     // Back to reading for a probe that must go on; a
                     // decided store ends here.
