@@ -105,6 +105,36 @@ fn every_variant_over_real_providers() {
     }
 }
 
+/// Every rank updates one key at once, round after round, then reads it:
+/// a whole value of that round, never a mix, never corrupt (lockfree may
+/// tear or lose a racing write, never return a foreign value).
+#[test]
+fn one_key_updated_by_every_rank_at_once_over_real_providers() {
+    for prov in providers() {
+        for variant in VARIANTS {
+            let cfg = small(variant, 64);
+            with_tables(3, &prov, cfg, |d, b| {
+                let me = d.transport().rank() as u64;
+                let k = key(0xbeef);
+                for round in 0..40u64 {
+                    b.barrier().unwrap();
+                    d.write(&k, &value(&k, me, round, 24)).unwrap();
+                    b.barrier().unwrap();
+                    match d.read(&k).unwrap() {
+                        Read::Hit(v) => {
+                            assert!(value_ok(&k, &v), "{prov} {variant:?}: torn {v:?}");
+                            let seq = u64::from_le_bytes(v[8..16].try_into().unwrap());
+                            assert_eq!(seq, round, "{prov} {variant:?}: another round's");
+                        }
+                        _ if variant == Variant::Lockfree => {}
+                        other => panic!("{prov} {variant:?} round {round}: {other:?}"),
+                    }
+                }
+            });
+        }
+    }
+}
+
 #[test]
 fn bad_input_is_refused_before_anything_is_sent() {
     let boot = ThreadGroup::members(1, Duration::from_secs(5))

@@ -15,7 +15,7 @@ use fabkit_dht::placement::{default_candidates, hash_key, Placement};
 use fabkit_dht::transport::faulty::{Delay, Faults, FaultyTransport};
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::transport::{Op, Remote, Transport};
-use fabkit_dht::{Config, Dht, Error, FindOrPut, Read, Variant, Write};
+use fabkit_dht::{Config, Dht, Error, Read, Variant, Write};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -231,12 +231,7 @@ fn plant_hold(t: &impl Transport, cfg: &Config, k: &[u8]) -> (Remote, u64) {
     let (at, w) = match cfg.variant {
         Variant::Coarse => (Remote::new(1, 0), tag),
         Variant::Fine => (Remote::new(1, l.offset(c0)), tag),
-        Variant::Chunked => {
-            let chunk = u64::from(cfg.chunk).min(cfg.buckets);
-            let first = c0 % (cfg.buckets - chunk + 1);
-            (Remote::new(1, l.offset(first)), tag << 8 | 1)
-        }
-        Variant::Lockfree => unreachable!("lockfree holds nothing"),
+        _ => unreachable!("chunked claims are taken over (tests/races.rs), lockfree holds nothing"),
     };
     let mut old = 0;
     t.execute(&mut [Op::Swap {
@@ -249,20 +244,18 @@ fn plant_hold(t: &impl Transport, cfg: &Config, k: &[u8]) -> (Remote, u64) {
 }
 
 #[test]
-fn a_hold_that_never_goes_away_ends_at_the_deadline_of_the_test_clock() {
-    for variant in [Variant::Fine, Variant::Coarse, Variant::Chunked] {
+fn a_lock_that_never_goes_away_ends_at_the_deadline_of_the_test_clock() {
+    for variant in [Variant::Fine, Variant::Coarse] {
         let cfg = small(variant, 64);
         let k = remote_key(&cfg);
         let ts = tables(2, cfg, |_| Faults::default());
         let (d, clock) = (&ts[0].0, &ts[0].1);
         let (at, _) = plant_hold(d.transport(), &cfg, &k);
-        // What each waits for: a writer for the lock or claim, a reader for
-        // a consistent snapshot (fine), the region lock (coarse) or the
-        // claim (chunked: the key may be in the claimed bucket).
+        // What each waits for: a writer for the lock, a reader for a
+        // consistent snapshot (fine) or the region lock (coarse).
         let (write_waits, read_waits) = match variant {
             Variant::Fine => ("the lock", "a consistent read"),
-            Variant::Coarse => ("the region lock", "the region lock"),
-            _ => ("the claim", "the claim"),
+            _ => ("the region lock", "the region lock"),
         };
         for (op, what) in [("write", write_waits), ("read", read_waits)] {
             let before = clock.elapsed();
@@ -312,12 +305,6 @@ fn a_hold_that_never_goes_away_ends_at_the_deadline_of_the_test_clock() {
             Read::Hit(value(&k, 0, 1, 24)),
             "{variant:?}"
         );
-        if variant == Variant::Chunked {
-            assert!(matches!(
-                d.find_or_put_many(&[(&k, &value(&k, 0, 2, 24))]).unwrap()[0],
-                FindOrPut::Found(_)
-            ));
-        }
     }
 }
 

@@ -142,6 +142,71 @@ fn chunked_fetches_two_chunks_per_round_and_claims_with_one_cas() {
     d.transport().clear();
     assert!(matches!(d.read(&key(1)).unwrap(), Read::Hit(_)));
     assert_eq!(d.transport().kinds(), vec![vec![Read, Read]]);
+    // An update claims the full bucket before it writes: no plain write
+    // ever lands on a published record.
+    d.transport().clear();
+    assert_eq!(
+        d.write(&key(1), &value(&key(1), 0, 1, 24)).unwrap(),
+        Write::Updated
+    );
+    assert_eq!(
+        d.transport().kinds(),
+        vec![
+            vec![Read, Read],
+            vec![CompareAndSwap],
+            vec![Write],
+            vec![CompareAndSwap]
+        ],
+        "chunks, claim of the full bucket, write, publish"
+    );
+}
+
+#[test]
+fn a_chunk_past_the_last_bucket_wraps_to_the_first() {
+    let d = table(Variant::Chunked);
+    let cfg = *d.config();
+    let bl = cfg.layout().bucket_len as u64;
+    let p = fabkit_dht::placement::Placement::new(1, cfg.buckets, 8);
+    // A key whose first chunk starts 3 buckets before the end.
+    let k = (0..)
+        .map(key)
+        .find(|k| p.candidate(fabkit_dht::placement::hash_key(k), 0) == cfg.buckets - 3)
+        .unwrap();
+    d.write(&k, &value(&k, 0, 0, 24)).unwrap();
+    let first = &d.transport().batches()[0];
+    let at = |i: usize| (first[i].at.offset / bl, first[i].len as u64 / bl);
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(at(0), (cfg.buckets - 3, 3), "the chunk's first 3 buckets");
+    assert_eq!(at(1), (0, 5), "and its other 5, from bucket 0");
+    assert_eq!(at(2).1, 8, "the next chunk");
+    // It was inserted at the chunk's first (empty) bucket and reads back.
+    assert_eq!(d.read(&k).unwrap(), Read::Hit(value(&k, 0, 0, 24)));
+}
+
+#[test]
+fn chunk_starts_are_uniform_over_every_bucket() {
+    // The published start, c0 mod (B - C + 1), gives the first start twice
+    // the weight of the others and never starts a chunk in the last C - 1
+    // buckets; a start drawn over all B buckets, the chunk wrapping, is
+    // uniform. Counted from the first read of each key's first round.
+    let d = table(Variant::Chunked);
+    let cfg = *d.config();
+    let bl = cfg.layout().bucket_len as u64;
+    let mut counts = vec![0u64; cfg.buckets as usize];
+    let n = 25_600u64;
+    for i in 0..n {
+        d.transport().clear();
+        let _ = d.read(&key(i)).unwrap();
+        counts[(d.transport().batches()[0][0].at.offset / bl) as usize] += 1;
+    }
+    let e = n as f64 / cfg.buckets as f64;
+    let chi2: f64 = counts.iter().map(|&c| (c as f64 - e).powi(2) / e).sum();
+    let df = (cfg.buckets - 1) as f64;
+    assert!(
+        chi2 < df + 7.0 * (2.0 * df).sqrt(),
+        "chi2 {chi2:.0}, df {df}"
+    );
+    assert!(counts.iter().all(|&c| c > 0), "a bucket no chunk starts at");
 }
 
 #[test]
