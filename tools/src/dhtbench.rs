@@ -2,7 +2,10 @@
 //! fixed-size records (POET's 80 B keys and 104 B values by default): every
 //! rank writes its share of the keys in batches, then reads all keys back
 //! (hits) plus as many absent ones (misses), and the throughput and the
-//! DHT's own counters are reported per variant.
+//! DHT's own counters are reported per variant. Then every rank updates
+//! one hot key at once, round after round, and reads it back: a round whose
+//! key reads torn, foreign or corrupt is counted (and fails the run, except
+//! the lock-free variant's corrupt and lost rounds, which it allows).
 
 use std::time::{Duration, Instant};
 
@@ -57,6 +60,10 @@ pub struct DhtArgs {
     /// Key and value lengths in bytes.
     #[arg(long, default_value = "80,104", value_delimiter = ',', num_args = 2)]
     pub record: Vec<usize>,
+    /// Rounds of the hot-key check: every rank updates one key at once,
+    /// then reads it back (0: skip).
+    #[arg(long, default_value_t = 20)]
+    pub hot_rounds: u64,
     /// Seconds to wait for any one operation before giving up.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -97,6 +104,71 @@ pub struct DhtRun {
     pub lost: u64,
     /// Reads of absent keys that hit (must be 0).
     pub false_hits: u64,
+    /// Hot-key check: rank-rounds run, and those whose read-back was not a
+    /// whole value of that round (`hot_foreign`, must be 0), corrupt, or a
+    /// miss (both must be 0 but for lockfree, which may lose or tear a
+    /// racing write).
+    #[serde(default)]
+    pub hot: HotKey,
+}
+
+/// The hot-key check's counts, summed over ranks.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HotKey {
+    /// Reads of the hot key (ranks x rounds).
+    pub reads: u64,
+    /// Hits that were not a whole value written in that round.
+    pub foreign: u64,
+    /// Reads reported corrupt.
+    pub corrupt: u64,
+    /// Reads that missed.
+    pub missing: u64,
+}
+
+impl HotKey {
+    /// Whether `variant` kept its promise under the hot key.
+    pub fn sound(&self, variant: Variant) -> bool {
+        self.foreign == 0 && (variant == Variant::Lockfree || self.corrupt + self.missing == 0)
+    }
+}
+
+/// The value rank `writer` writes to the hot key `k` in `round`: every byte
+/// depends on all three, so a mix of two writes is not any of them.
+fn hot_value(k: &[u8], writer: u64, round: u64, len: usize) -> Vec<u8> {
+    let mut x = fabkit_dht::placement::hash_key(k) ^ writer.rotate_left(32) ^ round;
+    (0..len)
+        .map(|_| {
+            x = fabkit_dht::placement::mix(x);
+            x as u8
+        })
+        .collect()
+}
+
+/// Every rank writes the hot key at once, then every rank reads it.
+fn hot_key<T: Transport>(
+    d: &Dht<T>,
+    a: &DhtArgs,
+    klen: usize,
+    vlen: usize,
+    boot: &dyn Bootstrap,
+) -> Result<HotKey> {
+    let (me, n) = (boot.rank() as u64, boot.size() as u64);
+    let k = key(u64::from(u32::MAX), 0, klen);
+    let mut hot = HotKey::default();
+    for round in 0..a.hot_rounds {
+        boot.barrier()?;
+        d.write(&k, &hot_value(&k, me, round, vlen))?;
+        boot.barrier()?;
+        hot.reads += 1;
+        match d.read(&k)? {
+            Read::Hit(v) => {
+                hot.foreign += u64::from(!(0..n).any(|w| v == hot_value(&k, w, round, vlen)));
+            }
+            Read::Corrupt => hot.corrupt += 1,
+            Read::Miss => hot.missing += 1,
+        }
+    }
+    Ok(hot)
 }
 
 fn key(rank: u64, i: u64, len: usize) -> Vec<u8> {
@@ -211,6 +283,17 @@ fn run_variant<T: Transport>(
     };
     let counts = gather(boot, [lost, false_hits])?;
     let sum = |i: usize| -> u64 { counts.iter().map(|c| c[i]).sum() };
+    let mine = hot_key(&d, a, klen, vlen, boot)?;
+    let (reads, bad) = (
+        gather(boot, [mine.reads, mine.foreign])?,
+        gather(boot, [mine.corrupt, mine.missing])?,
+    );
+    let hot = HotKey {
+        reads: reads.iter().map(|c| c[0]).sum(),
+        foreign: reads.iter().map(|c| c[1]).sum(),
+        corrupt: bad.iter().map(|c| c[0]).sum(),
+        missing: bad.iter().map(|c| c[1]).sum(),
+    };
     let t = d.free(boot)?;
     let run = DhtRun {
         variant,
@@ -223,6 +306,7 @@ fn run_variant<T: Transport>(
         // Every rank reads every key: count each missing key once.
         lost: sum(0) / n,
         false_hits: sum(1),
+        hot,
     };
     Ok((run, t))
 }
@@ -299,8 +383,23 @@ pub fn run_rank_mpi(
         .collect()
 }
 
+/// The hot-key column: `good/reads`, and the bad kinds if any.
+fn hot_cell(h: &HotKey) -> String {
+    if h.reads == 0 {
+        return "-".into();
+    }
+    let good = h.reads - h.foreign - h.corrupt - h.missing;
+    let mut c = format!("{good}/{}", h.reads);
+    for (n, tag) in [(h.foreign, 'f'), (h.corrupt, 'c'), (h.missing, 'm')] {
+        if n > 0 {
+            c.push_str(&format!(" {n}{tag}"));
+        }
+    }
+    c
+}
+
 /// Prints the results as a table; returns whether the runs were sound (no
-/// wrong value, no false hit).
+/// wrong value, no false hit, the hot key kept within its variant's promise).
 pub fn print(runs: &[DhtRun], launch: &str) -> bool {
     let Some(first) = runs.first() else {
         return true;
@@ -310,7 +409,7 @@ pub fn print(runs: &[DhtRun], launch: &str) -> bool {
         first.provider, first.batch
     );
     println!(
-        "{:<9} {:>12} {:>12} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>10}",
+        "{:<9} {:>12} {:>12} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>10} {:>12}",
         "variant",
         "writes/s",
         "reads/s",
@@ -320,13 +419,14 @@ pub fn print(runs: &[DhtRun], launch: &str) -> bool {
         "retries",
         "lockwait",
         "corrupt",
-        "ops/op"
+        "ops/op",
+        "hot-key"
     );
     let mut ok = true;
     for r in runs {
         let s = &r.stats;
         println!(
-            "{:<9} {:>12.0} {:>12.0} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>10.2}",
+            "{:<9} {:>12.0} {:>12.0} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>10.2} {:>12}",
             format!("{:?}", r.variant).to_lowercase(),
             r.writes_per_sec,
             r.reads_per_sec,
@@ -336,12 +436,17 @@ pub fn print(runs: &[DhtRun], launch: &str) -> bool {
             s.checksum_retries,
             s.lock_retries,
             s.corrupt,
-            s.ops_per_op()
+            s.ops_per_op(),
+            hot_cell(&r.hot)
         );
-        ok &= r.false_hits == 0;
+        ok &= r.false_hits == 0 && r.hot.sound(r.variant);
     }
     println!(
         "lost: written keys not found (evicted, or a lock-free insert lost to a racing writer)"
+    );
+    println!(
+        "hot-key: reads of one key every rank updates at once that were whole values of their \
+         round, of all (then f: foreign, c: corrupt, m: missing)"
     );
     ok
 }

@@ -459,6 +459,7 @@ fn main() -> ExitCode {
                     buckets: None,
                     batch: 64,
                     record: vec![80, 104],
+                    hot_rounds: 20,
                     timeout: 10.0,
                     shm: false,
                     json: None,

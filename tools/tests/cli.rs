@@ -472,6 +472,15 @@ fn dht_runs_every_variant_as_a_cache_in_process_and_under_mpirun() {
                 ranks * (ranks * keys - lost),
                 "{variant}: {r:#}"
             );
+            // Every rank updated one key at once, 20 rounds: each read-back
+            // is a whole value of its round (lockfree may tear or lose it).
+            let hot = &r["hot"];
+            assert_eq!(hot["reads"], ranks * 20, "{variant}: {r:#}");
+            assert_eq!(hot["foreign"], 0, "{variant}: {r:#}");
+            if variant != "lockfree" {
+                assert_eq!(hot["corrupt"], 0, "{variant}: {r:#}");
+                assert_eq!(hot["missing"], 0, "{variant}: {r:#}");
+            }
         }
     };
     let dir = tempfile::tempdir().unwrap();
