@@ -243,7 +243,11 @@ mod tests {
                 let mut sorted = all.clone();
                 sorted.sort_unstable();
                 sorted.dedup();
-                assert_eq!(sorted.len(), all.len(), "{buckets} buckets, key {i}: {all:?}");
+                assert_eq!(
+                    sorted.len(),
+                    all.len(),
+                    "{buckets} buckets, key {i}: {all:?}"
+                );
                 assert!(all.iter().all(|&b| b < buckets));
             }
         }
@@ -260,7 +264,10 @@ mod tests {
                 counts[p.candidate(hash_key(&i.to_le_bytes()), k) as usize] += 1;
             }
             let x = chi2(&counts);
-            assert!(x < chi2_bound(9.0), "candidate {k}: chi2 {x:.1}, {counts:?}");
+            assert!(
+                x < chi2_bound(9.0),
+                "candidate {k}: chi2 {x:.1}, {counts:?}"
+            );
         }
     }
 
