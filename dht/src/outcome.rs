@@ -50,6 +50,17 @@ pub enum Error {
         /// Transport name.
         transport: String,
     },
+    /// The transport cannot make a write visible before a later operation.
+    #[error(
+        "{transport} offers no way to make a write visible before a later operation (neither \
+         FI_DELIVERY_COMPLETE, FI_FENCE nor read-after-write order): the DHT's locks and claims \
+         would release data that has not landed; pick a provider whose `order` column in \
+         `fabkit info` is not `none`"
+    )]
+    Unordered {
+        /// Transport name.
+        transport: String,
+    },
     /// Ranks created the table differently.
     #[error("ranks disagree on the table: {0}")]
     Mismatch(String),

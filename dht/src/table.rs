@@ -205,6 +205,10 @@ impl<T: Transport> Dht<T> {
                 variant: cfg.variant,
                 transport: t.name(),
             })
+        } else if !t.delivers() {
+            Err(Error::Unordered {
+                transport: t.name(),
+            })
         } else {
             Ok(())
         };

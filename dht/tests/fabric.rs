@@ -223,3 +223,26 @@ fn ranks_that_disagree_on_the_table_all_get_an_error() {
         assert!(e.contains("ranks disagree"), "{e}");
     }
 }
+
+#[test]
+fn a_rank_without_ordered_delivery_is_refused_by_name() {
+    // No provider here lacks every mechanism; a rank told to use none is
+    // what one would give.
+    let boot = ThreadGroup::members(1, Duration::from_secs(10))
+        .pop()
+        .unwrap();
+    let cfg = small(Variant::Fine, 64);
+    let mut rc = RankConfig::new("shm");
+    rc.region_len = cfg.region_len();
+    rc.atomics = true;
+    rc.ordering = Some(fabkit_fabric::Ordering::None);
+    let rank = Rank::establish(rc, &boot).unwrap();
+    let e = Dht::create(&rank, cfg, &boot).unwrap_err();
+    assert!(matches!(e, Error::Unordered { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("fabric shm") && msg.contains("fabkit info"),
+        "{msg}"
+    );
+    rank.finish(&boot).unwrap();
+}

@@ -609,6 +609,9 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     fn has_atomics(&self) -> bool {
         self.inner.has_atomics()
     }
+    fn delivers(&self) -> bool {
+        self.inner.delivers()
+    }
     fn name(&self) -> String {
         format!("faulty {}", self.inner.name())
     }

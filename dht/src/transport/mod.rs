@@ -44,6 +44,15 @@ pub trait Transport {
     /// A short name for reports ("local", "fabric shm", "mpi").
     fn name(&self) -> String;
 
+    /// Whether a write that asks for [`Completion::Delivery`] gets it: the
+    /// DHT's locks and claims rely on their data landing before their
+    /// release. True unless the transport knows it cannot (a provider that
+    /// offers neither delivery completion, a fence nor read-after-write
+    /// order).
+    fn delivers(&self) -> bool {
+        true
+    }
+
     /// Locks `rank`'s whole region with the transport's own mechanism, if it
     /// has one (MPI: `MPI_Win_lock`), for the coarse variant. `Ok(false)`:
     /// no such mechanism, and the variant drives a lock word with atomics.
@@ -78,6 +87,9 @@ impl Transport for fabkit_fabric::Rank {
     fn name(&self) -> String {
         format!("fabric {}", self.info().provider())
     }
+    fn delivers(&self) -> bool {
+        self.ordering() != fabkit_fabric::Ordering::None
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for &T {
@@ -98,6 +110,9 @@ impl<T: Transport + ?Sized> Transport for &T {
     }
     fn name(&self) -> String {
         (**self).name()
+    }
+    fn delivers(&self) -> bool {
+        (**self).delivers()
     }
     fn lock_region(&self, rank: usize, exclusive: bool) -> fabkit_fabric::Result<bool> {
         (**self).lock_region(rank, exclusive)

@@ -77,6 +77,9 @@ impl<T: Transport> Transport for RecordingTransport<T> {
     fn has_atomics(&self) -> bool {
         self.inner.has_atomics()
     }
+    fn delivers(&self) -> bool {
+        self.inner.delivers()
+    }
     fn name(&self) -> String {
         format!("recording {}", self.inner.name())
     }

@@ -192,6 +192,9 @@ impl Transport for ShmTransport {
     fn has_atomics(&self) -> bool {
         self.cpu_atomics || Transport::has_atomics(&self.fabric)
     }
+    fn delivers(&self) -> bool {
+        Transport::delivers(&self.fabric)
+    }
     fn name(&self) -> String {
         format!("shm shortcut + fabric {}", self.fabric.info().provider())
     }

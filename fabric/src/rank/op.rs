@@ -47,6 +47,9 @@ pub enum Completion {
     /// publish) must ask for this. A transport meets it with the mechanism
     /// its provider offers (see [`Ordering`](crate::Ordering)): natively,
     /// with a fence on the next operation to that peer, or with a read-back.
+    /// With a fence, the guarantee is narrower: the write takes effect
+    /// before this rank's next operation to that peer (the release that
+    /// follows it), not before other ranks' reads that come first.
     Delivery,
 }
 
