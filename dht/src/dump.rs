@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use fabkit_fabric::bootstrap::Bootstrap;
 
-use crate::layout::{is_full, Variant};
+use crate::layout::{holds_record, Variant};
 use crate::outcome::{Error, Result};
 use crate::table::Dht;
 use crate::transport::{Op, Remote, Transport};
@@ -67,7 +67,7 @@ impl<T: Transport> Dht<T> {
                 // was rewritten whole since (or after) it was marked: kept.
                 let valid = bk.occupied()
                     && bk.checksum_ok()
-                    && (l.variant != Variant::Chunked || is_full(state));
+                    && (l.variant != Variant::Chunked || holds_record(state));
                 if valid {
                     entries.extend_from_slice(bk.key);
                     entries.extend_from_slice(bk.value);

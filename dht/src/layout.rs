@@ -41,6 +41,18 @@ pub fn full(version: u16) -> u64 {
     u64::from(version) << 8 | STATE_FULL
 }
 
+/// Whether a chunked state word stands over a whole record readers may
+/// return: full, or claimed while full (an update in progress).
+pub fn holds_record(state: u64) -> bool {
+    is_full(state) || state & 3 == 3
+}
+
+/// A 64-bit fingerprint of bucket bytes: two reads that show the same
+/// bytes have the same one.
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    crate::placement::hash_key(bytes)
+}
+
 /// The publication count of a full state word.
 pub fn full_version(state: u64) -> u16 {
     (state >> 8) as u16

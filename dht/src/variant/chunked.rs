@@ -1,8 +1,8 @@
 //! Chunked linear probing (seed 002, Oortwijn): a key's buckets are linear
-//! runs of C buckets (chunks), the i-th chunk placed by quadratic probing
-//! from the key's first candidate, so runs do not cluster. A chunk starts at
-//! any bucket with equal probability and wraps past the region's last
-//! bucket to bucket 0 (two reads then). Each round fetches two chunks (the
+//! runs of C buckets (chunks), the i-th chunk starting at the key's i-th
+//! candidate bucket (distinct and uniform, see [`crate::placement`]), so
+//! runs do not cluster. A chunk wraps past the region's last bucket to
+//! bucket 0 (two reads then). Each round fetches two chunks (the
 //! next one with the current), halving round trips for long probes.
 //!
 //! Every store is made under a claim of the bucket's state word (see
@@ -31,7 +31,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Batch, Hold, Machine, Mode, Outcome, Role, Run, Shape, Step};
-use crate::layout::{full, full_version, is_claimed, is_full, STATE_EMPTY};
+use crate::layout::{full, full_version, is_claimed, is_full, STATE_EMPTY, STATE_FULL};
 use crate::outcome::{Error, Result, Stats};
 
 /// The claim by `tag` of a bucket that was full (`over_full`) with
@@ -56,12 +56,13 @@ fn chunk_len(shape: &Shape) -> u64 {
     u64::from(shape.chunk).min(shape.buckets)
 }
 
-/// Where chunk `i` of a key whose first candidate is `c0` starts: uniform
-/// over every bucket, the chunks of one key spread quadratically.
-fn start(shape: &Shape, c0: u64, i: u32) -> u64 {
-    let tri = u128::from(i) * (u128::from(i) + 1) / 2;
-    let at = u128::from(c0) + tri * u128::from(chunk_len(shape));
-    (at % u128::from(shape.buckets)) as u64
+/// Where chunk `i` of the key with hash `hash` starts: its `i`-th candidate
+/// bucket, so each chunk starts at any bucket with equal probability and
+/// the chunks of one key start at distinct buckets. (Quadratic steps of C
+/// buckets, as published, reach every chunk only when B / C is a power of
+/// two: with 24 buckets of chunks of 8, a key's 8 chunks cover 16.)
+fn start(shape: &Shape, hash: u64, i: u32) -> u64 {
+    shape.place.candidate(hash, i)
 }
 
 /// Plans the read of the chunk starting at `s` (two reads if it wraps).
@@ -111,7 +112,7 @@ fn scan(shape: &Shape, bytes: &[u8], first: u64, key: &[u8], patient: bool) -> S
             let claim = (state != STATE_EMPTY).then_some(state);
             return Seen::Empty { bucket, claim };
         }
-        let bk = shape.layout.decode(&b[8..], crate::layout::STATE_FULL);
+        let bk = shape.layout.decode(&b[8..], STATE_FULL);
         let mine = bk.key == key;
         if !bk.checksum_ok() {
             if mine || patient {
@@ -159,7 +160,6 @@ impl<'a> Chunked<'a> {
         let shape = *self.run.shape;
         let i = b.op(j).probe as usize;
         let p = self.run.probes[i];
-        let c0 = shape.place.candidate(p.hash, 0);
         let patient = p.retries < shape.checksum_retries;
         let mut at = j;
         for (k, n) in [(p.k, n1), (p.k + 1, n2)] {
@@ -170,7 +170,7 @@ impl<'a> Chunked<'a> {
             let seen = scan(
                 &shape,
                 bytes,
-                start(&shape, c0, k),
+                start(&shape, p.hash, k),
                 self.run.keys[i],
                 patient,
             );
@@ -227,12 +227,7 @@ impl<'a> Chunked<'a> {
     }
 
     fn mine(&mut self, i: usize, bucket: u64, data: &[u8], state: u64, now: Instant) -> bool {
-        let value = self
-            .run
-            .shape
-            .layout
-            .decode(data, crate::layout::STATE_FULL)
-            .value;
+        let value = self.run.shape.layout.decode(data, STATE_FULL).value;
         match self.run.mode {
             Mode::Read => {
                 self.run.keep_value(i, value);
@@ -300,12 +295,18 @@ impl<'a> Chunked<'a> {
         if p.bucket == bucket && p.seen == c {
             if let Some(t) = p.since {
                 if now.saturating_duration_since(t) >= deadline {
-                    // Its claimer is gone or stalled: the bucket goes back
-                    // to full when given back, never to empty (a hole would
-                    // hide keys further on), and what it holds is read
-                    // under the new claim before anything is decided.
-                    p.free = full(claim_version(c));
-                    p.word = claim(tag, true, claim_version(c));
+                    // Its claimer is gone or stalled. What the bucket holds
+                    // is read under the new claim before anything is
+                    // decided; given back, it goes to a new full value
+                    // (its data may have changed under the old claim) if it
+                    // was full, else to empty (it never held a record).
+                    let next = claim_version(c).wrapping_add(1);
+                    p.free = if over_full(c) {
+                        full(next)
+                    } else {
+                        STATE_EMPTY
+                    };
+                    p.word = claim(tag, over_full(c), claim_version(c));
                     p.since = None;
                     p.pending = Outcome::Pending;
                     p.phase = Some(Role::Claim);
@@ -328,12 +329,16 @@ impl<'a> Chunked<'a> {
     /// was and the probe looks on; anything not whole is overwritten.
     fn checked(&mut self, i: usize, data: &[u8]) {
         let layout = self.run.shape.layout;
-        let bk = layout.decode(data, crate::layout::STATE_FULL);
+        let bk = layout.decode(data, STATE_FULL);
         let whole = bk.checksum_ok();
         let mine = bk.key == self.run.keys[i];
         let (o, phase) = match (whole, mine, self.run.mode) {
             (true, true, Mode::FindOrPut) => {
+                // Found: published, also if the stalled claim was a first
+                // fill whose record landed.
                 self.run.keep_value(i, bk.value);
+                let next = claim_version(self.run.probes[i].word).wrapping_add(1);
+                self.run.probes[i].free = full(next);
                 (Outcome::Found, Role::Publish)
             }
             (true, true, _) => (Outcome::Updated, Role::Store),
@@ -369,10 +374,9 @@ impl<'a> Chunked<'a> {
             }
             match p.phase {
                 Some(Role::Data) => {
-                    let c0 = shape.place.candidate(p.hash, 0);
-                    read_chunk(&shape, b, p.rank, start(&shape, c0, p.k), i, Role::Data);
+                    read_chunk(&shape, b, p.rank, start(&shape, p.hash, p.k), i, Role::Data);
                     if p.k + 1 < chunks {
-                        let s = start(&shape, c0, p.k + 1);
+                        let s = start(&shape, p.hash, p.k + 1);
                         read_chunk(&shape, b, p.rank, s, i, Role::Next);
                     }
                 }
@@ -598,7 +602,6 @@ mod tests {
             assert_eq!(claim_version(c), v);
             assert_eq!(word::holder_of_tag(c >> 8), Some(5));
         }
-        assert_eq!(full(u16::MAX).wrapping_add(0), full(u16::MAX));
         assert!(is_full(full(0)) && is_full(full(u16::MAX)));
         assert_eq!(
             full_version(full(claim_version(claim(tag, true, 9)) + 1)),
