@@ -66,9 +66,14 @@ impl<'a> Lockfree<'a> {
                 return;
             }
             if self.run.mode == Mode::Read && mine {
+                if p.pending == Outcome::Corrupt {
+                    // Failing again after a last look that found it
+                    // changed: writes keep tearing it. Corrupt, unmarked.
+                    return self.run.decide(i, Outcome::Corrupt);
+                }
                 // Still failing: look once more after a pause, and mark it
                 // invalid only if it still shows these very bytes.
-                p.seen = crate::placement::hash_key(data);
+                p.seen = crate::layout::fingerprint(data);
                 p.phase = Some(Role::Check);
                 return;
             }
@@ -212,12 +217,13 @@ impl Machine for Lockfree<'_> {
                 Role::Data => self.seen(b, j, now),
                 Role::Check => {
                     let p = &mut self.run.probes[i];
-                    if crate::placement::hash_key(b.bytes(j)) == p.seen {
+                    if crate::layout::fingerprint(b.bytes(j)) == p.seen {
                         p.pending = Outcome::Corrupt;
                         p.phase = Some(Role::Invalidate);
                     } else {
-                        // Changed since: judge it afresh, from a read.
-                        p.retries = 0;
+                        // Changed since: judge it afresh, from a read (a
+                        // whole record is a hit; still failing, corrupt).
+                        p.pending = Outcome::Corrupt;
                         p.phase = Some(Role::Data);
                         self.seen(b, j, now);
                     }

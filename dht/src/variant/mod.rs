@@ -180,7 +180,9 @@ pub(crate) enum Role {
     /// The part of a chunk that wraps past the region's last bucket, read
     /// from bucket 0 (it follows its chunk's `Data` or `Next` read).
     Wrap,
-    /// A lock word re-read after the data.
+    /// A lock word re-read after the data (fine, coarse); a chunked
+    /// taker's read of the bucket it took over; a lock-free reader's last
+    /// look at a bucket before it marks it invalid.
     Check,
     Acquire,
     Store,
@@ -395,10 +397,13 @@ pub(crate) struct Probe {
     /// The tagged value of the lock word or claim this probe holds or is
     /// taking (the value its release swaps back from).
     pub(crate) word: u64,
-    /// The lock word or state last seen: the snapshot of a fine read, or
-    /// another rank's hold (for the deadline error).
+    /// The lock word or state last seen: the snapshot of a fine read,
+    /// another rank's hold (for the deadline error), the value a chunked
+    /// claim swaps from, or the fingerprint of a lock-free bucket's failing
+    /// bytes.
     pub(crate) seen: u64,
-    /// The free value to give a lock back to.
+    /// The free value to give a lock back to; the state a chunked claim
+    /// gives its bucket back with.
     pub(crate) free: u64,
     pub(crate) hold: Hold,
     /// A write was issued under the hold: give back with a new version.
