@@ -1,0 +1,103 @@
+//! The lock-free variant's marks and reuse, on bytes the test places: an
+//! invalidation never hides a whole record, and a writer that reuses a
+//! damaged bucket leaves no older copy of its key further on.
+
+mod common;
+
+use common::{key, local_tables, small, value};
+use fabkit_dht::layout::{INVALID, OCCUPIED};
+use fabkit_dht::placement::{default_candidates, hash_key, Placement};
+use fabkit_dht::transport::{Completion, Op, Remote, Transport};
+use fabkit_dht::{Read, Variant, Write};
+
+fn put(t: &impl Transport, at: Remote, bytes: &[u8]) {
+    t.execute(&mut [Op::Write {
+        to: at,
+        from: bytes,
+        completion: Completion::Delivery,
+    }])
+    .unwrap();
+}
+
+fn get(t: &impl Transport, at: Remote, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    t.execute(&mut [Op::Read {
+        from: at,
+        into: &mut b,
+    }])
+    .unwrap();
+    b
+}
+
+#[test]
+fn a_mark_keeps_the_occupied_bit_and_a_whole_record_is_read_whatever_the_mark() {
+    let cfg = small(Variant::Lockfree, 64);
+    let tables = local_tables(1, cfg);
+    let (d, t) = (&tables[0], tables[0].transport());
+    let l = cfg.layout();
+    let k = key(3);
+    let c0 =
+        Placement::new(1, cfg.buckets, default_candidates(cfg.buckets)).candidate(hash_key(&k), 0);
+    let at = Remote::new(0, l.offset(c0));
+    d.write(&k, &value(&k, 0, 1, 24)).unwrap();
+    // Damage it for good: its checksum's first byte flipped.
+    let crc = Remote::new(0, at.offset + l.crc.unwrap() as u64);
+    let b = get(t, crc, 1);
+    put(t, crc, &[b[0] ^ 0xff]);
+    assert_eq!(d.read(&k).unwrap(), Read::Corrupt);
+    let meta = get(t, at, 1)[0];
+    assert_eq!(meta, OCCUPIED | INVALID, "the mark keeps the occupied bit");
+    // A whole record lands, and a mark that was in flight lands after it:
+    // the record is still read.
+    let mut rec = vec![0u8; l.data_len()];
+    l.encode(&k, &value(&k, 0, 2, 24), &mut rec);
+    put(t, at, &rec);
+    put(t, at, &[OCCUPIED | INVALID]);
+    assert_eq!(d.read(&k).unwrap(), Read::Hit(value(&k, 0, 2, 24)));
+    // And a writer updates it in place, not elsewhere.
+    assert_eq!(d.write(&k, &value(&k, 0, 3, 24)).unwrap(), Write::Updated);
+    assert_eq!(d.read(&k).unwrap(), Read::Hit(value(&k, 0, 3, 24)));
+}
+
+#[test]
+fn a_writer_reusing_a_damaged_bucket_leaves_no_older_copy_further_on() {
+    let cfg = small(Variant::Lockfree, 64);
+    let tables = local_tables(1, cfg);
+    let (d, t) = (&tables[0], tables[0].transport());
+    let l = cfg.layout();
+    let k = key(5);
+    let p = Placement::new(1, cfg.buckets, default_candidates(cfg.buckets));
+    let (c0, c1) = (p.candidate(hash_key(&k), 0), p.candidate(hash_key(&k), 1));
+    // k's older record sits at its second candidate (it was written while
+    // the first held another key), and the first is now damaged.
+    let mut rec = vec![0u8; l.data_len()];
+    l.encode(&k, &value(&k, 0, 1, 24), &mut rec);
+    put(t, Remote::new(0, l.offset(c1)), &rec);
+    let other = key(6);
+    l.encode(&other, &value(&other, 0, 1, 24), &mut rec);
+    let last = rec.len() - 1;
+    rec[last] ^= 0xff;
+    put(t, Remote::new(0, l.offset(c0)), &rec);
+    // The write finds the older copy and updates it, rather than reusing
+    // the damaged first candidate and leaving the copy to come back.
+    assert_eq!(d.write(&k, &value(&k, 0, 2, 24)).unwrap(), Write::Updated);
+    let at1 = get(t, Remote::new(0, l.offset(c1)), l.data_len());
+    assert_eq!(l.decode(&at1, 0).value, &value(&k, 0, 2, 24)[..]);
+    assert_eq!(d.read(&k).unwrap(), Read::Hit(value(&k, 0, 2, 24)));
+    // With no copy further on, the damaged bucket is reused.
+    let j = (7..)
+        .map(key)
+        .find(|j| ![c0, c1].contains(&p.candidate(hash_key(j), 0)))
+        .unwrap();
+    let cj = p.candidate(hash_key(&j), 0);
+    l.encode(&other, &value(&other, 0, 1, 24), &mut rec);
+    rec[last] ^= 0xff;
+    put(t, Remote::new(0, l.offset(cj)), &rec);
+    assert_eq!(d.write(&j, &value(&j, 0, 1, 24)).unwrap(), Write::Inserted);
+    let atj = get(t, Remote::new(0, l.offset(cj)), l.data_len());
+    assert_eq!(
+        l.decode(&atj, 0).key,
+        &j[..],
+        "reused at its first candidate"
+    );
+}
