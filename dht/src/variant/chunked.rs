@@ -387,17 +387,10 @@ impl<'a> Chunked<'a> {
                     i,
                     Role::Claim,
                 ),
-                Some(Role::Check) => b.read(
-                    shape.data_at(p.rank, p.bucket),
-                    shape.layout.data_len(),
-                    i,
-                    Role::Check,
-                ),
+                Some(Role::Check) => self.run.plan_read(b, i, Role::Check),
                 Some(Role::Store) => {
                     self.run.probes[i].dirty = true;
-                    let at = shape.data_at(p.rank, p.bucket);
-                    let buf = b.write(at, shape.layout.data_len(), i, Role::Store);
-                    self.run.encode(i, buf);
+                    self.run.plan_store(b, i);
                 }
                 Some(Role::Publish) => b.cas(
                     shape.word_at(p.rank, p.bucket),
@@ -453,9 +446,7 @@ impl<'a> Chunked<'a> {
                     continue;
                 }
                 if role == Role::Store {
-                    let at = shape.data_at(p.rank, p.bucket);
-                    let buf = b.write(at, shape.layout.data_len(), i, Role::Store);
-                    self.run.encode(i, buf);
+                    self.run.plan_store(b, i);
                 } else {
                     let at = shape.word_at(p.rank, p.bucket);
                     b.cas(at, p.word, Self::publish_value(&p), i, Role::Release);

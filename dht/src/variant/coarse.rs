@@ -146,20 +146,16 @@ impl<'a> Coarse<'a> {
                 b.cas(self.word_at(), p.word, to, lead, Role::Release);
             }
             Group::Probe => {
-                let shape = *self.run.shape;
                 for i in 0..self.run.probes.len() {
                     if !self.member(i) {
                         continue;
                     }
-                    let p = self.run.probes[i];
-                    let at = shape.data_at(p.rank, p.bucket);
-                    match p.phase {
-                        Some(Role::Data) => b.read(at, shape.layout.data_len(), i, Role::Data),
+                    match self.run.probes[i].phase {
+                        Some(Role::Data) => self.run.plan_read(b, i, Role::Data),
                         Some(Role::Store) => {
                             self.run.probes[i].dirty = true;
                             self.run.probes[lead].dirty = true;
-                            let buf = b.write(at, shape.layout.data_len(), i, Role::Store);
-                            self.run.encode(i, buf);
+                            self.run.plan_store(b, i);
                         }
                         Some(Role::Defer) => self.run.probes[i].phase = Some(Role::Data),
                         _ => {}

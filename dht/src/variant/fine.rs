@@ -169,12 +169,7 @@ impl<'a> Fine<'a> {
                 Some(Role::Snap) | Some(Role::Check) => {
                     b.fetch(word_at, i, p.phase.unwrap());
                 }
-                Some(Role::Data) => b.read(
-                    shape.data_at(p.rank, p.bucket),
-                    shape.layout.data_len(),
-                    i,
-                    Role::Data,
-                ),
+                Some(Role::Data) => self.run.plan_read(b, i, Role::Data),
                 Some(Role::Acquire) => {
                     let held = p.free | self.run.tag(i);
                     self.run.probes[i].word = held;
@@ -182,13 +177,7 @@ impl<'a> Fine<'a> {
                 }
                 Some(Role::Store) => {
                     self.run.probes[i].dirty = true;
-                    let buf = b.write(
-                        shape.data_at(p.rank, p.bucket),
-                        shape.layout.data_len(),
-                        i,
-                        Role::Store,
-                    );
-                    self.run.encode(i, buf);
+                    self.run.plan_store(b, i);
                 }
                 Some(Role::Release) => {
                     let to = if p.dirty {

@@ -156,30 +156,10 @@ impl<'a> Lockfree<'a> {
                 continue;
             }
             match p.phase {
-                Some(Role::Data) => {
-                    b.read(
-                        shape.data_at(p.rank, p.bucket),
-                        shape.layout.data_len(),
-                        i,
-                        Role::Data,
-                    );
-                }
-                Some(Role::Store) => {
-                    let buf = b.write(
-                        shape.data_at(p.rank, p.bucket),
-                        shape.layout.data_len(),
-                        i,
-                        Role::Store,
-                    );
-                    self.run.encode(i, buf);
-                }
+                Some(Role::Data) => self.run.plan_read(b, i, Role::Data),
+                Some(Role::Store) => self.run.plan_store(b, i),
                 Some(Role::Check) => {
-                    b.read(
-                        shape.data_at(p.rank, p.bucket),
-                        shape.layout.data_len(),
-                        i,
-                        Role::Check,
-                    );
+                    self.run.plan_read(b, i, Role::Check);
                     b.wait = Some(INVALIDATE_PAUSE);
                 }
                 Some(Role::Invalidate) => {

@@ -530,9 +530,20 @@ impl<'a> Run<'a> {
         self.found[i * n..(i + 1) * n].copy_from_slice(value);
     }
 
-    /// The bucket's data encoded for probe `i`'s key and value, into `out`.
-    pub(crate) fn encode(&self, i: usize, out: &mut [u8]) {
-        self.shape.layout.encode(self.keys[i], self.values[i], out);
+    /// Plans the read of probe `i`'s bucket (its data part), for `role`.
+    pub(crate) fn plan_read(&self, b: &mut Batch, i: usize, role: Role) {
+        let p = &self.probes[i];
+        let at = self.shape.data_at(p.rank, p.bucket);
+        b.read(at, self.shape.layout.data_len(), i, role);
+    }
+
+    /// Plans the store of probe `i`'s record (its key and value, encoded)
+    /// into its bucket.
+    pub(crate) fn plan_store(&self, b: &mut Batch, i: usize) {
+        let p = &self.probes[i];
+        let at = self.shape.data_at(p.rank, p.bucket);
+        let buf = b.write(at, self.shape.layout.data_len(), i, Role::Store);
+        self.shape.layout.encode(self.keys[i], self.values[i], buf);
     }
 
     /// Ends the run with a deadline error for probe `i` if `now` is past
@@ -720,11 +731,7 @@ pub(crate) fn plan_lock_release(run: &mut Run<'_>, b: &mut Batch) -> bool {
         // (Coarse: the hold is the region's, kept by the group's first
         // probe; every probe that stored under it is dirty.)
         if p.dirty && p.phase == Some(Role::Store) {
-            let at = shape.data_at(p.rank, p.bucket);
-            let len = shape.layout.data_len();
-            let buf = b.write(at, len, i, Role::Store);
-            shape.layout.encode(run.keys[i], run.values[i], buf);
-            run.probes[i].phase = Some(Role::Store);
+            run.plan_store(b, i);
         }
     }
     if !b.is_empty() {
