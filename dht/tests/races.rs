@@ -15,6 +15,7 @@ use fabkit_dht::clock::TestClock;
 use fabkit_dht::layout::is_full;
 use fabkit_dht::placement::{default_candidates, hash_key, Placement};
 use fabkit_dht::transport::faulty::{Delay, Faults, FaultyTransport};
+use fabkit_dht::transport::hooked::HookedTransport;
 use fabkit_dht::transport::{Op, Remote, Transport};
 use fabkit_dht::{Config, Dht, FindOrPut, Read, Variant, Write};
 
@@ -125,49 +126,6 @@ fn concurrent_updates_of_one_key_end_in_one_whole_value_under_faults() {
     }
 }
 
-/// A transport that stops before its `at`-th batch (1-based) until told to
-/// go on: a claimer stalled as long as the test likes, without sleeping.
-struct Stall<T> {
-    inner: T,
-    at: usize,
-    batches: std::sync::atomic::AtomicUsize,
-    stalled: mpsc::SyncSender<()>,
-    resume: std::sync::Mutex<mpsc::Receiver<()>>,
-}
-
-impl<T: Transport> Transport for Stall<T> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn region_len(&self, rank: usize) -> usize {
-        self.inner.region_len(rank)
-    }
-    fn has_atomics(&self) -> bool {
-        self.inner.has_atomics()
-    }
-    fn name(&self) -> String {
-        format!("stalling {}", self.inner.name())
-    }
-    fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
-        let n = self
-            .batches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
-        if n == self.at {
-            self.stalled.send(()).unwrap();
-            self.resume
-                .lock()
-                .unwrap()
-                .recv_timeout(Duration::from_secs(60))
-                .expect("the test resumes a stalled transport");
-        }
-        self.inner.execute(ops)
-    }
-}
-
 /// A key whose home is rank 1 of 2.
 fn remote_key(cfg: &Config) -> Vec<u8> {
     let p = Placement::new(2, cfg.buckets, default_candidates(cfg.buckets));
@@ -181,26 +139,7 @@ fn remote_key(cfg: &Config) -> Vec<u8> {
 fn a_key_is_inserted_once_even_past_a_claimer_stalled_beyond_the_deadline() {
     let cfg = small(Variant::Chunked, 64);
     let k = remote_key(&cfg);
-    let (stalled_tx, stalled_rx) = mpsc::sync_channel(1);
-    let (resume_tx, resume_rx) = mpsc::channel();
-    let slot = std::sync::Mutex::new(Some((stalled_tx, resume_rx)));
-    // Rank 0's claimer stops before its third batch: after reading the
-    // chunks and claiming the empty bucket, before its write.
-    let tables = tables_with(2, cfg, |r, t| {
-        let (stalled, resume) = if r == 0 {
-            slot.lock().unwrap().take().unwrap()
-        } else {
-            let (tx, _) = mpsc::sync_channel(1);
-            (tx, mpsc::channel().1)
-        };
-        Stall {
-            inner: t,
-            at: if r == 0 { 3 } else { usize::MAX },
-            batches: Default::default(),
-            stalled,
-            resume: std::sync::Mutex::new(resume),
-        }
-    });
+    let tables = tables_with(2, cfg, |_, t| HookedTransport::new(t));
     let (a, mut b) = {
         let mut it = tables.into_iter();
         (it.next().unwrap(), it.next().unwrap())
@@ -210,13 +149,21 @@ fn a_key_is_inserted_once_even_past_a_claimer_stalled_beyond_the_deadline() {
     b.set_deadline(Duration::from_secs(5)).unwrap();
     let (va, vb) = (value(&k, 0, 1, 24), value(&k, 1, 1, 24));
     std::thread::scope(|s| {
-        let claimer = s.spawn(|| {
-            // Batch counting starts now (creating the table took none).
-            a.transport()
-                .batches
-                .store(0, std::sync::atomic::Ordering::Relaxed);
-            a.find_or_put_many(&[(&k, &va)]).unwrap()[0].clone()
-        });
+        let (stalled_tx, stalled_rx) = mpsc::sync_channel(1);
+        let (resume_tx, resume_rx) = mpsc::channel::<()>();
+        // Rank 0's claimer stops before its third batch: after reading the
+        // chunks and claiming the empty bucket, before its write.
+        let mut batches = 0;
+        a.transport().before(Some(Box::new(move |_| {
+            batches += 1;
+            if batches == 3 {
+                stalled_tx.send(()).unwrap();
+                resume_rx
+                    .recv_timeout(Duration::from_secs(60))
+                    .expect("the test resumes a stalled transport");
+            }
+        })));
+        let claimer = s.spawn(|| a.find_or_put_many(&[(&k, &va)]).unwrap()[0].clone());
         stalled_rx
             .recv_timeout(Duration::from_secs(60))
             .expect("the claimer reaches its stall");
@@ -433,46 +380,6 @@ fn a_claim_a_deadline_old_is_taken_over_and_readers_never_wait_on_it() {
     );
 }
 
-/// Runs a hook after every batch with a release (a compare-and-swap whose
-/// new value `releases` says gives a hold back) it executes: the writer's
-/// transport, under the fault injector, so the hook runs right after a
-/// release lands and before writes delayed past it do.
-struct AtRelease<T> {
-    inner: T,
-    releases: fn(u64) -> bool,
-    hook: std::sync::Mutex<Option<Box<dyn FnMut() + Send>>>,
-}
-
-impl<T: Transport> Transport for AtRelease<T> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn region_len(&self, rank: usize) -> usize {
-        self.inner.region_len(rank)
-    }
-    fn has_atomics(&self) -> bool {
-        self.inner.has_atomics()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-    fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
-        let release = ops
-            .iter()
-            .any(|o| matches!(o, Op::CompareAndSwap { new, .. } if (self.releases)(*new)));
-        let r = self.inner.execute(ops);
-        if release {
-            if let Some(h) = self.hook.lock().unwrap().as_mut() {
-                h();
-            }
-        }
-        r
-    }
-}
-
 /// A reader of another rank sees a write's value as soon as the write is
 /// released (its lock given back, its claim published) and, lock-free, as
 /// soon as the write returns. The writer's transport makes writes visible
@@ -496,21 +403,7 @@ fn a_released_write_is_visible_to_the_next_reader() {
                 } else {
                     Faults::default()
                 };
-                // A lock word given back has no tag (its low 36 bits); a
-                // published chunked state is full.
-                let releases: fn(u64) -> bool = if variant == Variant::Chunked {
-                    is_full
-                } else {
-                    |w| w & ((1 << 36) - 1) == 0
-                };
-                FaultyTransport::new(
-                    AtRelease {
-                        inner: t,
-                        releases,
-                        hook: std::sync::Mutex::new(None),
-                    },
-                    f,
-                )
+                FaultyTransport::new(HookedTransport::new(t), f)
             });
             let (w, r) = (&tables[0], &tables[1]);
             // What rank 1 reads after each release of rank 0's.
@@ -527,15 +420,27 @@ fn a_released_write_is_visible_to_the_next_reader() {
                         tell.send(r.read(k).unwrap()).unwrap();
                     }
                 });
+                // A lock word given back has no tag (its low 36 bits); a
+                // published chunked state is full. The hook runs after the
+                // writer's batch lands, before writes delayed past it do.
+                let releases: fn(u64) -> bool = if variant == Variant::Chunked {
+                    is_full
+                } else {
+                    |w| w & ((1 << 36) - 1) == 0
+                };
                 let seen2 = seen.clone();
-                let ask = std::sync::Mutex::new(ask);
-                *w.transport().inner().hook.lock().unwrap() = Some(Box::new(move || {
-                    ask.lock().unwrap().send(()).unwrap();
-                    let got = told
-                        .recv_timeout(Duration::from_secs(30))
-                        .expect("the reader answers");
-                    seen2.lock().unwrap().push(got);
-                }));
+                w.transport().inner().after(Some(Box::new(move |ops| {
+                    let release = ops
+                        .iter()
+                        .any(|o| matches!(o, Op::CompareAndSwap { new, .. } if releases(*new)));
+                    if release {
+                        ask.send(()).unwrap();
+                        let got = told
+                            .recv_timeout(Duration::from_secs(30))
+                            .expect("the reader answers");
+                        seen2.lock().unwrap().push(got);
+                    }
+                })));
                 let mut stale = 0;
                 for seq in 0..20u64 {
                     let v = value(k, 0, seq, 24);
@@ -558,7 +463,7 @@ fn a_released_write_is_visible_to_the_next_reader() {
                         assert!(at_release.is_some(), "{variant:?}: no release seen");
                     }
                 }
-                *w.transport().inner().hook.lock().unwrap() = None;
+                w.transport().inner().after(None);
                 drop(reader);
                 let delayed = w.transport().injected().delayed_writes;
                 if honoured {

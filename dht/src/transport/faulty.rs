@@ -651,9 +651,11 @@ impl<T: Transport> Drop for FaultyTransport<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::hooked::HookedTransport;
     use crate::transport::local::LocalTransport;
     use crate::transport::recording::{Logged, RecordingTransport};
     use fabkit_fabric::OpKind;
+    use std::sync::Arc;
 
     fn group() -> Vec<LocalTransport> {
         LocalTransport::group(2, 256)
@@ -1092,57 +1094,23 @@ mod tests {
         assert!(checked > 0);
     }
 
-    /// Records, right after each inner batch that holds a compare-and-swap,
-    /// the bytes another rank would read at `watch`: what a reader that
-    /// takes the lock as soon as it is released sees.
-    #[derive(Debug)]
-    struct AtRelease {
-        inner: LocalTransport,
-        watch: Remote,
-        len: usize,
-        seen: Mutex<Vec<Vec<u8>>>,
-    }
-
-    impl Transport for AtRelease {
-        fn rank(&self) -> usize {
-            self.inner.rank()
-        }
-        fn ranks(&self) -> usize {
-            self.inner.ranks()
-        }
-        fn region_len(&self, rank: usize) -> usize {
-            self.inner.region_len(rank)
-        }
-        fn has_atomics(&self) -> bool {
-            true
-        }
-        fn name(&self) -> String {
-            "at-release".into()
-        }
-        fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
-            let released = ops.iter().any(|o| o.kind() == OpKind::CompareAndSwap);
-            let r = self.inner.execute(ops);
-            if released {
-                let (at, len) = (self.watch, self.len);
-                let now = peek(&self.inner, at.rank, at.offset, len);
-                self.seen.lock().unwrap().push(now);
-            }
-            r
-        }
-    }
-
     /// A writer's publish: data with `completion`, then (a later batch) the
     /// release of a lock word. Returns the data a reader sees at the
     /// release, the data after the writer's batches, and what was injected.
     fn publish(faults: Faults, completion: Completion) -> (Vec<u8>, Vec<u8>, Injected) {
         let g = group();
         let data = Remote::new(1, 64);
-        let observer = AtRelease {
-            inner: g[0].clone(),
-            watch: data,
-            len: 24,
-            seen: Mutex::new(Vec::new()),
-        };
+        // Right after each inner batch that holds a compare-and-swap, the
+        // bytes another rank would read at `data`: what a reader that takes
+        // the lock as soon as it is released sees.
+        let observer = HookedTransport::new(g[0].clone());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (local, seen2) = (g[0].clone(), seen.clone());
+        observer.after(Some(Box::new(move |ops| {
+            if ops.iter().any(|o| o.kind() == OpKind::CompareAndSwap) {
+                seen2.lock().unwrap().push(peek(&local, 1, 64, 24));
+            }
+        })));
         let f = FaultyTransport::new(observer, faults);
         poke(&g[1], 1, 0, &1u64.to_le_bytes()); // locked by the writer
         f.execute(&mut [Op::Write {
@@ -1160,7 +1128,7 @@ mod tests {
         }])
         .unwrap();
         assert_eq!(old, 1);
-        let seen = f.inner().seen.lock().unwrap().clone();
+        let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 1, "one release");
         let after = peek(&g[1], 1, 64, 24);
         (seen[0].clone(), after, f.injected())

@@ -8,6 +8,9 @@
 //!   without undefined behaviour. A test double for what a NIC does.
 //! - [`recording::RecordingTransport`]: wraps any transport and logs every
 //!   batch, so tests can assert the exact remote operations a variant issues.
+//! - [`hooked::HookedTransport`]: wraps any transport and runs a test's
+//!   hooks before and after each batch (a rank stalled between batches, a
+//!   look at memory the moment a release lands).
 //! - [`faulty::FaultyTransport`]: wraps any transport and injects seeded
 //!   faults (reordered batches, split and torn reads, delayed write
 //!   visibility, the Nth op failing), so tests can check a variant survives
@@ -20,6 +23,7 @@
 //!   for coarse, as in seed 000.
 
 pub mod faulty;
+pub mod hooked;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
