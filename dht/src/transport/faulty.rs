@@ -673,10 +673,15 @@ mod tests {
     }
 
     fn poke(t: &LocalTransport, rank: usize, offset: u64, data: &[u8]) {
+        write(t, Remote::new(rank, offset), data, Completion::Transmit);
+    }
+
+    /// A batch of one write through `t`, which must succeed.
+    fn write(t: &impl Transport, to: Remote, from: &[u8], completion: Completion) {
         t.execute(&mut [Op::Write {
-            to: Remote::new(rank, offset),
-            from: data,
-            completion: Completion::Transmit,
+            to,
+            from,
+            completion,
         }])
         .unwrap();
     }
@@ -773,12 +778,7 @@ mod tests {
                 }
             }
             // The next batch succeeds.
-            f.execute(&mut [Op::Write {
-                to: Remote::new(1, 64),
-                from: &[9; 8],
-                completion: Completion::Transmit,
-            }])
-            .unwrap();
+            write(&f, Remote::new(1, 64), &[9; 8], Completion::Transmit);
             assert_eq!(f.ops_seen(), 6);
             assert_eq!(peek(&g[1], 1, 64, 8), [9; 8]);
             assert_eq!(f.injected().failed_ops, 1);
@@ -984,12 +984,7 @@ mod tests {
             g[0].clone(),
             Faults::seeded(1).delay_writes(Delay::PastNextBatch, 1.0),
         );
-        f.execute(&mut [Op::Write {
-            to: Remote::new(1, 0),
-            from: &[7; 16],
-            completion: Completion::Transmit,
-        }])
-        .unwrap();
+        write(&f, Remote::new(1, 0), &[7; 16], Completion::Transmit);
         assert_eq!(peek(&g[1], 1, 0, 16), [0; 16], "visible at once");
         assert_eq!(f.pending_writes(), 1);
         // The next batch: a write elsewhere, and a read of the delayed bytes,
@@ -1025,12 +1020,7 @@ mod tests {
             g[0].clone(),
             Faults::seeded(1).delay_writes(Delay::UntilNextBatch, 1.0),
         );
-        f.execute(&mut [Op::Write {
-            to: Remote::new(1, 0),
-            from: &[7; 16],
-            completion: Completion::Transmit,
-        }])
-        .unwrap();
+        write(&f, Remote::new(1, 0), &[7; 16], Completion::Transmit);
         assert_eq!(peek(&g[1], 1, 0, 16), [0; 16]);
         let mut got = [0u8; 16];
         f.execute(&mut [Op::Read {
@@ -1049,12 +1039,7 @@ mod tests {
             g[0].clone(),
             Faults::seeded(1).delay_writes(Delay::UntilNextBatch, 1.0),
         );
-        f.execute(&mut [Op::Write {
-            to: Remote::new(1, 8),
-            from: &[3; 5],
-            completion: Completion::Transmit,
-        }])
-        .unwrap();
+        write(&f, Remote::new(1, 8), &[3; 5], Completion::Transmit);
         assert_eq!(peek(&g[1], 1, 8, 5), [0; 5]);
         drop(f);
         assert_eq!(peek(&g[1], 1, 8, 5), [3; 5]);
@@ -1069,22 +1054,12 @@ mod tests {
                 g[0].clone(),
                 Faults::seeded(seed).delay_writes(Delay::PastNextBatch, 0.5),
             );
-            f.execute(&mut [Op::Write {
-                to: Remote::new(1, 4),
-                from: &[1; 12],
-                completion: Completion::Transmit,
-            }])
-            .unwrap();
+            write(&f, Remote::new(1, 4), &[1; 12], Completion::Transmit);
             if f.injected().delayed_writes == 0 {
                 continue;
             }
             checked += 1;
-            f.execute(&mut [Op::Write {
-                to: Remote::new(1, 8),
-                from: &[2; 8],
-                completion: Completion::Transmit,
-            }])
-            .unwrap();
+            write(&f, Remote::new(1, 8), &[2; 8], Completion::Transmit);
             f.flush().unwrap();
             let mut want = vec![0; 4];
             want.extend([1; 4]);
@@ -1113,12 +1088,7 @@ mod tests {
         })));
         let f = FaultyTransport::new(observer, faults);
         poke(&g[1], 1, 0, &1u64.to_le_bytes()); // locked by the writer
-        f.execute(&mut [Op::Write {
-            to: data,
-            from: &[7; 24],
-            completion,
-        }])
-        .unwrap();
+        write(&f, data, &[7; 24], completion);
         let mut old = 0;
         f.execute(&mut [Op::CompareAndSwap {
             at: Remote::new(1, 0),
@@ -1176,19 +1146,9 @@ mod tests {
             g[0].clone(),
             Faults::seeded(1).delay_writes(Delay::PastNextBatch, 1.0),
         );
-        f.execute(&mut [Op::Write {
-            to: Remote::new(1, 4),
-            from: &[1; 12],
-            completion: Completion::Transmit,
-        }])
-        .unwrap();
+        write(&f, Remote::new(1, 4), &[1; 12], Completion::Transmit);
         assert_eq!(f.pending_writes(), 1);
-        f.execute(&mut [Op::Write {
-            to: Remote::new(1, 8),
-            from: &[2; 8],
-            completion: Completion::Delivery,
-        }])
-        .unwrap();
+        write(&f, Remote::new(1, 8), &[2; 8], Completion::Delivery);
         // The older write landed first, the Delivery one over it.
         assert_eq!(
             peek(&g[1], 1, 0, 16),
