@@ -135,13 +135,10 @@ impl HotKey {
 /// The value rank `writer` writes to the hot key `k` in `round`: every byte
 /// depends on all three, so a mix of two writes is not any of them.
 fn hot_value(k: &[u8], writer: u64, round: u64, len: usize) -> Vec<u8> {
-    let mut x = fabkit_dht::placement::hash_key(k) ^ writer.rotate_left(32) ^ round;
-    (0..len)
-        .map(|_| {
-            x = fabkit_dht::placement::mix(x);
-            x as u8
-        })
-        .collect()
+    stream(
+        fabkit_dht::placement::hash_key(k) ^ writer.rotate_left(32) ^ round,
+        len,
+    )
 }
 
 /// Every rank writes the hot key at once, then every rank reads it.
@@ -178,7 +175,11 @@ fn key(rank: u64, i: u64, len: usize) -> Vec<u8> {
 }
 
 fn value(k: &[u8], len: usize) -> Vec<u8> {
-    let mut x = fabkit_dht::placement::hash_key(k);
+    stream(fabkit_dht::placement::hash_key(k), len)
+}
+
+/// `len` bytes drawn from `seed`: the same seed, the same bytes.
+fn stream(mut x: u64, len: usize) -> Vec<u8> {
     (0..len)
         .map(|_| {
             x = fabkit_dht::placement::mix(x);
