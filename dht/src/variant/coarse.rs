@@ -198,7 +198,7 @@ impl<'a> Coarse<'a> {
             return;
         }
         let last = self.run.probes[i].last(&shape);
-        let choice = take(bk.occupied(), false, bk.key == self.run.keys[i], last);
+        let choice = take(bk.occupied(), bk.key == self.run.keys[i], last);
         store_or_advance(&mut self.run, b, i, choice);
     }
 

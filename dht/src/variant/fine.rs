@@ -75,7 +75,7 @@ impl<'a> Fine<'a> {
                     p.phase = Some(Role::Check);
                 } else {
                     let p = &mut self.run.probes[i];
-                    match take(bk.occupied(), false, bk.key == key, p.last(&shape)) {
+                    match take(bk.occupied(), bk.key == key, p.last(&shape)) {
                         Some(w) => {
                             p.pending = Outcome::of(w);
                             p.phase = Some(Role::Store);

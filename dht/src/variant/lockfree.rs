@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{store_or_advance, Batch, Machine, Mode, Outcome, Role, Run, Step};
+use super::{store_or_advance, take, Batch, Machine, Mode, Outcome, Role, Run, Step};
 use crate::layout::{INVALID, OCCUPIED};
 use crate::outcome::{Error, Result, Stats, Write};
 use crate::transport::Remote;
@@ -105,25 +105,19 @@ impl<'a> Lockfree<'a> {
         let shape = *self.run.shape;
         let p = &mut self.run.probes[i];
         let here = p.bucket;
-        let choice = if occupied && mine {
-            // This key's bucket, whole or torn: updated in place.
-            Some(Write::Updated)
-        } else if damaged {
+        let choice = if damaged && !(occupied && mine) {
             p.spare.get_or_insert(here);
             if p.advance(&shape) {
                 return;
             }
             Some(Write::Inserted)
-        } else if !occupied {
-            Some(Write::Inserted)
-        } else if p.last(&shape) {
-            Some(if p.spare.is_some() {
-                Write::Inserted
-            } else {
-                Write::Evicted
-            })
         } else {
-            None
+            // This key's bucket, whole or torn, is updated in place; with a
+            // damaged bucket to reuse, nothing is evicted.
+            take(occupied, mine, p.last(&shape)).map(|w| match (w, p.spare) {
+                (Write::Evicted, Some(_)) => Write::Inserted,
+                _ => w,
+            })
         };
         let target = match choice {
             Some(Write::Updated) | None => here,

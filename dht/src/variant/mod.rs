@@ -704,9 +704,9 @@ pub(crate) fn locked_read(run: &mut Run<'_>, i: usize, bk: &crate::layout::Bucke
 }
 
 /// Whether a writer takes a bucket, and with what outcome: the first
-/// candidate that is empty, invalid or holds the same key; else the last.
-pub(crate) fn take(occupied: bool, invalid: bool, same_key: bool, last: bool) -> Option<Write> {
-    if !occupied || invalid {
+/// candidate that is empty or holds the same key; else the last.
+pub(crate) fn take(occupied: bool, same_key: bool, last: bool) -> Option<Write> {
+    if !occupied {
         Some(Write::Inserted)
     } else if same_key {
         Some(Write::Updated)
