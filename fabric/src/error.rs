@@ -166,6 +166,22 @@ pub enum Error {
     /// Ranks could not exchange their addresses.
     #[error("bootstrap failed: {0}")]
     Bootstrap(String),
+    /// A shared-memory segment is shorter than the mapping asked for:
+    /// touching the missing tail would be SIGBUS, so it is refused before
+    /// mapping.
+    #[error(
+        "shared segment {name} holds {size} B but {wanted} B were asked for: \
+         it was made by another job or for another region size; start all ranks \
+         with the same configuration (`fabkit clean` removes stale segments)"
+    )]
+    SegmentTooShort {
+        /// The segment's name.
+        name: String,
+        /// Its size in bytes.
+        size: u64,
+        /// The size the caller wanted to map.
+        wanted: u64,
+    },
     /// An operating-system error (memory, files of the file bootstrap).
     #[error("{what}: {source}")]
     Io {

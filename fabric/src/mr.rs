@@ -2,7 +2,7 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use fabric_sys as ffi;
@@ -244,33 +244,36 @@ impl MemoryRegion {
         unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len / 8) }
     }
 
-    fn bytes(&self) -> &[AtomicU8] {
-        // SAFETY: as in `words`.
-        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) }
+    /// Every word the region's bytes fall in (the last may be partial:
+    /// its tail lies in the page-rounded allocation, or the segment, whose
+    /// length is a multiple of 8). The region is only ever accessed as
+    /// these `AtomicU64` words from Rust, never also as bytes: mixed-size
+    /// atomic access to the same memory is not defined.
+    fn all_words(&self) -> &[AtomicU64] {
+        // SAFETY: the buffer is 4096-aligned and at least len rounded up to
+        // 8 bytes long (heap: rounded to 4096; shared: a multiple of 8), it
+        // lives as long as self, and Rust only accesses it as AtomicU64.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len.div_ceil(8)) }
     }
 
     /// Copies `out.len()` bytes at `offset` out of the region. A concurrent
     /// remote write may be seen half-done: a snapshot is not atomic.
     pub fn snapshot(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        let src = self.range(offset, out.len())?;
-        for (o, b) in out.iter_mut().zip(src) {
-            *o = b.load(Ordering::Relaxed);
-        }
+        self.range(offset, out.len())?;
+        crate::shm::read_words(self.all_words(), offset, out);
         Ok(())
     }
 
     /// Fills bytes at `offset` from `data` (for initialisation before peers
-    /// are told about the region).
+    /// are told about the region). The bytes beside the range are kept.
     pub fn fill(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let dst = self.range(offset, data.len())?;
-        for (d, b) in dst.iter().zip(data) {
-            d.store(*b, Ordering::Relaxed);
-        }
+        self.range(offset, data.len())?;
+        crate::shm::write_words(self.all_words(), offset, data);
         Ok(())
     }
 
-    fn range(&self, offset: usize, len: usize) -> Result<&[AtomicU8]> {
-        let end = offset
+    fn range(&self, offset: usize, len: usize) -> Result<()> {
+        offset
             .checked_add(len)
             .filter(|&e| e <= self.len)
             .ok_or_else(|| {
@@ -279,6 +282,6 @@ impl MemoryRegion {
                     self.len
                 ))
             })?;
-        Ok(&self.bytes()[offset..end])
+        Ok(())
     }
 }
