@@ -84,3 +84,52 @@ fn every_variant_with_a_remote_rank_mixing_shortcut_and_fabric() {
     ];
     run("tcp;ofi_rxm", Some(&m));
 }
+
+/// Removes a file made by hand in /dev/shm, also when the test fails.
+struct Unlink(std::path::PathBuf);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_start_reaps_the_segment_a_killed_rank_left_and_keeps_live_ones() {
+    use fabkit_fabric::shm::{parse_name, segment_name, Creator, SharedSegment, SHM_DIR};
+    // A process that has exited (waited for, so its pid is free): what a
+    // rank killed between creating its segment and unlinking it leaves is
+    // a segment named after it. The file is made by hand; its name is the
+    // one such a rank would have made.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let me = Creator::current();
+    let dead = format!(
+        "fabkit.{}.{}.{dead_pid}.{}.dht-r1-0",
+        me.job, me.pid_ns, me.start
+    );
+    assert_eq!(parse_name(&dead).unwrap().0.pid, dead_pid);
+    let dead_path = std::path::Path::new(SHM_DIR).join(&dead);
+    let _g = Unlink(dead_path.clone());
+    std::fs::write(&dead_path, [0u8; 64]).unwrap();
+    // A live process's (ours): kept.
+    let live = SharedSegment::create(&segment_name("test-live").unwrap(), 64).unwrap();
+    let live_path = std::path::Path::new(SHM_DIR).join(&live.name()[1..]);
+
+    let boots = ThreadGroup::members(2, Duration::from_secs(30));
+    std::thread::scope(|s| {
+        for b in &boots {
+            s.spawn(move || {
+                let mut rc = RankConfig::new("shm");
+                rc.region_len = 4096;
+                let t = ShmTransport::establish(rc, b).unwrap();
+                t.finish(b).unwrap();
+            });
+        }
+    });
+    assert!(!dead_path.exists(), "the dead rank's segment was reaped");
+    assert!(live_path.exists(), "a live process's segment is kept");
+    drop(live);
+    assert!(!live_path.exists());
+}

@@ -69,26 +69,41 @@ impl ShmTransport {
         same_node: &[bool],
     ) -> Result<Self> {
         let me = boot.rank();
-        // A job-wide name: rank 0's pid and clock, so concurrent jobs and
-        // in-process tests never collide.
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let mine = format!("{}-{stamp}", std::process::id());
-        let job = boot.allgather(mine.as_bytes())?.swap_remove(0);
-        let job = String::from_utf8_lossy(&job).into_owned();
-        let name = |r: usize| format!("/fabkit-{job}-{r}");
-        let seg = Arc::new(SharedSegment::create(&name(me), rc.region_len)?);
+        if same_node.len() != boot.size() {
+            return Err(Error::InvalidArgument(format!(
+                "same-node set of {} ranks for a job of {}",
+                same_node.len(),
+                boot.size()
+            )));
+        }
+        // Segments of ranks killed before they could unlink theirs (their
+        // process gone from this PID namespace) go first; see
+        // `fabkit_fabric::shm`. Live jobs' and other users' stay.
+        fabkit_fabric::shm::reap_stale()?;
+        // Named after this process (and a per-process count, for in-process
+        // ranks), so a later start can tell whether its creator still runs.
+        let mine = fabkit_fabric::shm::segment_name(&format!("dht-r{me}"))?;
+        let seg = Arc::new(SharedSegment::create(&mine, rc.region_len)?);
+        let names = boot.allgather(mine.as_bytes())?;
         rc.shared_region = Some(seg.clone());
         let fabric = Rank::establish(rc, boot)?;
         let mut mapped = Vec::with_capacity(same_node.len());
         for (r, &same) in same_node.iter().enumerate() {
             mapped.push(match (r == me, same) {
                 (true, _) => Some(seg.clone()),
-                (false, true) => Some(Arc::new(SharedSegment::open(
-                    &name(r),
-                    fabric.region_len(r)?,
-                )?)),
+                (false, true) => {
+                    let name = names
+                        .get(r)
+                        .and_then(|n| std::str::from_utf8(n).ok())
+                        .filter(|n| fabkit_fabric::shm::parse_name(n).is_some())
+                        .ok_or_else(|| {
+                            Error::Bootstrap(format!(
+                                "rank {r} sent no fabkit segment name (a rank of another \
+                                 fabkit version?)"
+                            ))
+                        })?;
+                    Some(Arc::new(SharedSegment::open(name, fabric.region_len(r)?)?))
+                }
                 (false, false) => None,
             });
         }
