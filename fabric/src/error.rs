@@ -152,6 +152,38 @@ pub enum Error {
         /// `MPI_Error_string` of it.
         msg: String,
     },
+    /// MPI refused one operation of a batch; the batch's epoch was still
+    /// completed before the error was returned.
+    #[error("{op} to rank {peer}: {call} failed: {msg} (MPI error {code})")]
+    MpiOp {
+        /// The operation.
+        op: OpKind,
+        /// The rank it targeted.
+        peer: usize,
+        /// The MPI function.
+        call: &'static str,
+        /// Its return code.
+        code: i32,
+        /// `MPI_Error_string` of it.
+        msg: String,
+    },
+    /// A collective of the MPI bootstrap (allgather, barrier, window
+    /// creation) did not complete in time: some rank never joined it.
+    #[error(
+        "{what} on rank {rank} did not complete within {timeout:?}: it waited for the other \
+         {others} rank(s), and at least one never joined (dead, hung, or busy elsewhere; \
+         raise the timeout with --timeout if it is only slow)"
+    )]
+    CollectiveTimeout {
+        /// The collective, in words.
+        what: &'static str,
+        /// This rank.
+        rank: usize,
+        /// How many other ranks it waited for.
+        others: usize,
+        /// How long it waited.
+        timeout: Duration,
+    },
     /// Bad argument from the caller.
     #[error("{0}")]
     InvalidArgument(String),

@@ -8,18 +8,25 @@
 //! `MPI_Win_create` over `MPI_Alloc_mem`, which Open MPI treats very
 //! differently (on one node `allocate` maps shared memory for `osc sm`).
 //!
-//! MPI calls have no timeouts: a dead rank is handled by the launcher, which
-//! ends the job.
+//! A [`Window`] borrows the [`MpiBootstrap`] that owns the MPI environment,
+//! so it cannot outlive `MPI_Finalize` (a compile error, not a crash).
+//! Creating one is collective and bounded by the bootstrap's timeout; the
+//! RMA calls themselves have no timeouts in MPI: a dead rank is handled by
+//! the launcher, which ends the job.
+//!
+//! Errors never leave an epoch open: whatever fails while a batch is being
+//! issued, the epoch that completes what was issued (flush, unlock, fence,
+//! complete) still runs before the error is returned, so no Get or atomic
+//! result lands in a buffer the caller has got back.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::ffi::c_void;
 
-use mpi::collective::CommunicatorCollectives;
 use mpi::ffi;
-use mpi::topology::{Communicator, SimpleCommunicator};
-use mpi::traits::AsRaw;
 use serde::Serialize;
 
+use crate::bootstrap::{Bootstrap, MpiBootstrap};
 use crate::error::{Error, OpKind, Result};
 use crate::rank::Op;
 
@@ -31,6 +38,7 @@ extern "C" {
     static fabkit_mpi_lock_exclusive: i32;
     static fabkit_mpi_success: i32;
     static fabkit_mpi_max_error_string: i32;
+    static fabkit_mpi_err_other: i32;
 }
 
 /// How the window's memory is obtained.
@@ -66,37 +74,59 @@ impl Sync {
     }
 }
 
-fn check(call: &'static str, rc: i32) -> Result<()> {
+/// `MPI_Error_string` of `rc`.
+fn error_string(rc: i32) -> String {
+    // SAFETY: a plain constant exported by the shim.
+    let mut buf = vec![0u8; unsafe { fabkit_mpi_max_error_string }.max(0) as usize + 1];
+    let mut len = 0;
+    // SAFETY: buf has room for MPI_MAX_ERROR_STRING characters.
+    unsafe { ffi::MPI_Error_string(rc, buf.as_mut_ptr().cast(), &mut len) };
+    buf.truncate((len.max(0) as usize).min(buf.len()));
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Turns an MPI return code into a Result naming `call`.
+pub(crate) fn check(call: &'static str, rc: i32) -> Result<()> {
     // SAFETY: a plain constant exported by the shim.
     if rc == unsafe { fabkit_mpi_success } {
         return Ok(());
     }
-    // SAFETY: as above.
-    let mut buf = vec![0u8; unsafe { fabkit_mpi_max_error_string } as usize + 1];
-    let mut len = 0;
-    // SAFETY: buf has room for MPI_MAX_ERROR_STRING characters.
-    unsafe { ffi::MPI_Error_string(rc, buf.as_mut_ptr().cast(), &mut len) };
-    buf.truncate(len.max(0) as usize);
     Err(Error::Mpi {
         call,
         code: rc,
-        msg: String::from_utf8_lossy(&buf).into_owned(),
+        msg: error_string(rc),
     })
 }
 
-/// An RMA window over `len` bytes on every rank of a communicator.
-pub struct Window {
+/// An RMA window over `len` bytes on every rank of the bootstrap's
+/// communicator. Borrows the [`MpiBootstrap`], which owns MPI, so the window
+/// is freed before MPI is finalized:
+///
+/// ```compile_fail
+/// use fabkit_fabric::bootstrap::MpiBootstrap;
+/// use fabkit_fabric::mpi_rma::{Window, WindowKind};
+/// let boot = MpiBootstrap::init().unwrap();
+/// let win = Window::new(&boot, 64, WindowKind::Allocate).unwrap();
+/// drop(boot); // MPI_Finalize while `win` lives: refused by the compiler
+/// drop(win);
+/// ```
+#[doc(alias = "MPI_Win")]
+pub struct Window<'env> {
     win: ffi::MPI_Win,
-    comm: ffi::MPI_Comm,
     base: *mut u8,
     len: usize,
     kind: WindowKind,
     rank: usize,
     size: usize,
     locked_all: bool,
+    /// Targets locked with [`Window::lock`].
+    locked: BTreeSet<usize>,
+    boot: &'env MpiBootstrap,
+    /// Test seam: how many more data-moving calls succeed before one fails.
+    fail_after: Cell<Option<usize>>,
 }
 
-impl std::fmt::Debug for Window {
+impl std::fmt::Debug for Window<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Window")
             .field("len", &self.len)
@@ -106,21 +136,55 @@ impl std::fmt::Debug for Window {
     }
 }
 
-impl Window {
-    /// Creates a zeroed window of `len` bytes on every rank of `comm`.
-    /// Collective.
-    pub fn new(comm: &SimpleCommunicator, len: usize, kind: WindowKind) -> Result<Window> {
-        if len == 0 {
-            return Err(Error::InvalidArgument(
-                "an MPI window needs at least 1 byte".into(),
-            ));
-        }
-        let raw_comm = comm.as_raw();
+/// Per-rank window sizes as the allgather delivered them: all equal and
+/// non-zero, or one error every rank reaches alike.
+fn agree_on_len(all: &[Vec<u8>]) -> Result<usize> {
+    let lens: Vec<u64> = all
+        .iter()
+        .map(|b| <[u8; 8]>::try_from(b.as_slice()).map(u64::from_le_bytes))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| Error::Mismatch {
+            what: "the window creation message".into(),
+            detail: "a rank sent something other than a u64 length".into(),
+        })?;
+    if let Some(r) = lens.iter().position(|&l| l == 0) {
+        return Err(Error::InvalidArgument(format!(
+            "an MPI window needs at least 1 byte per rank; rank {r} asked for 0"
+        )));
+    }
+    if lens.windows(2).any(|w| w[0] != w[1]) {
+        let detail: Vec<String> = lens
+            .iter()
+            .enumerate()
+            .map(|(r, l)| format!("rank {r}: {l} B"))
+            .collect();
+        return Err(Error::Mismatch {
+            what: "the MPI window size".into(),
+            detail: detail.join(", "),
+        });
+    }
+    let len = lens[0];
+    usize::try_from(len)
+        .ok()
+        .filter(|&l| ffi::MPI_Aint::try_from(l).is_ok())
+        .ok_or_else(|| Error::InvalidArgument(format!("an MPI window of {len} B is too large")))
+}
+
+impl<'env> Window<'env> {
+    /// Creates a zeroed window of `len` bytes on every rank of `boot`.
+    /// Collective: every rank passes the same `len` (checked first, through
+    /// the bootstrap's bounded allgather, so a rank that asks for another
+    /// size or never comes fails every rank instead of hanging them).
+    pub fn new(boot: &'env MpiBootstrap, len: usize, kind: WindowKind) -> Result<Window<'env>> {
+        let all = boot.allgather(&(len as u64).to_le_bytes())?;
+        let len = agree_on_len(&all)?;
+        let comm = boot.comm();
         // SAFETY: reading an MPI handle constant exported by rsmpi.
         let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
         let mut base: *mut u8 = std::ptr::null_mut();
-        let size = len as ffi::MPI_Aint;
-        // SAFETY: out-parameters are valid; the communicator is live.
+        let size = len as ffi::MPI_Aint; // checked by agree_on_len
+                                         // SAFETY: out-parameters are valid; the communicator is live and
+                                         // returns errors (MpiBootstrap sets MPI_ERRORS_RETURN on it).
         unsafe {
             match kind {
                 WindowKind::Allocate => check(
@@ -129,7 +193,7 @@ impl Window {
                         size,
                         1,
                         ffi::RSMPI_INFO_NULL,
-                        raw_comm,
+                        comm,
                         (&mut base as *mut *mut u8).cast(),
                         &mut win,
                     ),
@@ -143,35 +207,44 @@ impl Window {
                             (&mut base as *mut *mut u8).cast(),
                         ),
                     )?;
-                    check(
-                        "MPI_Win_create",
-                        ffi::MPI_Win_create(
-                            base.cast(),
-                            size,
-                            1,
-                            ffi::RSMPI_INFO_NULL,
-                            raw_comm,
-                            &mut win,
-                        ),
-                    )?;
+                    let rc = ffi::MPI_Win_create(
+                        base.cast(),
+                        size,
+                        1,
+                        ffi::RSMPI_INFO_NULL,
+                        comm,
+                        &mut win,
+                    );
+                    if let Err(e) = check("MPI_Win_create", rc) {
+                        ffi::MPI_Free_mem(base.cast());
+                        return Err(e);
+                    }
                 }
             }
-            // Report errors instead of aborting, so they can name the call.
-            ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN);
-            // Zero our part before anyone may access it.
-            std::ptr::write_bytes(base, 0, len);
         }
+        // From here Drop frees the window.
         let w = Window {
             win,
-            comm: raw_comm,
             base,
             len,
             kind,
-            rank: comm.rank() as usize,
-            size: comm.size() as usize,
+            rank: boot.rank(),
+            size: boot.size(),
             locked_all: false,
+            locked: BTreeSet::new(),
+            boot,
+            fail_after: Cell::new(None),
         };
-        comm.barrier();
+        // SAFETY: the window is live; the handler constant comes from rsmpi.
+        // Errors come back to the caller, naming the call, instead of
+        // aborting the job.
+        check("MPI_Win_set_errhandler", unsafe {
+            ffi::MPI_Win_set_errhandler(w.win, ffi::RSMPI_ERRORS_RETURN)
+        })?;
+        // SAFETY: base points to our `len` bytes of the window; no one
+        // accesses them before the barrier below.
+        unsafe { std::ptr::write_bytes(w.base, 0, len) };
+        boot.barrier()?;
         Ok(w)
     }
 
@@ -190,9 +263,42 @@ impl Window {
         self.kind
     }
 
+    /// Test seam: the next `calls` data-moving MPI calls (Put, Get, the
+    /// atomics) are issued, and the one after fails with `MPI_ERR_OTHER`
+    /// without reaching MPI; then the seam is off again. It exists because
+    /// Open MPI's `osc sm` returns no error for any operation that passes
+    /// [`Window::execute`]'s checks, so an MPI error mid-batch cannot be
+    /// provoked here for real.
+    #[doc(hidden)]
+    pub fn fail_after(&self, calls: usize) {
+        self.fail_after.set(Some(calls));
+    }
+
+    /// Ends the process through `MPI_Abort` when the call that completes an
+    /// epoch's operations failed: MPI cannot cancel an RMA operation, so a
+    /// Get or atomic result could land in a buffer after the caller got it
+    /// back. The launcher then ends every rank.
+    fn closed(&self, call: &'static str, rc: i32) -> Result<()> {
+        check(call, rc).inspect_err(|e| {
+            eprintln!(
+                "fabkit: rank {}: {e}: operations of the epoch may still write the \
+                 caller's buffers, so this rank aborts the MPI job",
+                self.rank
+            );
+            // SAFETY: the communicator is live; MPI_Abort does not return.
+            unsafe { ffi::MPI_Abort(self.boot.comm(), 1) };
+        })
+    }
+
     /// Starts a passive-target epoch on all ranks (`MPI_Win_lock_all`).
     pub fn lock_all(&mut self) -> Result<()> {
         if !self.locked_all {
+            if !self.locked.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "MPI_Win_lock_all while ranks {:?} are locked is erroneous; unlock them first",
+                    self.locked
+                )));
+            }
             // SAFETY: the window is live.
             check("MPI_Win_lock_all", unsafe {
                 ffi::MPI_Win_lock_all(0, self.win)
@@ -222,6 +328,17 @@ impl Window {
                 "MPI_Win_lock inside a lock_all epoch is erroneous; unlock_all first".into(),
             ));
         }
+        if rank >= self.size {
+            return Err(Error::NoSuchRank {
+                peer: rank,
+                ranks: self.size,
+            });
+        }
+        if self.locked.contains(&rank) {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}'s window is already locked by this rank; unlock it first"
+            )));
+        }
         // SAFETY: plain constants exported by the shim.
         let kind = unsafe {
             if exclusive {
@@ -230,14 +347,21 @@ impl Window {
                 fabkit_mpi_lock_shared
             }
         };
-        // SAFETY: the window is live; a bad rank is an error MPI returns.
+        // SAFETY: the window is live and rank is valid.
         check("MPI_Win_lock", unsafe {
             ffi::MPI_Win_lock(kind, rank as i32, 0, self.win)
-        })
+        })?;
+        self.locked.insert(rank);
+        Ok(())
     }
 
     /// Ends the epoch [`Window::lock`] started on `rank`.
     pub fn unlock(&mut self, rank: usize) -> Result<()> {
+        if !self.locked.remove(&rank) {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}'s window is not locked by this rank"
+            )));
+        }
         // SAFETY: the window is live and locked on `rank` by us.
         check("MPI_Win_unlock", unsafe {
             ffi::MPI_Win_unlock(rank as i32, self.win)
@@ -256,22 +380,28 @@ impl Window {
     /// both completions are posted alike (`MPI_Put`), and an operation of a
     /// later batch (a lock release) cannot overtake them. The targets are
     /// flushed even when issuing fails part-way, so that what was issued
-    /// is complete before the caller's error path (a release) runs.
+    /// is complete before the caller's error path (a release) runs and no
+    /// result lands in a buffer after this returns.
     pub fn execute_in_epoch(&mut self, ops: &mut [Op<'_>]) -> Result<()> {
         for op in ops.iter() {
             self.validate(op)?;
         }
         let targets: BTreeSet<usize> = ops.iter().map(|o| o.target().rank).collect();
+        if !self.locked_all {
+            if let Some(t) = targets.iter().find(|t| !self.locked.contains(t)) {
+                return Err(Error::InvalidArgument(format!(
+                    "an operation on rank {t} outside an epoch: lock it (or lock_all) first"
+                )));
+            }
+        }
         let issued = self.issue(ops);
-        let mut flushed = Ok(());
         for &t in &targets {
             // SAFETY: the window is live and in an epoch on t.
-            let r = check("MPI_Win_flush", unsafe {
+            self.closed("MPI_Win_flush", unsafe {
                 ffi::MPI_Win_flush(t as i32, self.win)
-            });
-            flushed = flushed.and(r);
+            })?;
         }
-        issued.and(flushed)
+        issued
     }
 
     /// Whether a `lock_all` epoch is open.
@@ -290,14 +420,15 @@ impl Window {
         // SAFETY: reading MPI handle constants exported by rsmpi.
         let (mut world, mut g) = unsafe { (ffi::RSMPI_GROUP_NULL, ffi::RSMPI_GROUP_NULL) };
         let list: Vec<i32> = ranks.iter().map(|&r| r as i32).collect();
-        // SAFETY: the communicator is live; list holds valid ranks.
+        // SAFETY: the window is live; list holds valid ranks (validated).
         unsafe {
-            check("MPI_Comm_group", ffi::MPI_Comm_group(self.comm, &mut world))?;
             check(
-                "MPI_Group_incl",
-                ffi::MPI_Group_incl(world, list.len() as i32, list.as_ptr(), &mut g),
+                "MPI_Win_get_group",
+                ffi::MPI_Win_get_group(self.win, &mut world),
             )?;
+            let rc = ffi::MPI_Group_incl(world, list.len() as i32, list.as_ptr(), &mut g);
             ffi::MPI_Group_free(&mut world);
+            check("MPI_Group_incl", rc)?;
         }
         Ok(g)
     }
@@ -305,6 +436,12 @@ impl Window {
     /// PSCW target side: exposes the window to `origins` for one epoch
     /// (`MPI_Win_post`); end it with [`Window::wait`].
     pub fn post(&self, origins: &[usize]) -> Result<()> {
+        if let Some(&r) = origins.iter().find(|&&r| r >= self.size) {
+            return Err(Error::NoSuchRank {
+                peer: r,
+                ranks: self.size,
+            });
+        }
         let mut g = self.group_of(&origins.iter().copied().collect())?;
         // SAFETY: window and group are live; the group is freed after use.
         unsafe {
@@ -359,9 +496,12 @@ impl Window {
 
     /// Executes a batch from this origin under `sync` and returns when every
     /// operation is complete at the origin (results delivered). Everything
-    /// is validated before the first call. For [`Sync::Fence`] every rank
-    /// must fence once per batch; for [`Sync::Pscw`] each target must
-    /// [`Window::post`] before and [`Window::wait`] after.
+    /// is validated before the first call; when an MPI call fails part-way,
+    /// the epoch still ends (flush, unlock, fence or complete) before the
+    /// error is returned, so the window is ready for the next batch. For
+    /// [`Sync::Fence`] every rank must fence once per batch; for
+    /// [`Sync::Pscw`] each target must [`Window::post`] before and
+    /// [`Window::wait`] after.
     pub fn execute(&mut self, sync: Sync, ops: &mut [Op<'_>]) -> Result<()> {
         for op in ops.iter() {
             self.validate(op)?;
@@ -373,6 +513,13 @@ impl Window {
                 self.execute_in_epoch(ops)
             }
             Sync::LockShared | Sync::LockExclusive => {
+                if self.locked_all || !self.locked.is_empty() {
+                    return Err(Error::InvalidArgument(
+                        "a lock-per-batch execute inside an open lock epoch is erroneous; \
+                         unlock first"
+                            .into(),
+                    ));
+                }
                 // SAFETY: plain constants exported by the shim.
                 let lock = unsafe {
                     if sync == Sync::LockShared {
@@ -382,7 +529,9 @@ impl Window {
                     }
                 };
                 for &t in &targets {
-                    // SAFETY: the window is live; t is a valid rank.
+                    // SAFETY: the window is live; t is a valid rank. A
+                    // failure here leaves nothing issued on t, and every
+                    // earlier target is already unlocked.
                     check("MPI_Win_lock", unsafe {
                         ffi::MPI_Win_lock(lock, t as i32, 0, self.win)
                     })?;
@@ -390,16 +539,20 @@ impl Window {
                         ops.iter_mut().filter(|o| o.target().rank == t).collect();
                     let r = self.issue_refs(&mut mine);
                     // SAFETY: locked just above.
-                    let u = check("MPI_Win_unlock", unsafe {
+                    self.closed("MPI_Win_unlock", unsafe {
                         ffi::MPI_Win_unlock(t as i32, self.win)
-                    });
-                    r.and(u)?;
+                    })?;
+                    r?;
                 }
                 Ok(())
             }
             Sync::Fence => {
-                self.issue(ops)?;
-                self.fence()
+                // Fence even when issuing failed: it completes what was
+                // issued, and every other rank is waiting in its fence.
+                let r = self.issue(ops);
+                // SAFETY: the window is live.
+                self.closed("MPI_Win_fence", unsafe { ffi::MPI_Win_fence(0, self.win) })?;
+                r
             }
             Sync::Pscw => {
                 let mut g = self.group_of(&targets)?;
@@ -410,10 +563,10 @@ impl Window {
                 check("MPI_Win_start", rc)?;
                 let r = self.issue(ops);
                 // SAFETY: the access epoch was started above.
-                let c = check("MPI_Win_complete", unsafe {
+                self.closed("MPI_Win_complete", unsafe {
                     ffi::MPI_Win_complete(self.win)
-                });
-                r.and(c)
+                })?;
+                r
             }
         }
     }
@@ -423,31 +576,52 @@ impl Window {
         self.issue_refs(&mut refs)
     }
 
-    /// Issues the MPI calls. Buffers are the ops' own (borrowed for the
-    /// whole `execute`), so they outlive the epoch that completes them.
+    /// The return code the test seam ([`Window::fail_after`]) puts in place
+    /// of the call, if it is armed and this call is the one to fail.
+    fn injected(&self) -> Option<i32> {
+        let left = self.fail_after.get()?;
+        if left == 0 {
+            self.fail_after.set(None);
+            // SAFETY: a plain constant exported by the shim.
+            Some(unsafe { fabkit_mpi_err_other })
+        } else {
+            self.fail_after.set(Some(left - 1));
+            None
+        }
+    }
+
+    /// Issues the MPI calls, stopping at the first that fails (the caller
+    /// ends the epoch either way). Buffers are the ops' own (borrowed for
+    /// the whole `execute`), so they outlive the epoch that completes them.
     fn issue_refs(&self, ops: &mut [&mut Op<'_>]) -> Result<()> {
         // SAFETY: reading MPI datatype constants exported by rsmpi.
         let (u8t, u64t) = unsafe { (ffi::RSMPI_UINT8_T, ffi::RSMPI_UINT64_T) };
         for op in ops.iter_mut() {
             let at = op.target();
+            let kind = op.kind();
             let (rank, disp) = (at.rank as i32, at.offset as ffi::MPI_Aint);
             let win = self.win;
-            // SAFETY: every pointer is into the op's borrowed buffers or
-            // fields, which live until `execute` returns, after the epoch
-            // (flush, unlock, fence or complete) that completes them.
-            unsafe {
-                match &mut **op {
-                    Op::Read { into, .. } => {
-                        let n = into.len() as i32;
-                        check(
-                            "MPI_Get",
-                            ffi::MPI_Get(into.as_mut_ptr().cast(), n, u8t, rank, disp, n, u8t, win),
-                        )?
-                    }
-                    Op::Write { from, .. } => {
-                        let n = from.len() as i32;
-                        check(
-                            "MPI_Put",
+            let call = match kind {
+                OpKind::Read => "MPI_Get",
+                OpKind::Write => "MPI_Put",
+                OpKind::CompareAndSwap => "MPI_Compare_and_swap",
+                _ => "MPI_Fetch_and_op",
+            };
+            let rc = if let Some(rc) = self.injected() {
+                rc
+            } else {
+                // SAFETY: every pointer is into the op's borrowed buffers or
+                // fields, which live until `execute` returns, after the epoch
+                // (flush, unlock, fence or complete) that completes them;
+                // lengths fit in i32 and offsets in the window (validated).
+                unsafe {
+                    match &mut **op {
+                        Op::Read { into, .. } => {
+                            let n = into.len() as i32;
+                            ffi::MPI_Get(into.as_mut_ptr().cast(), n, u8t, rank, disp, n, u8t, win)
+                        }
+                        Op::Write { from, .. } => {
+                            let n = from.len() as i32;
                             ffi::MPI_Put(
                                 from.as_ptr() as *const c_void,
                                 n,
@@ -457,14 +631,11 @@ impl Window {
                                 n,
                                 u8t,
                                 win,
-                            ),
-                        )?
-                    }
-                    Op::CompareAndSwap {
-                        expected, new, old, ..
-                    } => check(
-                        "MPI_Compare_and_swap",
-                        ffi::MPI_Compare_and_swap(
+                            )
+                        }
+                        Op::CompareAndSwap {
+                            expected, new, old, ..
+                        } => ffi::MPI_Compare_and_swap(
                             (new as *const u64).cast(),
                             (expected as *const u64).cast(),
                             (*old as *mut u64).cast(),
@@ -473,10 +644,7 @@ impl Window {
                             disp,
                             win,
                         ),
-                    )?,
-                    Op::FetchAdd { delta, old, .. } => check(
-                        "MPI_Fetch_and_op",
-                        ffi::MPI_Fetch_and_op(
+                        Op::FetchAdd { delta, old, .. } => ffi::MPI_Fetch_and_op(
                             (delta as *const u64).cast(),
                             (*old as *mut u64).cast(),
                             u64t,
@@ -485,10 +653,7 @@ impl Window {
                             ffi::RSMPI_SUM,
                             win,
                         ),
-                    )?,
-                    Op::Fetch { value, .. } => check(
-                        "MPI_Fetch_and_op",
-                        ffi::MPI_Fetch_and_op(
+                        Op::Fetch { value, .. } => ffi::MPI_Fetch_and_op(
                             std::ptr::null(),
                             (*value as *mut u64).cast(),
                             u64t,
@@ -497,10 +662,7 @@ impl Window {
                             fabkit_mpi_no_op,
                             win,
                         ),
-                    )?,
-                    Op::Swap { new, old, .. } => check(
-                        "MPI_Fetch_and_op",
-                        ffi::MPI_Fetch_and_op(
+                        Op::Swap { new, old, .. } => ffi::MPI_Fetch_and_op(
                             (new as *const u64).cast(),
                             (*old as *mut u64).cast(),
                             u64t,
@@ -509,20 +671,38 @@ impl Window {
                             fabkit_mpi_replace,
                             win,
                         ),
-                    )?,
-                    Op::Send { .. } | Op::Recv { .. } => unreachable!("validated"),
+                        Op::Send { .. } | Op::Recv { .. } => unreachable!("validated"),
+                    }
                 }
-            }
+            };
+            check(call, rc).map_err(|_| Error::MpiOp {
+                op: kind,
+                peer: at.rank,
+                call,
+                code: rc,
+                msg: error_string(rc),
+            })?;
         }
         Ok(())
     }
 }
 
-impl Drop for Window {
+impl Drop for Window<'_> {
     fn drop(&mut self) {
+        if self.boot.is_broken() {
+            // MPI_Win_free is collective and would wait for the ranks the
+            // broken collective never saw: leave the window to the process's
+            // end.
+            return;
+        }
         let _ = self.unlock_all();
+        for t in std::mem::take(&mut self.locked) {
+            // SAFETY: the window is live and locked on t by us.
+            unsafe { ffi::MPI_Win_unlock(t as i32, self.win) };
+        }
         // SAFETY: the window is live; MPI_Win_free is collective, and every
-        // rank drops its window at the same point of the program.
+        // rank drops its window at the same point of the program. The
+        // bootstrap (and so MPI) outlives self, which borrows it.
         unsafe {
             ffi::MPI_Win_free(&mut self.win);
             if self.kind == WindowKind::Create {

@@ -286,13 +286,13 @@ mod over_mpi {
     use fabkit_fabric::bootstrap::MpiBootstrap;
     use fabkit_fabric::mpi_rma::{Sync, Window, WindowKind};
 
-    struct MpiRma {
-        win: RefCell<Window>,
+    struct MpiRma<'env> {
+        win: RefCell<Window<'env>>,
         me: usize,
         ranks: usize,
     }
 
-    impl Rma for MpiRma {
+    impl Rma for MpiRma<'_> {
         fn me(&self) -> usize {
             self.me
         }
@@ -307,7 +307,7 @@ mod over_mpi {
     /// Runs every check on this rank over an MPI window (lock_all + flush).
     pub fn run_rank_mpi(kind: WindowKind, boot: &MpiBootstrap) -> Result<RankReport> {
         let n = boot.size();
-        let win = Window::new(boot.world(), region_len(n), kind)?;
+        let win = Window::new(boot, region_len(n), kind)?;
         let r = MpiRma {
             win: RefCell::new(win),
             me: boot.rank(),

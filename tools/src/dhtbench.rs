@@ -376,7 +376,7 @@ pub fn run_rank_mpi(
             let cfg = config(a, v)?;
             // Coarse locks each target's window per operation (MPI_Win_lock);
             // the others share one lock_all epoch.
-            let t = MpiTransport::new(boot.world(), cfg.region_len(), kind, v == Variant::Coarse)?;
+            let t = MpiTransport::new(boot, cfg.region_len(), kind, v == Variant::Coarse)?;
             let (run, t) = run_variant(a, cfg, t, boot)?;
             drop(t); // MPI_Win_free: collective, every rank here
             Ok(run)

@@ -224,7 +224,10 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
         WinArg::Allocate => WindowKind::Allocate,
         WinArg::Create => WindowKind::Create,
     };
-    let mut win = Window::new(boot.world(), max.next_multiple_of(64), kind)?;
+    // The target waits in a barrier while the origin runs a whole size: as
+    // in-process perf's, the bootstrap's waits here last up to an hour.
+    boot.set_timeout(std::time::Duration::from_secs(3600));
+    let mut win = Window::new(boot, max.next_multiple_of(64), kind)?;
     let me = boot.rank();
     let origins: Vec<usize> = if a.bidir { vec![0, 1] } else { vec![0] };
     let role = if origins.contains(&me) {

@@ -11,19 +11,24 @@
 //! its target when its batch returns, whatever its
 //! [`Completion`](fabkit_fabric::Completion): Delivery costs nothing extra
 //! here, and a release in a later batch never overtakes the data before it.
+//!
+//! The transport borrows the [`MpiBootstrap`] through its window, so it
+//! cannot outlive `MPI_Finalize`. A failed batch never leaves an epoch open:
+//! the window completes what was issued before returning the error, and the
+//! per-operation locks taken here are released whatever fails.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 
+use fabkit_fabric::bootstrap::{Bootstrap, MpiBootstrap};
 use fabkit_fabric::mpi_rma::{Window, WindowKind};
 use fabkit_fabric::{Op, Result};
-use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::Transport;
 
 /// A DHT transport over an MPI window.
-pub struct MpiTransport {
-    win: RefCell<Window>,
+pub struct MpiTransport<'env> {
+    win: RefCell<Window<'env>>,
     rank: usize,
     ranks: usize,
     len: usize,
@@ -33,7 +38,7 @@ pub struct MpiTransport {
     held: Cell<Option<usize>>,
 }
 
-impl std::fmt::Debug for MpiTransport {
+impl std::fmt::Debug for MpiTransport<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -43,24 +48,25 @@ impl std::fmt::Debug for MpiTransport {
     }
 }
 
-impl MpiTransport {
-    /// A window of `region_len` bytes on every rank of `comm` (collective).
-    /// `per_op_locks` selects `MPI_Win_lock` per operation (the coarse
-    /// variant) instead of one `lock_all` epoch.
+impl<'env> MpiTransport<'env> {
+    /// A window of `region_len` bytes on every rank of `boot` (collective,
+    /// bounded by the bootstrap's timeout). `per_op_locks` selects
+    /// `MPI_Win_lock` per operation (the coarse variant) instead of one
+    /// `lock_all` epoch.
     pub fn new(
-        comm: &SimpleCommunicator,
+        boot: &'env MpiBootstrap,
         region_len: usize,
         kind: WindowKind,
         per_op_locks: bool,
     ) -> Result<Self> {
-        let mut win = Window::new(comm, region_len, kind)?;
+        let mut win = Window::new(boot, region_len, kind)?;
         if !per_op_locks {
             win.lock_all()?;
         }
         Ok(MpiTransport {
             win: RefCell::new(win),
-            rank: comm.rank() as usize,
-            ranks: comm.size() as usize,
+            rank: boot.rank(),
+            ranks: boot.size(),
             len: region_len,
             per_op_locks,
             held: Cell::new(None),
@@ -68,7 +74,7 @@ impl MpiTransport {
     }
 }
 
-impl Transport for MpiTransport {
+impl Transport for MpiTransport<'_> {
     fn rank(&self) -> usize {
         self.rank
     }
@@ -95,12 +101,23 @@ impl Transport for MpiTransport {
         // Per-operation locking, outside a region lock: a shared epoch on
         // each target around this batch.
         let targets: BTreeSet<usize> = ops.iter().map(|o| o.target().rank).collect();
+        let mut locked = Vec::with_capacity(targets.len());
+        let mut r = Ok(());
         for &t in &targets {
-            w.lock(t, false)?;
+            r = w.lock(t, false);
+            if r.is_err() {
+                break;
+            }
+            locked.push(t);
         }
-        let r = w.execute_in_epoch(ops);
-        for &t in &targets {
-            w.unlock(t)?;
+        if r.is_ok() {
+            r = w.execute_in_epoch(ops);
+        }
+        // Every lock taken is released, whatever failed: a target left
+        // locked would refuse this rank's next lock for ever.
+        for t in locked {
+            let u = w.unlock(t);
+            r = r.and(u);
         }
         r
     }
