@@ -1,7 +1,7 @@
 //! Address vector (`fid_av`): endpoint names to `fi_addr_t`.
 
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use fabric_sys as ffi;
 
@@ -21,7 +21,51 @@ pub struct AddressVector {
 #[derive(Debug)]
 pub(crate) struct AvInner {
     pub(crate) fid: NonNull<ffi::fid_av>,
+    /// The domain's address format (`fi_info::addr_format`).
+    format: u32,
+    /// The domain's source address length (`fi_info::src_addrlen`; 0 when
+    /// the provider did not say).
+    src_addrlen: usize,
+    /// The length of the name of the first endpoint bound to this AV: the
+    /// provider's own address length, which peers of the same provider
+    /// share (`fi_getname`).
+    name_len: OnceLock<usize>,
+    provider: String,
     _domain: Arc<DomainInner>,
+}
+
+/// How many bytes `fi_av_insert` reads from one address of the domain's
+/// format: a NUL-terminated string, or a fixed length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AddrLen {
+    /// `FI_ADDR_STR`: up to and including the first NUL.
+    String,
+    /// Exactly this many bytes.
+    Fixed(usize),
+    /// The provider gave no length and no endpoint has been opened yet.
+    Unknown,
+}
+
+/// The fixed size of the socket-address formats, as libfabric reads them.
+fn sockaddr_len(format: u32) -> Option<usize> {
+    match format {
+        ffi::FI_SOCKADDR_IN => Some(std::mem::size_of::<libc::sockaddr_in>()),
+        ffi::FI_SOCKADDR_IN6 => Some(std::mem::size_of::<libc::sockaddr_in6>()),
+        _ => None,
+    }
+}
+
+/// The libfabric name of an address format, for messages.
+fn format_name(format: u32) -> String {
+    match format {
+        ffi::FI_FORMAT_UNSPEC => "FI_FORMAT_UNSPEC".into(),
+        ffi::FI_SOCKADDR => "FI_SOCKADDR".into(),
+        ffi::FI_SOCKADDR_IN => "FI_SOCKADDR_IN".into(),
+        ffi::FI_SOCKADDR_IN6 => "FI_SOCKADDR_IN6".into(),
+        ffi::FI_SOCKADDR_IB => "FI_SOCKADDR_IB".into(),
+        ffi::FI_ADDR_STR => "FI_ADDR_STR".into(),
+        other => format!("address format {other}"),
+    }
 }
 
 // SAFETY: the domain is FI_THREAD_SAFE.
@@ -66,19 +110,71 @@ impl AddressVector {
                 )
             })?;
         }
+        // SAFETY: the domain's info is a valid fi_info for its lifetime.
+        let (format, src_addrlen) = unsafe {
+            let i = &*domain.inner.info.as_ptr();
+            (i.addr_format, i.src_addrlen)
+        };
         Ok(AddressVector {
             inner: Arc::new(AvInner {
                 fid: NonNull::new(fid).expect("fi_av_open returned success and null"),
+                format,
+                src_addrlen,
+                name_len: OnceLock::new(),
+                provider: domain.inner.info.provider(),
                 _domain: domain.inner.clone(),
             }),
         })
     }
 
-    /// Inserts one endpoint name (as returned by `fi_getname`).
+    /// Checks that `name` is a whole address of this domain's format, so
+    /// that `fi_av_insert` (which takes no length) reads only its bytes.
+    /// `peer` names whose address it is in the error.
+    pub(crate) fn check_name(&self, name: &[u8], peer: Option<usize>) -> Result<()> {
+        let inner = &self.inner;
+        let err = |expected: String| Error::AddressLength {
+            peer,
+            len: name.len(),
+            expected,
+            provider: inner.provider.clone(),
+        };
+        match inner.addr_len() {
+            AddrLen::String => {
+                // The provider reads up to the NUL: it must be inside `name`.
+                let max = ffi::FI_NAME_MAX as usize;
+                match name.iter().position(|&b| b == 0) {
+                    Some(_) => Ok(()),
+                    None => Err(err(format!(
+                        "a NUL-terminated string (FI_ADDR_STR, usually at most {max} B)"
+                    ))),
+                }
+            }
+            AddrLen::Fixed(n) if name.len() == n => Ok(()),
+            AddrLen::Fixed(n) => Err(err(format!("{n} B ({})", format_name(inner.format)))),
+            AddrLen::Unknown => Err(err(format!(
+                "an unknown length ({} with no address length given; open an endpoint \
+                 on this address vector first)",
+                format_name(inner.format)
+            ))),
+        }
+    }
+
+    /// Inserts one endpoint name (as returned by `fi_getname`). A name whose
+    /// length does not match the provider's addresses (a truncated or
+    /// foreign one) is refused with [`Error::AddressLength`] before libfabric
+    /// reads it.
     pub fn insert(&self, name: &[u8]) -> Result<FiAddr> {
+        self.insert_from(name, None)
+    }
+
+    /// As [`AddressVector::insert`], naming `peer` in errors.
+    pub(crate) fn insert_from(&self, name: &[u8], peer: Option<usize>) -> Result<FiAddr> {
+        self.check_name(name, peer)?;
         let mut addr: FiAddr = ffi::FI_ADDR_NOTAVAIL;
-        // SAFETY: name is a readable buffer holding one address; addr is a
-        // valid out-slot for one entry. Synchronous insert (no EQ bound).
+        // SAFETY: name holds one whole address of the domain's format
+        // (checked above: its fixed length, or a NUL inside it), so the
+        // provider reads only its bytes; addr is a valid out-slot for one
+        // entry. Synchronous insert (no EQ bound).
         let n = unsafe {
             ffi::fi_av_insert(
                 self.inner.fid.as_ptr(),
@@ -97,5 +193,29 @@ impl AddressVector {
             )));
         }
         Ok(addr)
+    }
+}
+
+impl AvInner {
+    fn addr_len(&self) -> AddrLen {
+        if self.format == ffi::FI_ADDR_STR {
+            return AddrLen::String;
+        }
+        // The socket formats have one size; otherwise the provider's own
+        // name length, else what fi_getinfo said.
+        if let Some(n) = sockaddr_len(self.format) {
+            return AddrLen::Fixed(n);
+        }
+        match (self.name_len.get(), self.src_addrlen) {
+            (Some(&n), _) => AddrLen::Fixed(n),
+            (None, n) if n > 0 => AddrLen::Fixed(n),
+            _ => AddrLen::Unknown,
+        }
+    }
+
+    /// Records the length of an endpoint's own name (the first endpoint
+    /// bound to this AV): peers of the same provider have names this long.
+    pub(crate) fn learn_name_len(&self, len: usize) {
+        let _ = self.name_len.set(len);
     }
 }

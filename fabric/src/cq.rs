@@ -21,7 +21,7 @@
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use fabric_sys as ffi;
@@ -76,6 +76,16 @@ pub(crate) enum Outcome {
     Failed { code: i32, prov_errno: i32 },
     /// Still pending at the deadline; the slot is abandoned.
     TimedOut,
+    /// The CQ itself failed (`fi_cq_read` or `fi_cq_readerr` returned an
+    /// error other than "nothing yet", such as `-FI_EOVERRUN`): completions
+    /// may have been lost, so this operation's fate is unknown and its slot
+    /// is abandoned.
+    CqFailed {
+        /// The call that failed.
+        call: &'static str,
+        /// Positive libfabric error number.
+        code: i32,
+    },
 }
 
 /// A reserved slot; its address is the operation's context.
@@ -108,6 +118,11 @@ pub(crate) struct CqInner {
     /// When the last wait ended, in nanoseconds since `born`.
     last_wait_end: AtomicU64,
     born: Instant,
+    /// Operations whose waiter gave up (timeout, broken CQ) and that have not
+    /// completed since: each holds a slot nobody can use.
+    lost: AtomicUsize,
+    /// The first error of the CQ itself; once set, no completion is trusted.
+    broken: OnceLock<(&'static str, i32)>,
     _domain: Arc<DomainInner>,
 }
 
@@ -193,6 +208,8 @@ impl CompletionQueue {
                 waiters: AtomicUsize::new(0),
                 last_wait_end: AtomicU64::new(0),
                 born: Instant::now(),
+                lost: AtomicUsize::new(0),
+                broken: OnceLock::new(),
                 _domain: domain.inner.clone(),
             }),
         })
@@ -275,6 +292,7 @@ impl CqInner {
             // The waiter timed out and left: the operation is finally over,
             // so the slot can be used again.
             if s.state.load(Ordering::Relaxed) == ABANDONED {
+                self.lost.fetch_sub(1, Ordering::AcqRel);
                 self.release(i as u32);
             }
         }
@@ -323,10 +341,49 @@ impl CqInner {
                 self.complete(e.op_context, e.len, Some((code, e.prov_errno)));
                 return 1;
             }
+            if rc < 0 && rc != -(ffi::FI_EAGAIN as isize) {
+                self.fail("fi_cq_readerr", rc);
+            }
+            return 0;
         }
-        // -FI_EAGAIN: nothing yet. Any other error is a broken CQ; callers
-        // see it as their operation never completing (a timeout).
+        let call = if block.is_zero() || !self.can_block {
+            "fi_cq_read"
+        } else {
+            "fi_cq_sread"
+        };
+        self.fail(call, n);
         0
+    }
+
+    /// Records a CQ read that returned `rc` (negative), unless it only means
+    /// "nothing yet" (-FI_EAGAIN, or an interrupted or timed-out blocking
+    /// read). Anything else (-FI_EOVERRUN: completions were dropped) breaks
+    /// the CQ for good: every waiter returns [`Outcome::CqFailed`] with it.
+    pub(crate) fn fail(&self, call: &'static str, rc: isize) {
+        let code = rc.unsigned_abs().min(i32::MAX as usize) as i32;
+        let benign = [ffi::FI_EAGAIN, ffi::FI_EINTR, ffi::FI_ETIMEDOUT];
+        if rc >= 0 || benign.iter().any(|&b| b as i32 == code) {
+            return;
+        }
+        if self.broken.set((call, code)).is_ok() {
+            // Wake every follower so that each sees the failure now.
+            self.notify();
+        }
+    }
+
+    /// The CQ's own failure, if it has had one.
+    pub(crate) fn broken(&self) -> Option<(&'static str, i32)> {
+        self.broken.get().copied()
+    }
+
+    /// Operations abandoned by their waiters that have not completed since.
+    pub(crate) fn lost(&self) -> usize {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// How many operations the CQ can track at once (its slots).
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
     }
 
     /// Progresses the provider and dispatches what completes, for up to
@@ -380,6 +437,23 @@ impl CqInner {
         self.dispatched.notify_all();
     }
 
+    /// Gives up on `t`'s operation, unless it has just completed: its slot
+    /// stays taken, and counted as lost, until the operation really ends.
+    fn abandon(&self, t: Ticket) -> bool {
+        let s = &self.slots[t.0 as usize];
+        // Counted first, so that a completion racing in right after the
+        // exchange never takes the count below zero.
+        self.lost.fetch_add(1, Ordering::AcqRel);
+        let gone = s
+            .state
+            .compare_exchange(POSTED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !gone {
+            self.lost.fetch_sub(1, Ordering::AcqRel);
+        }
+        gone
+    }
+
     /// Waits until `t`'s operation completes or `deadline` passes. The ticket
     /// is consumed: on Done/Failed the slot is free again, on TimedOut it is
     /// abandoned until the operation really ends.
@@ -406,12 +480,13 @@ impl CqInner {
                 _ => {}
             }
             let now = Instant::now();
-            if now >= deadline {
-                if s.state
-                    .compare_exchange(POSTED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Outcome::TimedOut;
+            let broken = self.broken();
+            if now >= deadline || broken.is_some() {
+                if self.abandon(t) {
+                    return match broken {
+                        Some((call, code)) => Outcome::CqFailed { call, code },
+                        None => Outcome::TimedOut,
+                    };
                 }
                 continue; // completed just now
             }
@@ -490,5 +565,90 @@ impl Drop for WaiterGuard<'_> {
         let now = self.0.born.elapsed().as_nanos() as u64;
         self.0.last_wait_end.store(now, Ordering::Relaxed);
         self.0.waiters.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The slot and loss accounting on a real CQ (shm). What cannot be made
+    //! to happen here is doubled by calling the dispatcher directly: a late
+    //! completion (`complete`) and a CQ overrun (`fail`, with the code
+    //! `fi_cq_read` returns for one; no provider here overruns on demand).
+    use super::*;
+    use crate::info::{find, Caps, Hints};
+    use crate::Fabric;
+
+    fn cq() -> CompletionQueue {
+        let info = find(&Hints::new("shm", Caps::RMA), true).unwrap();
+        let fabric = Fabric::open(&info).unwrap();
+        let domain = Domain::open(&fabric, &info).unwrap();
+        CompletionQueue::open(&domain, 64).unwrap()
+    }
+
+    #[test]
+    fn an_abandoned_op_holds_its_slot_until_it_completes() {
+        let cq = cq();
+        let q = &cq.inner;
+        assert_eq!((q.capacity(), q.lost()), (64, 0));
+        let past = Instant::now();
+        let t = q.acquire(past + Duration::from_secs(1)).unwrap();
+        assert_eq!(q.wait(t, past), Outcome::TimedOut);
+        assert_eq!(q.lost(), 1);
+        // The other 63 slots are usable, the abandoned one is not.
+        let held: Vec<Ticket> = (0..63).map(|_| q.acquire(past).unwrap()).collect();
+        assert!(q.acquire(past).is_none(), "an abandoned slot was reused");
+        for h in held {
+            q.cancel_unposted(h);
+        }
+        // Its late completion frees it and is no longer counted as lost.
+        q.complete(q.context(t), 0, None);
+        assert_eq!(q.lost(), 0);
+        let all: Vec<Ticket> = (0..64).map(|_| q.acquire(past).unwrap()).collect();
+        assert_eq!(all.len(), 64);
+    }
+
+    #[test]
+    fn a_completed_op_is_not_counted_lost_at_its_deadline() {
+        let cq = cq();
+        let q = &cq.inner;
+        let past = Instant::now();
+        let t = q.acquire(past + Duration::from_secs(1)).unwrap();
+        q.complete(q.context(t), 7, None);
+        assert_eq!(q.wait(t, past), Outcome::Done { len: 7 });
+        assert_eq!(q.lost(), 0);
+    }
+
+    #[test]
+    fn an_overrun_is_reported_as_what_it_is_to_every_waiter() {
+        let cq = cq();
+        let q = &cq.inner;
+        let later = Instant::now() + Duration::from_secs(30);
+        let (a, b) = (q.acquire(later).unwrap(), q.acquire(later).unwrap());
+        // "Nothing yet" is no failure.
+        for rc in [ffi::FI_EAGAIN, ffi::FI_EINTR, ffi::FI_ETIMEDOUT] {
+            q.fail("fi_cq_sread", -(rc as isize));
+        }
+        assert_eq!(q.broken(), None);
+        q.fail("fi_cq_read", -(ffi::FI_EOVERRUN as isize));
+        // The first failure is kept.
+        q.fail("fi_cq_readerr", -(ffi::FI_EIO as isize));
+        let overrun = Outcome::CqFailed {
+            call: "fi_cq_read",
+            code: ffi::FI_EOVERRUN as i32,
+        };
+        let start = Instant::now();
+        assert_eq!(q.wait(a, later), overrun);
+        assert_eq!(q.wait(b, later), overrun);
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "waited for the deadline"
+        );
+        assert_eq!(q.lost(), 2);
+        let e = crate::Error::completion_queue(crate::OpKind::Read, 3, "fi_cq_read", 268);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("RMA read to rank 3") && msg.contains("fi_cq_read") && msg.contains("268"),
+            "{msg}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Reliable-datagram endpoint (`fid_ep`) and the posting of operations.
 
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fabric_sys as ffi;
@@ -23,9 +23,6 @@ pub struct Endpoint {
 pub(crate) struct EpInner {
     pub(crate) fid: NonNull<ffi::fid_ep>,
     name: Vec<u8>,
-    /// Buffers of operations that timed out: the provider may still write
-    /// them, so they live until the endpoint is closed.
-    graveyard: Mutex<Vec<MemoryRegion>>,
     pub(crate) cq: Arc<CqInner>,
     _av: Arc<AvInner>,
     pub(crate) domain: Arc<DomainInner>,
@@ -39,8 +36,10 @@ unsafe impl Sync for EpInner {}
 
 impl Drop for EpInner {
     fn drop(&mut self) {
-        // SAFETY: we own the fid; closing it ends all its operations, after
-        // which the graveyard buffers (dropped next) are safe to free.
+        // SAFETY: we own the fid, and every region registered through this
+        // endpoint holds an Arc to it, so all of them are closed already.
+        // Buffers of operations that timed out are not ours: their owner
+        // (the Rank) frees them after this close, which ends the operations.
         unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "endpoint") }
     }
 }
@@ -64,7 +63,6 @@ impl Endpoint {
         let mut ep = EpInner {
             fid,
             name: Vec::new(),
-            graveyard: Mutex::new(Vec::new()),
             cq: cq.inner.clone(),
             _av: av.inner.clone(),
             domain: domain.inner.clone(),
@@ -85,6 +83,7 @@ impl Endpoint {
         // SAFETY: see above.
         check("fi_enable", unsafe { ffi::fi_enable(fid.as_ptr()) })?;
         ep.name = getname(fid)?;
+        av.inner.learn_name_len(ep.name.len());
         Ok(Endpoint {
             inner: Arc::new(ep),
         })
@@ -107,12 +106,6 @@ impl Endpoint {
         seg: std::sync::Arc<crate::shm::SharedSegment>,
     ) -> Result<MemoryRegion> {
         MemoryRegion::register_shared(&self.inner.domain, Some(&self.inner), seg)
-    }
-
-    /// Keeps `mr` alive until the endpoint closes (after a timeout, the
-    /// provider may still write into it).
-    pub(crate) fn bury(&self, mr: MemoryRegion) {
-        self.inner.graveyard.lock().unwrap().push(mr);
     }
 
     /// Posts one operation with `post(context)`, retrying on -FI_EAGAIN while

@@ -118,6 +118,34 @@ pub enum Error {
         /// Human-readable text (`fi_cq_strerror`).
         msg: String,
     },
+    /// The completion queue itself failed while an operation was waited for
+    /// (`fi_cq_read` returned `-FI_EOVERRUN`, or `fi_cq_readerr` failed):
+    /// completions may have been lost.
+    #[error(
+        "{op} to rank {peer}: the completion queue failed ({call}: {msg}, fi_errno {code}); \
+         completions may have been lost, so the rank cannot go on (restart the job; a \
+         larger window than the queue holds overruns it)"
+    )]
+    CompletionQueue {
+        /// The operation waited for.
+        op: OpKind,
+        /// The rank it targeted.
+        peer: usize,
+        /// The CQ call that failed.
+        call: &'static str,
+        /// Positive libfabric error number.
+        code: i32,
+        /// `fi_strerror` of it.
+        msg: String,
+    },
+    /// The rank can no longer make progress and refuses every operation.
+    #[error("rank {rank} has failed and takes no more operations: {reason}")]
+    RankFailed {
+        /// This rank.
+        rank: usize,
+        /// Why, and how many operations are lost.
+        reason: String,
+    },
     /// An access outside a peer's exposed region, refused before posting.
     #[error(
         "{op} of {len} B at offset {offset} is outside rank {peer}'s region of {region_len} B"
@@ -195,6 +223,24 @@ pub enum Error {
         /// The values seen.
         detail: String,
     },
+    /// A peer address whose length does not match the provider's addresses:
+    /// `fi_av_insert` takes no length, so it would read past a short one.
+    #[error(
+        "{} address is {len} B, but provider `{provider}` addresses are {expected}: \
+         it was truncated or comes from another provider (check that every rank \
+         runs the same fabkit and provider)",
+        match peer { Some(r) => format!("rank {r}'s"), None => "the".to_string() }
+    )]
+    AddressLength {
+        /// Whose address it is, when known.
+        peer: Option<usize>,
+        /// Its length.
+        len: usize,
+        /// What the provider reads.
+        expected: String,
+        /// Provider name.
+        provider: String,
+    },
     /// Ranks could not exchange their addresses.
     #[error("bootstrap failed: {0}")]
     Bootstrap(String),
@@ -233,6 +279,19 @@ impl Error {
             peer,
             code,
             prov_errno,
+            msg: strerror(code),
+        }
+    }
+}
+
+impl Error {
+    /// The completion queue failed while `op` to `peer` was waited for.
+    pub fn completion_queue(op: OpKind, peer: usize, call: &'static str, code: i32) -> Error {
+        Error::CompletionQueue {
+            op,
+            peer,
+            call,
+            code,
             msg: strerror(code),
         }
     }

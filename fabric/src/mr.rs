@@ -49,10 +49,17 @@ pub struct MemoryRegion {
     len: usize,
     backing: Backing,
     fid: NonNull<ffi::fid_mr>,
+    /// False once [`MemoryRegion::deregister`] closed the fid: only the
+    /// buffer is left.
+    open: bool,
     key: u64,
     desc: *mut libc::c_void,
     remote_base: u64,
     // Field order is drop order: the MR closes (in Drop) before these go.
+    /// The endpoint the region was registered through. Held whether or not
+    /// the provider binds regions to endpoints (FI_MR_ENDPOINT), so that
+    /// ownership, and its tests, are the same on every provider: an
+    /// endpoint closes only after its regions.
     _ep: Option<Arc<EpInner>>,
     _domain: Arc<DomainInner>,
 }
@@ -75,10 +82,11 @@ unsafe impl Sync for MemoryRegion {}
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        // SAFETY: we own the MR fid; closing it first guarantees the provider
-        // no longer accesses the buffer, which we free (or let go of) next.
+        self.deregister();
+        // SAFETY: the MR is closed (above, or earlier by `deregister`, whose
+        // caller then kept the buffer until the endpoint closed), so the
+        // provider no longer accesses the buffer, which we free next.
         unsafe {
-            close_fid(&mut (*self.fid.as_ptr()).fid, "mr");
             if let Backing::Heap(layout) = self.backing {
                 std::alloc::dealloc(self.buf.as_ptr(), layout);
             }
@@ -87,6 +95,20 @@ impl Drop for MemoryRegion {
 }
 
 impl MemoryRegion {
+    /// Closes the registration but keeps the buffer, and lets go of the
+    /// endpoint. For a buffer an operation that timed out may still write:
+    /// closing the endpoint ends such operations, but under FI_MR_ENDPOINT
+    /// the endpoint cannot close before its regions; so the owner closes the
+    /// region first, then the endpoint, then drops the buffer.
+    pub(crate) fn deregister(&mut self) {
+        if std::mem::replace(&mut self.open, false) {
+            // SAFETY: we own the MR fid and it is open (checked above); it is
+            // never used again (`open` is false).
+            unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "mr") };
+        }
+        self._ep = None;
+    }
+
     /// Allocates `len` zeroed bytes and registers them for local and remote
     /// read and write. Honours the domain's `mr_mode`: provider keys, virtual
     /// addressing, and binding to `ep` under `FI_MR_ENDPOINT`.
@@ -166,12 +188,14 @@ impl MemoryRegion {
             len,
             backing,
             fid,
+            open: true,
             key: 0,
             desc: std::ptr::null_mut(),
             remote_base: 0,
             _ep: None,
             _domain: domain.clone(),
         };
+        mr._ep = ep.cloned();
         if mr_mode & ffi::FI_MR_ENDPOINT != 0 {
             let ep = ep.ok_or_else(|| {
                 Error::InvalidArgument(
@@ -184,7 +208,6 @@ impl MemoryRegion {
             })?;
             // SAFETY: the MR is open and bound.
             check("fi_mr_enable", unsafe { ffi::fi_mr_enable(fid.as_ptr()) })?;
-            mr._ep = Some(ep.clone());
         }
         // SAFETY: the MR is open (and enabled where required).
         mr.key = unsafe { ffi::fi_mr_key(fid.as_ptr()) };

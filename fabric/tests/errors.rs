@@ -7,8 +7,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{init_env, with_ranks};
-use fabkit_fabric::bootstrap::{FileBootstrap, ThreadGroup};
-use fabkit_fabric::{Error, OpKind, Ordering, Rank, RankConfig, Remote};
+use fabkit_fabric::bootstrap::{Bootstrap, FileBootstrap, ThreadGroup};
+use fabkit_fabric::{
+    AddressVector, Caps, CompletionQueue, Domain, Endpoint, Error, Fabric, Hints, Op, OpKind,
+    Ordering, Rank, RankConfig, Remote,
+};
 
 fn establish_alone(cfg: RankConfig) -> Result<Rank, Error> {
     init_env();
@@ -146,7 +149,6 @@ fn out_of_bounds_and_bad_ranks_are_errors_not_corruption() {
 
 #[test]
 fn a_bootstrap_peer_that_never_comes_names_the_missing_rank() {
-    use fabkit_fabric::bootstrap::Bootstrap;
     let boots = ThreadGroup::members(3, Duration::from_secs(2));
     let err = std::thread::scope(|s| {
         // Ranks 0 and 1 show up; rank 2 never does.
@@ -239,4 +241,241 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
         }
         eprintln!("{prov}: killed peer -> {err}");
     }
+}
+
+/// Opens `provider`'s fabric, domain, CQ and AV, as a rank would.
+fn open_av(provider: &str) -> (Endpoint, AddressVector) {
+    init_env();
+    let info = fabkit_fabric::info::find(&Hints::new(provider, Caps::RMA), true).unwrap();
+    let fabric = Fabric::open(&info).unwrap();
+    let domain = Domain::open(&fabric, &info).unwrap();
+    let cq = CompletionQueue::open(&domain, 64).unwrap();
+    let av = AddressVector::open(&domain).unwrap();
+    (Endpoint::open(&domain, &cq, &av).unwrap(), av)
+}
+
+#[test]
+fn a_short_or_long_address_is_refused_naming_both_lengths() {
+    // tcp;ofi_rxm addresses are sockaddr_in: exactly 16 bytes.
+    let (ep, av) = open_av("tcp;ofi_rxm");
+    assert_eq!(ep.name().len(), 16);
+    for len in [0, 5, 15, 17, 64] {
+        let name = vec![0u8; len];
+        let err = av.insert(&name).unwrap_err();
+        assert!(
+            matches!(&err, Error::AddressLength { peer: None, len: l, .. } if *l == len),
+            "{len} B: {err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("is {len} B")) && msg.contains("16 B (FI_SOCKADDR_IN)"),
+            "{msg}"
+        );
+    }
+    // A whole address is taken.
+    av.insert(ep.name()).unwrap();
+
+    // shm addresses are strings: one cut before its NUL would be read on
+    // past its end.
+    let (ep, av) = open_av("shm");
+    let name = ep.name();
+    let nul = name
+        .iter()
+        .position(|&b| b == 0)
+        .expect("shm names end in NUL");
+    let err = av.insert(&name[..nul]).unwrap_err();
+    assert!(matches!(err, Error::AddressLength { .. }), "{err:?}");
+    assert!(err.to_string().contains("NUL-terminated"), "{err}");
+    av.insert(name).unwrap();
+}
+
+/// A bootstrap whose allgather hands every rank a damaged copy of one
+/// rank's contribution: a peer that sends a truncated card cannot be made
+/// here any other way (every real rank encodes whole cards).
+struct DamagedCard<'a> {
+    inner: &'a dyn Bootstrap,
+    victim: usize,
+    damage: Damage,
+}
+
+/// What a damaged card is made of, from the whole one.
+type Damage = fn(&[u8]) -> Vec<u8>;
+
+impl Bootstrap for DamagedCard<'_> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        let mut all = self.inner.allgather(mine)?;
+        all[self.victim] = (self.damage)(&all[self.victim]);
+        Ok(all)
+    }
+    fn barrier(&self) -> Result<(), Error> {
+        self.inner.barrier()
+    }
+    fn same_host(&self) -> Result<bool, Error> {
+        self.inner.same_host()
+    }
+}
+
+/// A card whose endpoint name is 4 bytes short, framed consistently (the
+/// card is `u32 len, provider, u32 len, name, base, len, key`).
+fn shorten_name(card: &[u8]) -> Vec<u8> {
+    let u32_at = |at: usize| u32::from_le_bytes(card[at..at + 4].try_into().unwrap()) as usize;
+    let plen = u32_at(0);
+    let name_at = 4 + plen + 4;
+    let nlen = u32_at(4 + plen);
+    let mut out = card[..4 + plen].to_vec();
+    out.extend_from_slice(&((nlen - 4) as u32).to_le_bytes());
+    out.extend_from_slice(&card[name_at..name_at + nlen - 4]);
+    out.extend_from_slice(&card[name_at + nlen..]);
+    out
+}
+
+#[test]
+fn a_truncated_peer_card_is_an_error_naming_the_peer() {
+    init_env();
+    let cases: [(Damage, &str); 2] = [
+        (|c| c[..c.len() - 3].to_vec(), "malformed address card"),
+        (shorten_name, "rank 1's address is"),
+    ];
+    for prov in ["shm", "tcp;ofi_rxm"] {
+        for (damage, says) in cases {
+            let boots = ThreadGroup::members(2, Duration::from_secs(10));
+            let errs: Vec<Error> = std::thread::scope(|s| {
+                let hs: Vec<_> = boots
+                    .iter()
+                    .map(|b| {
+                        s.spawn(move || {
+                            let boot = DamagedCard {
+                                inner: b,
+                                victim: 1,
+                                damage,
+                            };
+                            Rank::establish(RankConfig::new(prov), &boot).unwrap_err()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            // Every rank sees the damaged card and fails, none waits.
+            for e in errs {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains(says) && msg.contains("rank 1"),
+                    "{prov}: {msg}"
+                );
+            }
+        }
+    }
+}
+
+/// Two in-process ranks of `provider`: rank 1 sets up with no progress
+/// thread, connects to rank 0 (one atomic on it), and then does nothing on
+/// the fabric until rank 0's `body` is done, so rank 0's operations on it
+/// are posted but never complete (`tcp;ofi_rxm` needs the target to
+/// progress). Rank 1 waits on a channel, not a sleep: it goes as soon as
+/// rank 0 is done, also if rank 0 panics (the sender drops).
+fn with_a_stalled_peer<T: Send>(
+    provider: &str,
+    cfg0: RankConfig,
+    body: impl FnOnce(Rank) -> T + Send,
+) -> T {
+    init_env();
+    let boots = ThreadGroup::members(2, Duration::from_secs(30));
+    let (done, wait_done) = std::sync::mpsc::channel::<()>();
+    let (connected, wait_connected) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (b0, b1) = (&boots[0], &boots[1]);
+        let stalled = s.spawn(move || {
+            let mut cfg = RankConfig::new(provider);
+            cfg.progress = fabkit_fabric::ProgressMode::Off;
+            let r = Rank::establish(cfg, b1).unwrap();
+            r.fetch(Remote::new(0, 0)).unwrap();
+            drop(connected);
+            let _ = wait_done.recv();
+            drop(r);
+        });
+        let r = Rank::establish(cfg0, b0).unwrap();
+        // Disconnected when rank 1 has connected (or died trying).
+        let _ = wait_connected.recv();
+        let out = body(r);
+        drop(done);
+        stalled.join().unwrap();
+        out
+    })
+}
+
+#[test]
+fn a_timeout_leaves_no_fid_open_once_the_rank_is_dropped() {
+    // A region keeps the endpoint it was registered through alive, as it
+    // must under FI_MR_ENDPOINT, on every provider: a staging buffer retired
+    // after a timeout used to be kept inside the endpoint, a cycle that
+    // leaked the endpoint, CQ, AV, domain and fabric.
+    let mut cfg = RankConfig::new("tcp;ofi_rxm");
+    cfg.timeout = Duration::from_millis(300);
+    let watch = with_a_stalled_peer("tcp;ofi_rxm", cfg, |r| {
+        let mut buf = vec![0u8; 64 << 10];
+        let err = r.read(Remote::new(1, 0), &mut buf).unwrap_err();
+        assert!(matches!(err, Error::Timeout { peer: 1, .. }), "{err:?}");
+        assert_eq!(r.retired_buffers(), 1, "the staging buffer was not retired");
+        assert!(r.lost_ops() >= 1, "the timed-out read is not counted");
+        let watch = r.fid_watch();
+        assert_eq!(watch.open().len(), 5, "{:?}", watch.open());
+        drop(r);
+        watch
+    });
+    assert!(watch.open().is_empty(), "still open: {:?}", watch.open());
+}
+
+#[test]
+fn operations_that_never_complete_fail_the_rank_instead_of_shrinking_its_window() {
+    let mut cfg = RankConfig::new("tcp;ofi_rxm");
+    cfg.timeout = Duration::from_millis(200);
+    cfg.window = 64;
+    with_a_stalled_peer("tcp;ofi_rxm", cfg, |r| {
+        let mut words = vec![0u64; 64];
+        let mut last = None;
+        // Each batch of 64 atomics times out and leaves its ops abandoned;
+        // the rank fails once fewer than 64 completion slots are left.
+        for round in 0..200 {
+            let mut ops: Vec<Op> = words
+                .iter_mut()
+                .enumerate()
+                .map(|(i, w)| Op::Fetch {
+                    at: Remote::new(1, 8 * i as u64),
+                    value: w,
+                })
+                .collect();
+            match r.execute(&mut ops) {
+                Err(e @ Error::RankFailed { .. }) => {
+                    eprintln!("round {round}, {} lost: {e}", r.lost_ops());
+                    last = Some(e);
+                    break;
+                }
+                Err(Error::Timeout { peer: 1, .. }) => {}
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+        let err = last.expect("the rank never reported itself failed");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("rank 0 has failed")
+                && msg.contains(&format!("{} operations timed out", r.lost_ops()))
+                && msg.contains("window of 64"),
+            "{msg}"
+        );
+        // Every later call fails at once, with the same reason, even to a
+        // live target (its own region).
+        let start = Instant::now();
+        let err = r.fetch(Remote::new(0, 0)).unwrap_err();
+        assert!(matches!(err, Error::RankFailed { rank: 0, .. }), "{err:?}");
+        assert_eq!(err.to_string(), msg);
+        let err = r.send(1, b"x").unwrap_err();
+        assert!(matches!(err, Error::RankFailed { .. }), "{err:?}");
+        assert!(start.elapsed() < Duration::from_millis(100));
+    });
 }

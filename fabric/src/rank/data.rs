@@ -188,6 +188,7 @@ impl Rank {
     }
 
     fn execute_with(&self, staging: &mut MemoryRegion, ops: &mut [Op<'_>]) -> Result<()> {
+        self.alive()?;
         for op in ops.iter() {
             self.validate(op, staging.len())?;
         }
@@ -358,6 +359,11 @@ impl Rank {
                 Outcome::Failed { code, prov_errno } => {
                     first_err.get_or_insert(Error::completion(p.kind, p.peer, code, prov_errno));
                 }
+                Outcome::CqFailed { call, code } => {
+                    // Its fate is unknown: the staging buffer is retired.
+                    timed_out = true;
+                    first_err.get_or_insert(Error::completion_queue(p.kind, p.peer, call, code));
+                }
                 Outcome::TimedOut => {
                     timed_out = true;
                     if p.kind == OpKind::Recv {
@@ -416,10 +422,15 @@ impl Rank {
     }
 
     /// Replaces a staging buffer that may still be written by operations that
-    /// timed out; the old one lives until the endpoint closes.
+    /// timed out; the old one is kept by the rank until its endpoint has
+    /// closed (see [`Rank`]'s drop order).
     pub(super) fn retire(&self, staging: &mut MemoryRegion) -> Result<()> {
         let fresh = self.ep.register(staging.len())?;
-        self.ep.bury(std::mem::replace(staging, fresh));
+        let old = std::mem::replace(staging, fresh);
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(old);
         Ok(())
     }
 

@@ -35,7 +35,7 @@
 //! data order. [`Rank::ordering`] says which; [`Rank::ordering_stats`]
 //! counts what was done. No write is ever posted as an inject.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -139,9 +139,16 @@ struct Peer {
 }
 
 /// A rank: endpoint, exposed region and every peer's address and region.
+///
+/// Dropping it stops the progress thread, closes the registrations of
+/// retired staging buffers, the staging buffer and the region, then the
+/// endpoint (which ends any operation that timed out), its CQ and AV, the
+/// domain and the fabric, and only then frees the retired buffers. Every
+/// fid is closed: [`Rank::fid_watch`] lets a test check it.
 pub struct Rank {
-    // Field order is drop order: stop progress, then free buffers, then close
-    // the endpoint and its parents.
+    // Field order is drop order (after `Drop::drop` has stopped progress and
+    // deregistered the retired buffers): free the live buffers, close the
+    // endpoint and its parents, then free the retired buffers.
     progress: Option<ProgressThread>,
     staging: Mutex<MemoryRegion>,
     region: MemoryRegion,
@@ -157,6 +164,69 @@ pub struct Rank {
     fences: FenceBook,
     rank: usize,
     cfg: RankConfig,
+    /// Why the rank refuses every operation, once it has failed.
+    failed: OnceLock<String>,
+    /// Staging buffers retired after a timeout: an operation may still
+    /// write them, so they are freed only after the endpoint has closed.
+    /// Held here, not in the endpoint: a region keeps its endpoint alive, so
+    /// an endpoint holding its own retired regions would never close.
+    retired: Mutex<Vec<MemoryRegion>>,
+}
+
+impl Drop for Rank {
+    fn drop(&mut self) {
+        // The progress thread reads the CQ: stop it before anything closes.
+        self.progress.take();
+        // A region bound to the endpoint must close before the endpoint; its
+        // buffer must outlive the endpoint (which ends late operations).
+        let retired = self.retired.get_mut().unwrap_or_else(|e| e.into_inner());
+        for mr in retired.iter_mut() {
+            mr.deregister();
+        }
+    }
+}
+
+/// Weak references to a rank's fids, to check after the rank is dropped that
+/// each was closed (its owner dropped, which closes it). For leak tests.
+#[derive(Debug)]
+pub struct FidWatch {
+    ep: Weak<crate::ep::EpInner>,
+    cq: Weak<crate::cq::CqInner>,
+    av: Weak<crate::av::AvInner>,
+    domain: Weak<crate::domain::DomainInner>,
+    fabric: Weak<crate::domain::FabricInner>,
+}
+
+impl FidWatch {
+    /// The fids still open, by kind (empty once all are closed).
+    pub fn open(&self) -> Vec<&'static str> {
+        [
+            ("endpoint", self.ep.strong_count()),
+            ("completion queue", self.cq.strong_count()),
+            ("address vector", self.av.strong_count()),
+            ("domain", self.domain.strong_count()),
+            ("fabric", self.fabric.strong_count()),
+        ]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(what, _)| what)
+        .collect()
+    }
+}
+
+/// Whether a full window of `window` operations still fits in a CQ of
+/// `slots` slots of which `lost` are held by operations that never
+/// completed; if not, why, in words.
+fn window_left(slots: usize, lost: usize, window: usize) -> std::result::Result<(), String> {
+    let free = slots.saturating_sub(lost);
+    if free >= window {
+        return Ok(());
+    }
+    Err(format!(
+        "{lost} operations timed out and never completed; they hold {lost} of its {slots} \
+         completion slots, leaving {free}, fewer than its window of {window} (the peers \
+         they went to are dead or stopped making progress; restart the job)"
+    ))
 }
 
 impl std::fmt::Debug for Rank {
@@ -236,10 +306,95 @@ impl Rank {
         &self.domain
     }
 
+    /// Watches this rank's fids; see [`FidWatch`].
+    pub fn fid_watch(&self) -> FidWatch {
+        FidWatch {
+            ep: Arc::downgrade(&self.ep.inner),
+            cq: Arc::downgrade(&self.cq.inner),
+            av: Arc::downgrade(&self._av.inner),
+            domain: Arc::downgrade(&self.domain.inner),
+            fabric: Arc::downgrade(&self._fabric.inner),
+        }
+    }
+
+    /// Operations that timed out (or whose CQ failed) and have not
+    /// completed since: each holds one of the rank's completion slots.
+    pub fn lost_ops(&self) -> usize {
+        self.cq.inner.lost()
+    }
+
+    /// Staging buffers retired after timeouts, kept until the rank is
+    /// dropped.
+    pub fn retired_buffers(&self) -> usize {
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Refuses every operation once the rank has failed: its completion
+    /// queue broke, or operations that never complete hold so many
+    /// completion slots that a full window no longer fits (it would
+    /// otherwise shrink, op by op, until the rank hangs).
+    pub(super) fn alive(&self) -> Result<()> {
+        let failed = |reason: &String| Error::RankFailed {
+            rank: self.rank,
+            reason: reason.clone(),
+        };
+        if let Some(reason) = self.failed.get() {
+            return Err(failed(reason));
+        }
+        let cq = &self.cq.inner;
+        let reason = if let Some((call, code)) = cq.broken() {
+            format!(
+                "its completion queue failed ({call}: {}, fi_errno {code}) and completions \
+                 may have been lost; {} operations never completed",
+                crate::error::strerror(code),
+                cq.lost()
+            )
+        } else {
+            match window_left(cq.capacity(), cq.lost(), self.cfg.window) {
+                Ok(()) => return Ok(()),
+                Err(why) => why,
+            }
+        };
+        Err(failed(self.failed.get_or_init(|| reason)))
+    }
+
     fn peer(&self, rank: usize) -> Result<&Peer> {
         self.peers.get(rank).ok_or(Error::NoSuchRank {
             peer: rank,
             ranks: self.peers.len(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_left;
+
+    #[test]
+    fn the_window_is_exhausted_when_lost_ops_leave_less_than_a_window() {
+        // slots, lost, window: fits?
+        for (slots, lost, window, fits) in [
+            (256, 0, 64, true),
+            (256, 192, 64, true),
+            (256, 193, 64, false),
+            (256, 256, 1, false),
+            (256, 255, 1, true),
+            (128, 0, 200, false),
+            (4, 9, 1, false),
+        ] {
+            let got = window_left(slots, lost, window);
+            assert_eq!(
+                got.is_ok(),
+                fits,
+                "{slots} slots, {lost} lost, window {window}"
+            );
+            if let Err(why) = got {
+                assert!(
+                    why.contains(&format!("{lost} operations"))
+                        && why.contains(&format!("window of {window}")),
+                    "{why}"
+                );
+            }
+        }
     }
 }

@@ -33,6 +33,11 @@ impl Rank {
                 self.retire(staging)?;
                 Err(Error::Timeout { op, peer, timeout })
             }
+            Outcome::CqFailed { call, code } => {
+                self.ep.cancel(t);
+                self.retire(staging)?;
+                Err(Error::completion_queue(op, peer, call, code))
+            }
         }
     }
 
@@ -51,6 +56,7 @@ impl Rank {
 
     /// Sends `data` to rank `to` and waits for local completion.
     pub fn send(&self, to: usize, data: &[u8]) -> Result<()> {
+        self.alive()?;
         let peer = *self.peer(to)?;
         let mut staging = self.staging.lock().unwrap();
         self.check_msg_len(data.len(), staging.len())?;
@@ -85,6 +91,7 @@ impl Rank {
     /// As [`Rank::recv`], waiting at most `timeout` instead of the configured
     /// one (for a rank that idles until a peer tells it to go on).
     pub fn recv_within(&self, from: usize, buf: &mut [u8], timeout: Duration) -> Result<usize> {
+        self.alive()?;
         self.peer(from)?;
         let mut staging = self.staging.lock().unwrap();
         self.check_msg_len(buf.len(), staging.len())?;

@@ -186,11 +186,19 @@ impl Rank {
                 ),
             });
         }
+        // Every card's address is checked before any is inserted, so that a
+        // damaged card fails every rank alike, before any of them maps a
+        // peer (shm maps a peer's region on insert, and one that is torn
+        // down meanwhile by a rank that failed has crashed libfabric).
+        for (r, c) in cards.iter().enumerate() {
+            av.check_name(&c.name, Some(r))?;
+        }
         let peers = cards
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(r, c)| {
                 Ok(Peer {
-                    addr: av.insert(&c.name)?,
+                    addr: av.insert_from(&c.name, Some(r))?,
                     region: c.region,
                 })
             })
@@ -220,6 +228,8 @@ impl Rank {
             fences: FenceBook::new(cards.len()),
             rank: boot.rank(),
             cfg,
+            failed: std::sync::OnceLock::new(),
+            retired: Mutex::new(Vec::new()),
         })
     }
 
