@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod collective;
 mod dump;
 pub mod layout;
 mod outcome;
@@ -45,6 +46,7 @@ mod table;
 pub mod transport;
 mod variant;
 
+pub use dump::{Restored, FORMAT_VERSION};
 pub use layout::Variant;
 pub use outcome::{Error, FindOrPut, Read, Result, Stats, Write};
 pub use table::{Config, Dht, MAX_DEADLINE};

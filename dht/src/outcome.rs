@@ -112,6 +112,40 @@ pub enum Error {
     /// The transport failed.
     #[error(transparent)]
     Transport(#[from] fabkit_fabric::Error),
+    /// Reading or writing a file (a dump's shard) failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done: "creating", "reading", "renaming to" ...
+        what: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A dump's shard is damaged, truncated, or not part of the dump being
+    /// restored; nothing was restored.
+    #[error("{}, byte {offset}: {what}", path.display())]
+    Shard {
+        /// The shard.
+        path: std::path::PathBuf,
+        /// Where in it the problem is.
+        offset: u64,
+        /// What is wrong, and what to do.
+        what: String,
+    },
+    /// A collective operation failed on one or more ranks; every rank
+    /// returns this same error (see [`crate::collective::agree`]).
+    #[error("{op} failed on {}", crate::collective::describe(failed))]
+    Collective {
+        /// The operation: "dump", "restore" ...
+        op: &'static str,
+        /// Each failing rank and its message, in rank order.
+        failed: Vec<(usize, String)>,
+        /// This rank's own error, if it was one of them (its message is
+        /// already in `failed`, so it is not a `source`: one line says all).
+        local: Option<Box<Error>>,
+    },
 }
 
 /// Result with the DHT [`Error`].

@@ -143,7 +143,8 @@ pub struct Dht<T: Transport> {
     pub(crate) t: T,
     pub(crate) cfg: Config,
     pub(crate) stats: Mutex<Stats>,
-    shape: Shape,
+    /// Layout and placement (the dump asks which copy a read returns).
+    pub(crate) shape: Shape,
     clock: Arc<dyn Clock>,
     /// Buffers the machines plan into, reused by every operation.
     work: Mutex<Work>,

@@ -1,14 +1,25 @@
 //! Dump a table and restore it into one of another size, rank count and
-//! variant; read everything back.
+//! variant; read everything back. Damaged, truncated, missing, foreign and
+//! misnamed shards are refused on every rank with the file and byte named,
+//! and nothing is restored; a failing rank fails the collective everywhere
+//! without anyone waiting for the bootstrap's timeout.
 
 mod common;
 
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use common::{key, small, value, VARIANTS};
+use fabkit_dht::layout::STATE_FULL;
+use fabkit_dht::placement::{default_candidates, hash_key, Placement};
 use fabkit_dht::transport::local::LocalTransport;
-use fabkit_dht::{Config, Dht, Read, Variant};
+use fabkit_dht::transport::{Completion, Op, Remote};
+use fabkit_dht::{Config, Dht, Error, Read, Transport, Variant};
 use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
+
+/// How long a bootstrap collective waits for a missing rank: a test that
+/// ends well inside it waited on no one.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Runs `body` on `n` ranks of a fresh local table.
 fn on_ranks<R: Send>(
@@ -17,7 +28,7 @@ fn on_ranks<R: Send>(
     body: impl Fn(&Dht<LocalTransport>, &dyn Bootstrap) -> R + Sync,
 ) -> Vec<R> {
     let ts = LocalTransport::group(n, cfg.region_len());
-    let boots = ThreadGroup::members(n, Duration::from_secs(10));
+    let boots = ThreadGroup::members(n, BOOT_TIMEOUT);
     std::thread::scope(|s| {
         let hs: Vec<_> = ts
             .into_iter()
@@ -32,6 +43,82 @@ fn on_ranks<R: Send>(
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+fn shard(prefix: &Path, r: usize) -> PathBuf {
+    PathBuf::from(format!("{}.rank{r}", prefix.display()))
+}
+
+const HEADER: u64 = 80;
+/// Bytes per record of `small` tables: 16 B key, 24 B value, CRC32.
+const REC: u64 = 16 + 24 + 4;
+
+/// Dumps `keys` keys from 2 ranks of a lock-free table; returns the count.
+fn dump_two_ranks(prefix: &Path, keys: u64) -> u64 {
+    let counts = on_ranks(2, small(Variant::Lockfree, 256), |d, b| {
+        if b.rank() == 0 {
+            for i in 0..keys {
+                d.write(&key(i), &value(&key(i), 0, i, 24)).unwrap();
+            }
+        }
+        d.dump(prefix, b).unwrap()
+    });
+    assert!(
+        counts.iter().all(|c| *c > 0),
+        "each shard holds records: {counts:?}"
+    );
+    counts.iter().sum()
+}
+
+/// Restores `prefix` (`shards` shards) into 2 fresh ranks of `cfg`; asserts
+/// every rank failed with the same message and that no key of the dump is
+/// in the table on any rank afterwards. Returns the message.
+fn refused(prefix: &Path, shards: usize, cfg: Config, keys: u64) -> String {
+    let start = Instant::now();
+    let out = on_ranks(2, cfg, |d, b| {
+        let err = d.restore(prefix, shards, b, 16).unwrap_err();
+        // Every rank returns before anyone checks the table.
+        b.barrier().unwrap();
+        let untouched = (0..keys).all(|i| d.read(&key(i)).unwrap() == Read::Miss);
+        (err.to_string(), untouched, d.stats().writes)
+    });
+    assert!(
+        start.elapsed() < BOOT_TIMEOUT / 2,
+        "a rank waited for the bootstrap's timeout: {:?}",
+        start.elapsed()
+    );
+    for (r, (msg, untouched, writes)) in out.iter().enumerate() {
+        assert_eq!(msg, &out[0].0, "rank {r} returned another error");
+        assert!(*untouched && *writes == 0, "rank {r} restored something");
+    }
+    out[0].0.clone()
+}
+
+/// Asserts `msg` names `path` and byte `offset` and contains `what`.
+fn names(msg: &str, path: &Path, offset: u64, what: &str) {
+    let at = format!("{}, byte {offset}:", path.display());
+    assert!(msg.contains(&at), "expected {at:?} in: {msg}");
+    assert!(msg.contains(what), "expected {what:?} in: {msg}");
+}
+
+fn flip(path: &Path, at: u64) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at as usize] ^= 0x40;
+    std::fs::write(path, b).unwrap();
+}
+
+/// Sets the header's record count to `f(count)` and, with `fix_crc`,
+/// writes the header checksum that goes with it (a deliberate edit, which
+/// only the file's length can give away).
+fn set_count(path: &Path, f: impl Fn(u64) -> u64, fix_crc: bool) {
+    let mut b = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(b[32..40].try_into().unwrap());
+    b[32..40].copy_from_slice(&f(n).to_le_bytes());
+    if fix_crc {
+        let crc = crc32fast::hash(&b[..72]);
+        b[72..76].copy_from_slice(&crc.to_le_bytes());
+    }
+    std::fs::write(path, b).unwrap();
 }
 
 #[test]
@@ -60,6 +147,8 @@ fn dump_and_restore_into_another_size_rank_count_and_variant() {
         // Into 3 ranks of 1000 buckets (10 % full: nothing evicted).
         let restored: Vec<(u64, u64, u64)> = on_ranks(3, small(to, 1000), |d, b| {
             let n = d.restore(&prefix, 2, b, 32).unwrap();
+            assert_eq!((n.dropped, n.total_dropped), (0, 0));
+            assert_eq!(n.total_restored, dumped);
             b.barrier().unwrap();
             let mut hits = 0;
             for i in 0..KEYS {
@@ -72,7 +161,7 @@ fn dump_and_restore_into_another_size_rank_count_and_variant() {
                     Read::Corrupt => panic!("{from:?} -> {to:?}: key {i} corrupt"),
                 }
             }
-            (n, hits, d.stats().evictions)
+            (n.restored, hits, d.stats().evictions)
         });
         assert_eq!(restored.iter().map(|r| r.0).sum::<u64>(), dumped);
         assert!(
@@ -80,31 +169,350 @@ fn dump_and_restore_into_another_size_rank_count_and_variant() {
             "{from:?}: {restored:?}"
         );
     }
+    // A finished dump leaves its shards and nothing else.
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["poet-cache.rank0", "poet-cache.rank1"]);
 }
 
 #[test]
-fn restoring_records_of_another_length_is_refused() {
+fn a_shard_of_other_key_or_value_lengths_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("d");
-    on_ranks(1, small(Variant::Fine, 64), |d, b| {
-        d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap();
-        d.dump(&prefix, b).unwrap()
-    });
+    dump_two_ranks(&prefix, 40);
     let mut other = small(Variant::Fine, 64);
     other.value_len = 32;
-    let err = on_ranks(1, other, |d, b| {
-        d.restore(&prefix, 1, b, 8).unwrap_err().to_string()
-    });
-    assert!(
-        err[0].contains("24 B values; this table takes 16 B and 32 B"),
-        "{}",
-        err[0]
+    let msg = refused(&prefix, 2, other, 0);
+    names(
+        &msg,
+        &shard(&prefix, 0),
+        16,
+        "24 B values; this table takes 16 B and 32 B",
     );
-    let err = on_ranks(1, small(Variant::Fine, 64), |d, b| {
-        d.restore(&prefix, 2, b, 8)
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
+}
+
+#[test]
+fn a_flipped_byte_in_a_key_a_value_or_the_header_restores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    dump_two_ranks(&prefix, 40);
+    let clean = [
+        std::fs::read(shard(&prefix, 0)).unwrap(),
+        std::fs::read(shard(&prefix, 1)).unwrap(),
+    ];
+    let restore_clean = || {
+        for (r, b) in clean.iter().enumerate() {
+            std::fs::write(shard(&prefix, r), b).unwrap();
+        }
+    };
+    let s1 = shard(&prefix, 1);
+    // A key byte of record 0.
+    flip(&s1, HEADER + 3);
+    let msg = refused(&prefix, 2, small(Variant::Fine, 256), 40);
+    names(
+        &msg,
+        &s1,
+        HEADER,
+        "record 0 (bytes 80..124) fails its checksum",
+    );
+    assert!(msg.starts_with("restore failed on rank 1: "), "{msg}");
+    restore_clean();
+    // A value byte of record 1: the error names record 1's first byte.
+    flip(&s1, HEADER + REC + 16 + 5);
+    let msg = refused(&prefix, 2, small(Variant::Fine, 256), 40);
+    names(&msg, &s1, HEADER + REC, "record 1 ");
+    restore_clean();
+    // The stored key length, in the header.
+    let s0 = shard(&prefix, 0);
+    flip(&s0, 17);
+    let msg = refused(&prefix, 2, small(Variant::Fine, 256), 40);
+    names(&msg, &s0, 72, "the header fails its checksum");
+    assert!(msg.starts_with("restore failed on rank 0: "), "{msg}");
+    restore_clean();
+    // Untouched, it restores.
+    let r = on_ranks(2, small(Variant::Fine, 256), |d, b| {
+        d.restore(&prefix, 2, b, 16).unwrap()
     });
-    assert!(err[0].contains("shard 1 of 2"), "{}", err[0]);
+    assert_eq!(r[0].total_restored, 40);
+}
+
+#[test]
+fn a_truncated_shard_or_a_changed_record_count_restores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    dump_two_ranks(&prefix, 40);
+    let s1 = shard(&prefix, 1);
+    let clean = std::fs::read(&s1).unwrap();
+    let len = clean.len() as u64;
+    let cfg = small(Variant::Chunked, 256);
+    // Cut in the middle of the last record.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&s1)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+    let msg = refused(&prefix, 2, cfg, 40);
+    names(&msg, &s1, len - 10, "truncated");
+    // Cut inside the header.
+    std::fs::write(&s1, &clean[..50]).unwrap();
+    names(
+        &refused(&prefix, 2, cfg, 40),
+        &s1,
+        50,
+        "inside its 80 B header",
+    );
+    // A lowered count with its header checksum left: the checksum.
+    std::fs::write(&s1, &clean).unwrap();
+    set_count(&s1, |n| n - 1, false);
+    names(&refused(&prefix, 2, cfg, 40), &s1, 72, "fails its checksum");
+    // Lowered with the checksum made to match: the bytes after the last
+    // record the header counts.
+    std::fs::write(&s1, &clean).unwrap();
+    set_count(&s1, |n| n - 1, true);
+    names(
+        &refused(&prefix, 2, cfg, 40),
+        &s1,
+        len - REC,
+        "its record count was lowered",
+    );
+    // Raised, likewise.
+    std::fs::write(&s1, &clean).unwrap();
+    set_count(&s1, |n| n + 1, true);
+    names(
+        &refused(&prefix, 2, cfg, 40),
+        &s1,
+        len,
+        "record count raised",
+    );
+    // Raised past any file: no overflow, a clear error.
+    set_count(&s1, |_| u64::MAX, true);
+    names(
+        &refused(&prefix, 2, cfg, 40),
+        &s1,
+        32,
+        "more than any file holds",
+    );
+}
+
+#[test]
+fn a_missing_foreign_or_misnamed_shard_restores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    let other = dir.path().join("other");
+    dump_two_ranks(&prefix, 40);
+    dump_two_ranks(&other, 40);
+    let cfg = small(Variant::Coarse, 256);
+    let (s0, s1) = (shard(&prefix, 0), shard(&prefix, 1));
+    let clean = std::fs::read(&s1).unwrap();
+    // Missing.
+    std::fs::remove_file(&s1).unwrap();
+    let msg = refused(&prefix, 2, cfg, 40);
+    names(&msg, &s1, 0, "missing: shard 1 of 2");
+    // Shard 1 of another dump of the same shape.
+    std::fs::copy(shard(&other, 1), &s1).unwrap();
+    let msg = refused(&prefix, 2, cfg, 40);
+    names(&msg, &s1, 64, "is of another dump than");
+    // Shard 0 copied over shard 1.
+    std::fs::copy(&s0, &s1).unwrap();
+    let msg = refused(&prefix, 2, cfg, 40);
+    names(
+        &msg,
+        &s1,
+        48,
+        "is shard 0 of its dump, but its name says shard 1",
+    );
+    // A dump of 2 ranks restored as one of 3 shards.
+    std::fs::write(&s1, &clean).unwrap();
+    std::fs::copy(shard(&other, 0), shard(&prefix, 2)).unwrap();
+    let msg = refused(&prefix, 3, cfg, 40);
+    names(&msg, &s0, 40, "give shards = 2");
+    // Not a dump at all.
+    std::fs::write(&s1, vec![7u8; 500]).unwrap();
+    names(
+        &refused(&prefix, 2, cfg, 40),
+        &s1,
+        0,
+        "not a fabkit DHT dump",
+    );
+}
+
+#[test]
+fn a_failing_rank_fails_the_restore_on_every_rank_without_waiting() {
+    // 3 ranks dump, rank 2's shard is damaged; 3 ranks restore. Rank 2
+    // fails its check; ranks 0 and 1, whose shards are whole, return the
+    // same error naming rank 2 as soon as it does, not at the timeout.
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    on_ranks(3, small(Variant::Fine, 128), |d, b| {
+        for i in 0..60 {
+            if i % 3 == b.rank() as u64 {
+                d.write(&key(i), &value(&key(i), 0, i, 24)).unwrap();
+            }
+        }
+        d.dump(&prefix, b).unwrap()
+    });
+    let s2 = shard(&prefix, 2);
+    flip(&s2, HEADER + 2 * REC + 20);
+    for to in [Variant::Fine, Variant::Lockfree] {
+        let start = Instant::now();
+        let out = on_ranks(3, small(to, 128), |d, b| {
+            let e = d.restore(&prefix, 3, b, 8).unwrap_err();
+            let own = match &e {
+                Error::Collective { failed, local, .. } => {
+                    assert_eq!(failed.len(), 1, "{e}");
+                    assert_eq!(failed[0].0, 2, "{e}");
+                    local.as_ref().map(|l| matches!(**l, Error::Shard { .. }))
+                }
+                _ => panic!("not a collective error: {e:?}"),
+            };
+            (e.to_string(), own)
+        });
+        assert!(start.elapsed() < BOOT_TIMEOUT / 2, "{:?}", start.elapsed());
+        for (r, (msg, own)) in out.iter().enumerate() {
+            assert!(msg.starts_with("restore failed on rank 2: "), "{msg}");
+            names(msg, &s2, HEADER + 2 * REC, "record 2 ");
+            // Only the failing rank carries its own typed error.
+            assert_eq!(*own, (r == 2).then_some(true), "rank {r}");
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_cannot_write_its_shard_fails_the_dump_everywhere_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    // Rank 1's shard cannot be created: a directory stands in its way.
+    let blocker = PathBuf::from(format!("{}.rank1.part", prefix.display()));
+    std::fs::create_dir(&blocker).unwrap();
+    let start = Instant::now();
+    let out = on_ranks(3, small(Variant::Chunked, 64), |d, b| {
+        d.write(&key(b.rank() as u64), &value(&key(0), 0, 0, 24))
+            .unwrap();
+        let e = d.dump(&prefix, b).unwrap_err();
+        let io = matches!(&e, Error::Collective { local: Some(l), .. } if matches!(**l, Error::Io { .. }));
+        (e.to_string(), io)
+    });
+    assert!(start.elapsed() < BOOT_TIMEOUT / 2, "{:?}", start.elapsed());
+    for (r, (msg, io)) in out.iter().enumerate() {
+        assert!(
+            msg.starts_with(&format!(
+                "dump failed on rank 1: creating {}",
+                blocker.display()
+            )),
+            "{msg}"
+        );
+        assert_eq!(
+            *io,
+            r == 1,
+            "rank {r}: the cause is an I/O error, typed as one"
+        );
+    }
+    std::fs::remove_dir(&blocker).unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "a failed dump left {left:?}");
+}
+
+/// Writes `key` with `value` straight into bucket `bucket` of rank 0, as a
+/// writer that was cut off (a broken lock, a reused bucket) can leave it.
+fn poke(d: &Dht<LocalTransport>, bucket: u64, key: &[u8], value: &[u8]) {
+    let l = d.config().layout();
+    let mut data = vec![0u8; l.data_len()];
+    l.encode(key, value, &mut data);
+    let at = l.offset(bucket);
+    let state = STATE_FULL.to_le_bytes();
+    let mut ops = vec![Op::Write {
+        to: Remote::new(0, at + l.data_start() as u64),
+        from: &data,
+        completion: Completion::Delivery,
+    }];
+    if d.config().variant == Variant::Chunked {
+        ops.push(Op::Write {
+            to: Remote::new(0, at),
+            from: &state,
+            completion: Completion::Delivery,
+        });
+    }
+    d.transport().execute(&mut ops).unwrap();
+}
+
+#[test]
+fn a_stale_copy_further_along_the_candidates_is_not_dumped() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 buckets: one block of the dump's scan. 8192: several, and a key
+    // whose two candidates lie in different blocks, so the dump fetches
+    // the first to judge the second.
+    for (buckets, far) in [(64u64, 0u64), (8192, 2000)] {
+        let place = Placement::new(1, buckets, default_candidates(buckets));
+        let cand = |k: &[u8], n| place.candidate(hash_key(k), n);
+        let k = (0..)
+            .map(key)
+            .find(|k| cand(k, 0).abs_diff(cand(k, 1)) >= far)
+            .unwrap();
+        for v in VARIANTS {
+            let prefix = dir.path().join(format!("{v:?}-{buckets}"));
+            let cfg = small(v, buckets);
+            let (new, old) = (value(&k, 0, 2, 24), value(&k, 0, 1, 24));
+            let dumped = on_ranks(1, cfg, |d, b| {
+                // Into an empty table the key lands at its first candidate;
+                // an older copy sits at its second (for chunked, another
+                // chunk's start: also after the first bucket in the read's
+                // order).
+                d.write(&k, &new).unwrap();
+                poke(d, cand(&k, 1), &k, &old);
+                assert_eq!(d.read(&k).unwrap(), Read::Hit(new.clone()), "{v:?}");
+                d.dump(&prefix, b).unwrap()
+            });
+            assert_eq!(dumped, [1], "{v:?} {buckets}: the key once");
+            let bytes = std::fs::read(shard(&prefix, 0)).unwrap();
+            assert_eq!(bytes.len() as u64, HEADER + REC, "{v:?}");
+            assert_eq!(&bytes[80..96], &k[..], "{v:?}");
+            assert_eq!(&bytes[96..120], &new[..], "{v:?}: the copy a read returns");
+            let got = on_ranks(1, small(Variant::Lockfree, 64), |d, b| {
+                d.restore(&prefix, 1, b, 8).unwrap();
+                d.read(&k).unwrap()
+            });
+            assert_eq!(got[0], Read::Hit(new.clone()), "{v:?}");
+        }
+    }
+}
+
+#[test]
+fn restoring_into_a_smaller_table_reports_what_it_could_not_keep() {
+    const KEYS: u64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    for v in VARIANTS {
+        let prefix = dir.path().join(format!("{v:?}"));
+        let dumped: u64 = on_ranks(2, small(v, 256), |d, b| {
+            if b.rank() == 1 {
+                for i in 0..KEYS {
+                    d.write(&key(i), &value(&key(i), 1, i, 24)).unwrap();
+                }
+            }
+            d.dump(&prefix, b).unwrap()
+        })
+        .iter()
+        .sum();
+        // One rank of 64 buckets cannot hold them all.
+        let out = on_ranks(1, small(v, 64), |d, b| {
+            let r = d.restore(&prefix, 2, b, 32).unwrap();
+            let hits = (0..KEYS)
+                .filter(|i| matches!(d.read(&key(*i)).unwrap(), Read::Hit(_)))
+                .count() as u64;
+            (r, hits)
+        });
+        let (r, hits) = out[0];
+        assert!(r.dropped > 0, "{v:?}: {r:?}");
+        assert_eq!(r.restored + r.dropped, dumped, "{v:?}: {r:?}");
+        assert_eq!(
+            (r.total_restored, r.total_dropped),
+            (r.restored, r.dropped),
+            "{v:?}"
+        );
+        // What it says it kept is what the table holds.
+        assert_eq!(hits, r.restored, "{v:?}: {r:?}");
+    }
 }
