@@ -353,9 +353,21 @@ struct Walk<'a> {
     /// Its bucket's index in the block.
     j: usize,
     key: &'a [u8],
-    /// The buckets a read of the key looks at, in order.
-    path: Vec<u64>,
-    pos: usize,
+    /// The key's candidates: where the buckets a read looks at start.
+    starts: Vec<u64>,
+    /// How many buckets from each start a read looks at (chunked: a
+    /// chunk; else 1).
+    run: u64,
+    /// How far along (bucket `pos % run` from start `pos / run`).
+    pos: u64,
+}
+
+impl Walk<'_> {
+    /// The bucket `pos` steps along, if the read goes that far.
+    fn at(&self, pos: u64, buckets: u64) -> Option<u64> {
+        let s = self.starts.get(usize::try_from(pos / self.run).ok()?)?;
+        Some((s + pos % self.run) % buckets)
+    }
 }
 
 impl<T: Transport> Dht<T> {
@@ -468,6 +480,12 @@ impl<T: Transport> Dht<T> {
         let place = self.shape.place;
         let me = self.t.rank();
         let n = (block.len() / bl) as u64;
+        let buckets = self.cfg.buckets;
+        let run = if self.cfg.variant == Variant::Chunked {
+            u64::from(self.cfg.chunk).min(buckets)
+        } else {
+            1
+        };
         let mut walks = Vec::new();
         for (j, b) in block.chunks_exact(bl).enumerate() {
             let key = data(&l, b).key;
@@ -483,7 +501,8 @@ impl<T: Transport> Dht<T> {
             walks.push(Walk {
                 j,
                 key,
-                path: self.read_path(hash),
+                starts: place.candidates_of(hash).collect(),
+                run,
                 pos: 0,
             });
         }
@@ -492,7 +511,7 @@ impl<T: Transport> Dht<T> {
         while !walks.is_empty() {
             let mut need = BTreeSet::new();
             walks.retain_mut(|w| loop {
-                let Some(&x) = w.path.get(w.pos) else {
+                let Some(x) = w.at(w.pos, buckets) else {
                     // Off its key's buckets: no read finds it.
                     return false;
                 };
@@ -506,7 +525,14 @@ impl<T: Transport> Dht<T> {
                 } else if let Some(c) = cache.get(&x) {
                     c.as_slice()
                 } else {
-                    need.insert(x);
+                    // With the rest of its chunk (at most 64 buckets),
+                    // which the read looks at next: a chunk per round trip.
+                    let rest = (w.run - w.pos % w.run).min(64);
+                    need.extend(
+                        (0..rest)
+                            .filter_map(|i| w.at(w.pos + i, buckets))
+                            .filter(|y| !(first..first + n).contains(y) && !cache.contains_key(y)),
+                    );
                     return true;
                 };
                 if verdict(&l, bytes, w.key) != Verdict::Next {
@@ -520,22 +546,6 @@ impl<T: Transport> Dht<T> {
         keep.sort_unstable();
         keep.dedup();
         Ok(keep)
-    }
-
-    /// The buckets a read of the key with `hash` looks at, in order: its
-    /// candidates; for chunked, the buckets of the chunk at each.
-    fn read_path(&self, hash: u64) -> Vec<u64> {
-        let place = self.shape.place;
-        let buckets = self.cfg.buckets;
-        let run = if self.cfg.variant == Variant::Chunked {
-            u64::from(self.cfg.chunk).min(buckets)
-        } else {
-            1
-        };
-        place
-            .candidates_of(hash)
-            .flat_map(|c| (0..run).map(move |i| (c + i) % buckets))
-            .collect()
     }
 
     /// Reads the buckets `need` of this rank's region into `cache`.
