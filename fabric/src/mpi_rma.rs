@@ -700,6 +700,13 @@ impl Drop for Window<'_> {
             // SAFETY: the window is live and locked on t by us.
             unsafe { ffi::MPI_Win_unlock(t as i32, self.win) };
         }
+        // MPI_Win_free waits for every rank without a deadline: meet them
+        // first in the bootstrap's bounded barrier, and leave the window to
+        // the process's end if one never comes (the bootstrap is then
+        // broken, so MPI is not finalized either).
+        if self.boot.barrier().is_err() {
+            return;
+        }
         // SAFETY: the window is live; MPI_Win_free is collective, and every
         // rank drops its window at the same point of the program. The
         // bootstrap (and so MPI) outlives self, which borrows it.

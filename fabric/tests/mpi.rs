@@ -325,11 +325,12 @@ fn child_mpi_error_mid_batch() {
 }
 
 /// How the survivor's peer leaves, and which collective the survivor is in.
-const LEAVES: [&str; 4] = [
+const LEAVES: [&str; 5] = [
     "exit-allgather",
     "exit-barrier",
     "kill-allgather",
     "kill-window",
+    "exit-free",
 ];
 
 /// How long a child's collectives wait.
@@ -379,6 +380,12 @@ fn child_survivor() {
     assert!(is_child(), "run by the test above, under mpirun");
     let how = std::env::var(CHILD_HOW).unwrap();
     let boot = MpiBootstrap::init_with_timeout(CHILD_TIMEOUT).unwrap();
+    // Both ranks make a window; rank 1 leaves without freeing it.
+    let win = if how.ends_with("free") {
+        Some(Window::new(&boot, 64, WindowKind::Allocate).unwrap())
+    } else {
+        None
+    };
     if boot.rank() == 1 {
         if how.starts_with("kill") {
             // SAFETY: plain syscall; this process ends here.
@@ -388,26 +395,39 @@ fn child_survivor() {
         std::process::exit(0);
     }
     let start = Instant::now();
-    let r = match how.split('-').nth(1) {
-        Some("allgather") => boot.allgather(b"mine").map(drop),
-        Some("barrier") => boot.barrier(),
+    // The window moves into the match: it borrows boot, dropped below.
+    let r = match (how.split('-').nth(1), win) {
+        (Some("allgather"), _) => boot.allgather(b"mine").map(drop),
+        (Some("barrier"), _) => boot.barrier(),
+        // MPI_Win_free is collective: without the bounded barrier first, it
+        // would wait for ever. Drop has no error to return; it must end in
+        // time and leave the bootstrap broken.
+        (Some("free"), win) => {
+            drop(win);
+            Ok(())
+        }
         _ => Window::new(&boot, 64, WindowKind::Allocate).map(drop),
     };
     let took = start.elapsed();
-    let verdict = match r {
+    let in_time = took >= boot.timeout() && took < boot.timeout() + Duration::from_secs(2);
+    let timed_out = match r {
         Err(Error::CollectiveTimeout {
             rank: 0, others: 1, ..
-        }) if took >= boot.timeout() && took < boot.timeout() + Duration::from_secs(2) => {
-            // A later collective is refused at once, not waited for again.
-            let again = Instant::now();
-            match boot.barrier() {
-                Err(Error::Bootstrap(m)) if again.elapsed() < Duration::from_secs(1) => {
-                    format!("ok: timed out after {took:?}; then refused: {m}")
-                }
-                other => format!("FAIL: the collective after the timeout gave {other:?}"),
+        }) => true,
+        Ok(()) => how.ends_with("free") && boot.is_broken(),
+        _ => false,
+    };
+    let verdict = if timed_out && in_time {
+        // A later collective is refused at once, not waited for again.
+        let again = Instant::now();
+        match boot.barrier() {
+            Err(Error::Bootstrap(m)) if again.elapsed() < Duration::from_secs(1) => {
+                format!("ok: timed out after {took:?}; then refused: {m}")
             }
+            other => format!("FAIL: the collective after the timeout gave {other:?}"),
         }
-        other => format!("FAIL: {other:?} after {took:?}"),
+    } else {
+        format!("FAIL: {r:?} after {took:?}")
     };
     println!("RESULT rank 0: {verdict}");
     drop(boot); // broken: no MPI_Finalize, which would wait for rank 1
