@@ -173,9 +173,26 @@ fn child_peer() {
     let prov = std::env::var("FABKIT_TEST_CHILD_PROVIDER").unwrap();
     let boot = FileBootstrap::new(dir, 1, 2, Duration::from_secs(20)).unwrap();
     let rank = Rank::establish(RankConfig::new(prov), &boot).unwrap();
-    // Serve until killed.
-    std::thread::sleep(Duration::from_secs(60));
+    // Serve (the progress thread does) until killed, or until the parent
+    // closes our stdin: it does when it is done, and when it dies or panics,
+    // so this child never outlives its test.
+    let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
     drop(rank);
+}
+
+/// The peer process; killed, reaped, and its shm regions removed when
+/// dropped, also when the test fails half-way.
+struct ChildPeer(std::process::Child);
+
+impl Drop for ChildPeer {
+    fn drop(&mut self) {
+        let pid = self.0.id();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        // libfabric's shm provider names a process's region `<pid>:...` in
+        // /dev/shm; a killed process cannot unlink its own, so we do.
+        remove_shm_of(pid);
+    }
 }
 
 fn remove_shm_of(pid: u32) {
@@ -196,18 +213,21 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
     init_env();
     for prov in ["shm", "tcp;ofi_rxm"] {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_peer",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .env("FABKIT_TEST_CHILD_PROVIDER", prov)
-            .spawn()
-            .unwrap();
+        let mut child = ChildPeer(
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "child_peer",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, dir.path())
+                .env("FABKIT_TEST_CHILD_PROVIDER", prov)
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
         let boot = FileBootstrap::new(dir.path(), 0, 2, Duration::from_secs(20)).unwrap();
         let mut cfg = RankConfig::new(prov);
         cfg.timeout = Duration::from_secs(2);
@@ -215,12 +235,9 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
         // The peer is alive: operations work.
         rank.write(Remote::new(1, 0), b"hello").unwrap();
         assert_eq!(rank.fetch_add(Remote::new(1, 8), 1).unwrap(), 0);
-        let child_pid = child.id();
-        child.kill().unwrap();
-        child.wait().unwrap();
-        // libfabric's shm provider names a process's region `<pid>:...` in
-        // /dev/shm; a killed process cannot unlink its own, so the test does.
-        remove_shm_of(child_pid);
+        child.0.kill().unwrap();
+        child.0.wait().unwrap();
+        remove_shm_of(child.0.id());
         let start = Instant::now();
         let mut buf = [0u8; 5];
         let err = rank.read(Remote::new(1, 0), &mut buf).unwrap_err();
@@ -240,6 +257,15 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
             assert!(e.to_string().contains("rank 1"), "{prov}: {e}");
         }
         eprintln!("{prov}: killed peer -> {err}");
+        // Timeouts retired the staging buffer; dropping the rank still
+        // closes every fid.
+        let watch = rank.fid_watch();
+        drop(rank);
+        assert!(
+            watch.open().is_empty(),
+            "{prov}: still open: {:?}",
+            watch.open()
+        );
     }
 }
 
