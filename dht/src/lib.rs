@@ -46,7 +46,7 @@ mod table;
 pub mod transport;
 mod variant;
 
-pub use dump::{Restored, FORMAT_VERSION};
+pub use dump::{Dumped, Restored, FORMAT_VERSION, MAX_SHARDS};
 pub use layout::Variant;
 pub use outcome::{Error, FindOrPut, Read, Result, Stats, Write};
 pub use table::{Config, Dht, MAX_DEADLINE};

@@ -134,6 +134,18 @@ pub enum Error {
         /// What is wrong, and what to do.
         what: String,
     },
+    /// A dump found a lock held, or the region changing: the table is not
+    /// quiet, and what lies under a held lock may be torn.
+    #[error(
+        "rank {rank}: {what}; a dump needs a quiet table: stop every writer first (a lock left \
+         held by a writer that died stays held: restore from an earlier dump instead)"
+    )]
+    Held {
+        /// The rank whose region it is.
+        rank: usize,
+        /// What was found.
+        what: String,
+    },
     /// A collective operation failed on one or more ranks; every rank
     /// returns this same error (see [`crate::collective::agree`]).
     #[error("{op} failed on {}", crate::collective::describe(failed))]

@@ -44,7 +44,7 @@ fn mpi_restore_rank() {
         for i in (0..KEYS).filter(|i| i % 2 == me as u64) {
             a.write(&key(i), &value(&key(i), 0, i, 24)).unwrap();
         }
-        assert!(a.dump(&prefix, &boot).unwrap() > 0);
+        assert!(a.dump(&prefix, &boot).unwrap().records > 0);
         if me == 1 {
             // A value byte of record 0 of this rank's own shard.
             let s1 = format!("{}.rank1", prefix.display());
