@@ -21,7 +21,11 @@
 //!         .map(|b| {
 //!             s.spawn(move || {
 //!                 let mine = if b.rank() == 1 {
-//!                     Err(Error::Config("disk full".into()))
+//!                     Err(Error::Io {
+//!                         what: "writing",
+//!                         path: "/scratch/shard.rank1".into(),
+//!                         source: std::io::Error::from(std::io::ErrorKind::StorageFull),
+//!                     })
 //!                 } else {
 //!                     Ok(vec![])
 //!                 };

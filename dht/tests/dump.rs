@@ -17,9 +17,16 @@ use fabkit_dht::transport::{Completion, Op, Remote};
 use fabkit_dht::{Config, Dht, Error, Read, Transport, Variant};
 use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
 
-/// How long a bootstrap collective waits for a missing rank: a test that
-/// ends well inside it waited on no one.
+/// How long a bootstrap collective waits for a missing rank (ThreadGroup
+/// stretches it by the CI's timeout scale): a test that ends well inside
+/// it waited on no one.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Half the bootstrap's timeout as ThreadGroup applies it: a collective
+/// step that ends within this waited on no one.
+fn no_wait() -> Duration {
+    fabkit_fabric::env::scaled(BOOT_TIMEOUT) / 2
+}
 
 /// Runs `body` on `n` ranks of a fresh local table.
 fn on_ranks<R: Send>(
@@ -83,11 +90,12 @@ fn refused(prefix: &Path, shards: usize, cfg: Config, keys: u64) -> String {
         (err.to_string(), untouched, d.stats().writes)
     });
     assert!(
-        start.elapsed() < BOOT_TIMEOUT / 2,
+        start.elapsed() < no_wait(),
         "a rank waited for the bootstrap's timeout: {:?}",
         start.elapsed()
     );
     for (r, (msg, untouched, writes)) in out.iter().enumerate() {
+        assert!(!msg.contains("panicked"), "{msg}");
         assert_eq!(msg, &out[0].0, "rank {r} returned another error");
         assert!(*untouched && *writes == 0, "rank {r} restored something");
     }
@@ -146,7 +154,9 @@ fn dump_and_restore_into_another_size_rank_count_and_variant() {
         assert_eq!(dumped, KEYS - evicted, "{from:?}");
         // Into 3 ranks of 1000 buckets (10 % full: nothing evicted).
         let restored: Vec<(u64, u64, u64)> = on_ranks(3, small(to, 1000), |d, b| {
-            let n = d.restore(&prefix, 2, b, 32).unwrap();
+            // 4 records a batch: 64 a round, so several rounds (and
+            // lock-free turns) per shard.
+            let n = d.restore(&prefix, 2, b, 4).unwrap();
             assert_eq!((n.dropped, n.total_dropped), (0, 0));
             assert_eq!(n.total_restored, dumped);
             b.barrier().unwrap();
@@ -361,6 +371,14 @@ fn a_failing_rank_fails_the_restore_on_every_rank_without_waiting() {
         let start = Instant::now();
         let out = on_ranks(3, small(to, 128), |d, b| {
             let e = d.restore(&prefix, 3, b, 8).unwrap_err();
+            // Every rank has returned before anyone looks: nothing landed.
+            b.barrier().unwrap();
+            assert_eq!(d.stats().writes, 0, "rank {} wrote", b.rank());
+            assert!(
+                (0..60).all(|i| d.read(&key(i)).unwrap() == Read::Miss),
+                "rank {} sees a restored key",
+                b.rank()
+            );
             let own = match &e {
                 Error::Collective { failed, local, .. } => {
                     assert_eq!(failed.len(), 1, "{e}");
@@ -371,7 +389,7 @@ fn a_failing_rank_fails_the_restore_on_every_rank_without_waiting() {
             };
             (e.to_string(), own)
         });
-        assert!(start.elapsed() < BOOT_TIMEOUT / 2, "{:?}", start.elapsed());
+        assert!(start.elapsed() < no_wait(), "{:?}", start.elapsed());
         for (r, (msg, own)) in out.iter().enumerate() {
             assert!(msg.starts_with("restore failed on rank 2: "), "{msg}");
             names(msg, &s2, HEADER + 2 * REC, "record 2 ");
@@ -396,7 +414,7 @@ fn a_rank_that_cannot_write_its_shard_fails_the_dump_everywhere_and_leaves_nothi
         let io = matches!(&e, Error::Collective { local: Some(l), .. } if matches!(**l, Error::Io { .. }));
         (e.to_string(), io)
     });
-    assert!(start.elapsed() < BOOT_TIMEOUT / 2, "{:?}", start.elapsed());
+    assert!(start.elapsed() < no_wait(), "{:?}", start.elapsed());
     for (r, (msg, io)) in out.iter().enumerate() {
         assert!(
             msg.starts_with(&format!(
@@ -514,4 +532,367 @@ fn restoring_into_a_smaller_table_reports_what_it_could_not_keep() {
         // What it says it kept is what the table holds.
         assert_eq!(hits, r.restored, "{v:?}: {r:?}");
     }
+}
+
+#[test]
+fn every_header_byte_flipped_is_refused() {
+    // Any one byte of the header changed: refused, and reported as what
+    // it is (not a dump at all for the magic, damage for the rest: the
+    // checksum is checked before any field it covers).
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    dump_two_ranks(&prefix, 40);
+    let s0 = shard(&prefix, 0);
+    let clean = std::fs::read(&s0).unwrap();
+    for at in 0..HEADER {
+        flip(&s0, at);
+        let msg = refused(&prefix, 2, small(Variant::Fine, 256), 40);
+        if at < 8 {
+            names(&msg, &s0, 0, "not a fabkit DHT dump shard");
+        } else {
+            names(&msg, &s0, 76, "the header fails its checksum");
+        }
+        std::fs::write(&s0, &clean).unwrap();
+    }
+}
+
+/// A single-rank table of `cfg`, and its bootstrap, for tests that need
+/// the table mutably.
+fn one_rank(
+    cfg: Config,
+) -> (
+    Dht<LocalTransport>,
+    fabkit_fabric::bootstrap::ThreadBootstrap,
+) {
+    let boot = ThreadGroup::members(1, BOOT_TIMEOUT).pop().unwrap();
+    let t = LocalTransport::group(1, cfg.region_len()).pop().unwrap();
+    (Dht::create(t, cfg, &boot).unwrap(), boot)
+}
+
+/// The whole bytes of bucket `bucket` of rank 0.
+fn bucket_bytes(d: &Dht<LocalTransport>, bucket: u64) -> Vec<u8> {
+    let l = d.config().layout();
+    let mut b = vec![0u8; l.bucket_len];
+    d.transport()
+        .execute(&mut [Op::Read {
+            from: Remote::new(0, l.offset(bucket)),
+            into: &mut b,
+        }])
+        .unwrap();
+    b
+}
+
+/// Overwrites the whole of bucket `bucket` of rank 0 (lock or state word
+/// included), as damage or a dead writer can leave it.
+fn set_bucket(d: &Dht<LocalTransport>, bucket: u64, bytes: &[u8]) {
+    let at = d.config().layout().offset(bucket);
+    d.transport()
+        .execute(&mut [Op::Write {
+            to: Remote::new(0, at),
+            from: bytes,
+            completion: Completion::Delivery,
+        }])
+        .unwrap();
+}
+
+/// The records of a shard, checked by nothing but their layout.
+fn records(path: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let b = std::fs::read(path).unwrap();
+    b[HEADER as usize..]
+        .chunks_exact(REC as usize)
+        .map(|r| (r[..16].to_vec(), r[16..40].to_vec()))
+        .collect()
+}
+
+/// Dumps `d` and asserts the dump is what reads return: each key found in
+/// any bucket is in the dump, once, with its value, if and only if a read
+/// of it is a hit. Reads come after the dump (a lock-free read marks
+/// damage invalid). Returns the dumped records.
+fn dump_is_what_reads_return(
+    d: &Dht<LocalTransport>,
+    boot: &dyn Bootstrap,
+    prefix: &Path,
+    what: &str,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let l = d.config().layout();
+    let dumped = d.dump(prefix, boot).unwrap();
+    let recs = records(&shard(prefix, 0));
+    assert_eq!(recs.len() as u64, dumped.records, "{what}");
+    let mut keys: Vec<Vec<u8>> = (0..d.config().buckets)
+        .map(|x| {
+            let b = bucket_bytes(d, x);
+            b[l.key..l.key + 16].to_vec()
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        let dumped: Vec<_> = recs.iter().filter(|r| r.0 == k).collect();
+        match d.read(&k) {
+            Ok(Read::Hit(v)) => {
+                assert_eq!(dumped.len(), 1, "{what}: key {k:?} once");
+                assert_eq!(dumped[0].1, v, "{what}: the value a read returns");
+            }
+            other => assert!(
+                dumped.is_empty(),
+                "{what}: key {k:?} dumped though a read gives {other:?}"
+            ),
+        }
+    }
+    recs
+}
+
+/// Bucket bytes holding `key` and `value` as a whole record.
+fn record_bucket(d: &Dht<LocalTransport>, key: &[u8], value: &[u8]) -> Vec<u8> {
+    let l = d.config().layout();
+    let mut b = vec![0u8; l.bucket_len];
+    let s = l.data_start();
+    l.encode(key, value, &mut b[s..s + l.data_len()]);
+    if d.config().variant == Variant::Chunked {
+        b[..8].copy_from_slice(&STATE_FULL.to_le_bytes());
+    }
+    b
+}
+
+#[test]
+fn the_dump_holds_what_reads_return_whatever_lies_ahead_of_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    const B: u64 = 64;
+    let place = Placement::new(1, B, default_candidates(B));
+    let cand = |k: &[u8], n| place.candidate(hash_key(k), n);
+    // Two candidates apart by more than a chunk, so that for chunked the
+    // second candidate's bucket is not in the first chunk.
+    let chunk = u64::from(small(Variant::Chunked, B).chunk);
+    let k = (0..)
+        .map(key)
+        .find(|k| {
+            let (a, b) = (cand(k, 0), cand(k, 1));
+            (b + B - a) % B >= chunk
+        })
+        .unwrap();
+    let other = key(999_999);
+    let (v1, v2) = (value(&k, 0, 1, 24), value(&k, 0, 2, 24));
+    let mut case = 0;
+    for v in VARIANTS {
+        // Each layout: what to put at k's first and second candidates.
+        type Setup = fn(&Dht<LocalTransport>, &mut Vec<u8>);
+        let damaged: Setup = |_, b| {
+            let n = b.len();
+            b[n - 6] ^= 0x10;
+        };
+        let invalid_empty: Setup = |d, b| {
+            let l = d.config().layout();
+            b.fill(0);
+            if let Some(m) = l.meta {
+                b[m] = fabkit_dht::layout::INVALID;
+            }
+        };
+        let held: Setup = |_, b| {
+            // A tagged lock word: held by rank 0 (fine's bucket lock).
+            b[..8].copy_from_slice(&((1u64 << 16) | 1).to_le_bytes());
+        };
+        /// A name; what is at k's first candidate (a key, made into
+        /// what by a setup); the setup of k's own record at its second.
+        type Layout<'a> = (&'a str, Option<(&'a [u8], Option<Setup>)>, Option<Setup>);
+        let layouts: Vec<Layout> = vec![
+            ("empty ahead", None, None),
+            ("another key ahead", Some((&other, None)), None),
+            (
+                "another key damaged ahead",
+                Some((&other, Some(damaged))),
+                None,
+            ),
+            ("the key damaged ahead", Some((&k, Some(damaged))), None),
+            (
+                "an invalid empty bucket ahead",
+                Some((&other, Some(invalid_empty))),
+                None,
+            ),
+            (
+                "another key under a held lock ahead",
+                Some((&other, Some(held))),
+                None,
+            ),
+            (
+                "the record under a held lock",
+                Some((&other, None)),
+                Some(held),
+            ),
+        ];
+        for (what, ahead, own) in layouts {
+            if (what.contains("held") && v != Variant::Fine)
+                || (what.contains("invalid") && v != Variant::Lockfree)
+            {
+                continue;
+            }
+            let what = format!("{v:?}: {what}");
+            let (mut d, boot) = one_rank(small(v, B));
+            d.set_deadline(Duration::from_millis(20)).unwrap();
+            if let Some((ka, f)) = ahead {
+                let mut b = record_bucket(&d, ka, &v1);
+                if let Some(f) = f {
+                    f(&d, &mut b);
+                }
+                set_bucket(&d, cand(&k, 0), &b);
+            }
+            let mut b = record_bucket(&d, &k, &v2);
+            if let Some(f) = own {
+                f(&d, &mut b);
+            }
+            set_bucket(&d, cand(&k, 1), &b);
+            let prefix = dir.path().join(format!("case{case}"));
+            case += 1;
+            dump_is_what_reads_return(&d, &boot, &prefix, &what);
+        }
+    }
+    assert_eq!(case, 19, "layouts tried");
+}
+
+#[test]
+fn a_chunk_that_wraps_is_walked_across_the_region_end() {
+    // A key whose first chunk starts at the last bucket: its chunk goes on
+    // at bucket 0, where its record is, behind another key's.
+    const B: u64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let place = Placement::new(1, B, default_candidates(B));
+    let k = (0..)
+        .map(key)
+        .find(|k| place.candidate(hash_key(k), 0) == B - 1)
+        .unwrap();
+    let (d, boot) = one_rank(small(Variant::Chunked, B));
+    let v = value(&k, 0, 7, 24);
+    set_bucket(&d, B - 1, &record_bucket(&d, &key(424_242), &v));
+    set_bucket(&d, 0, &record_bucket(&d, &k, &v));
+    assert_eq!(d.read(&k).unwrap(), Read::Hit(v.clone()));
+    let recs = dump_is_what_reads_return(&d, &boot, &dir.path().join("w"), "wrapped");
+    assert!(recs.contains(&(k, v)), "the wrapped key is dumped");
+}
+
+#[test]
+fn a_held_coarse_region_lock_refuses_the_dump_and_names_its_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    let out = on_ranks(2, small(Variant::Coarse, 64), |d, b| {
+        d.write(&key(b.rank() as u64), &value(&key(0), 0, 0, 24))
+            .unwrap();
+        b.barrier().unwrap();
+        if b.rank() == 1 {
+            // As a writer on rank 0 that died holding rank 1's region.
+            let w = ((1u64 << 16) | 3).to_le_bytes();
+            d.transport()
+                .execute(&mut [Op::Write {
+                    to: Remote::new(1, 0),
+                    from: &w,
+                    completion: Completion::Delivery,
+                }])
+                .unwrap();
+        }
+        b.barrier().unwrap();
+        d.dump(&prefix, b).unwrap_err().to_string()
+    });
+    for msg in &out {
+        assert!(
+            msg.starts_with("dump failed on rank 1: rank 1: its region lock is held by rank 0"),
+            "{msg}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "a refused dump left {left:?}");
+}
+
+#[test]
+fn a_rank_failing_while_it_writes_fails_the_restore_on_every_rank() {
+    use fabkit_dht::transport::faulty::{Faults, FaultyTransport};
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    dump_two_ranks(&prefix, 60);
+    for to in [Variant::Lockfree, Variant::Fine] {
+        let cfg = small(to, 256);
+        let ts = LocalTransport::group(2, cfg.region_len());
+        let boots = ThreadGroup::members(2, BOOT_TIMEOUT);
+        let start = Instant::now();
+        let out: Vec<(String, bool)> = std::thread::scope(|s| {
+            let hs: Vec<_> = ts
+                .into_iter()
+                .zip(&boots)
+                .map(|(t, b)| {
+                    let prefix = &prefix;
+                    s.spawn(move || {
+                        let t = FaultyTransport::new(t, Faults::seeded(1));
+                        let d = Dht::create(t, cfg, b).unwrap();
+                        if b.rank() == 1 {
+                            // Rank 1's third op from here fails: inside its
+                            // first write batch (checking issues no op).
+                            d.transport().reset_count();
+                            d.transport().set_fail_op(Some(3));
+                        }
+                        let e = d.restore(prefix, 2, b, 4).unwrap_err();
+                        let typed = matches!(&e, Error::Collective { failed, .. }
+                            if failed.len() == 1 && failed[0].0 == 1);
+                        (e.to_string(), typed)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(start.elapsed() < no_wait(), "{:?}", start.elapsed());
+        for (r, (msg, typed)) in out.iter().enumerate() {
+            assert!(
+                msg.starts_with("restore failed on rank 1: "),
+                "{to:?} rank {r}: {msg}"
+            );
+            assert_eq!(msg, &out[0].0, "{to:?}: one message on every rank");
+            assert!(typed, "{to:?} rank {r}: {msg}");
+        }
+    }
+}
+
+#[test]
+fn a_failed_publish_keeps_the_previous_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    dump_two_ranks(&prefix, 40);
+    let before: Vec<Vec<u8>> = (0..2)
+        .map(|r| std::fs::read(shard(&prefix, r)).unwrap())
+        .collect();
+    // Rank 1 cannot keep its previous shard: a directory is where the
+    // link would go. Rank 0 could; it must put its own back.
+    let blocker = PathBuf::from(format!("{}.rank1.prev", prefix.display()));
+    std::fs::create_dir(&blocker).unwrap();
+    let out = on_ranks(2, small(Variant::Lockfree, 256), |d, b| {
+        d.write(&key(500 + b.rank() as u64), &value(&key(0), 0, 0, 24))
+            .unwrap();
+        d.dump(&prefix, b).unwrap_err().to_string()
+    });
+    for msg in &out {
+        assert!(msg.starts_with("dump failed on rank 1: removing "), "{msg}");
+    }
+    std::fs::remove_dir(&blocker).unwrap();
+    for (r, was) in before.iter().enumerate() {
+        assert_eq!(
+            &std::fs::read(shard(&prefix, r)).unwrap(),
+            was,
+            "rank {r}'s previous shard"
+        );
+    }
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["d.rank0", "d.rank1"]);
+}
+
+#[test]
+fn a_dump_by_fewer_ranks_removes_the_shards_it_does_not_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    on_ranks(3, small(Variant::Fine, 64), |d, b| {
+        d.dump(&prefix, b).unwrap()
+    });
+    dump_two_ranks(&prefix, 40);
+    assert!(
+        !shard(&prefix, 2).exists(),
+        "shard 2 of the older dump is left"
+    );
 }

@@ -32,9 +32,16 @@ fn table(boot: &MpiBootstrap, cfg: Config) -> Dht<MpiTransport<'_>> {
 #[test]
 #[ignore = "run under mpirun by a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun"]
 fn mpi_restore_rank() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    // Run with --ignored on its own, outside mpirun, it would prove
+    // nothing: fail instead of passing.
+    assert!(
+        std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some(),
+        "mpi_restore_rank is one rank of an mpirun job: run \
+         a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun instead"
+    );
+    let dir = std::env::var(CHILD_ENV).unwrap_or_else(|_| {
+        panic!("{CHILD_ENV} is not set: the parent test sets it for mpirun's ranks")
+    });
     let prefix = std::path::Path::new(&dir).join("d");
     let boot = MpiBootstrap::init().unwrap();
     let me = boot.rank();
