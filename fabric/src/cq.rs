@@ -102,7 +102,9 @@ pub struct CompletionQueue {
 pub(crate) struct CqInner {
     pub(crate) fid: NonNull<ffi::fid_cq>,
     /// True when the CQ has a wait object, so `fi_cq_sread` can block.
-    can_block: bool,
+    /// Cleared if `fi_cq_sread` turns out not to be implemented
+    /// (`-FI_ENOSYS`): waits then poll.
+    can_block: AtomicBool,
     /// Busy-poll: never block or nap (as fabtests and perftest do). Fastest
     /// on an idle machine, but a spinning rank starves its peer's core.
     busy_poll: AtomicBool,
@@ -129,7 +131,7 @@ pub(crate) struct CqInner {
 impl std::fmt::Debug for CqInner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CqInner")
-            .field("can_block", &self.can_block)
+            .field("can_block", &self.can_block.load(Ordering::Relaxed))
             .field("slots", &self.slots.len())
             .finish()
     }
@@ -198,7 +200,7 @@ impl CompletionQueue {
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
                 fid: NonNull::new(fid).expect("fi_cq_open returned success and null"),
-                can_block,
+                can_block: AtomicBool::new(can_block),
                 busy_poll: AtomicBool::new(false),
                 slots,
                 free: Mutex::new((0..depth as u32).rev().collect()),
@@ -218,7 +220,7 @@ impl CompletionQueue {
     /// Whether waits on this CQ block in the kernel (the provider supports a
     /// wait object) rather than poll with short sleeps.
     pub fn can_block(&self) -> bool {
-        self.inner.can_block
+        self.inner.can_block()
     }
 
     /// Switches waits to busy-polling (true) or back to spin-then-block.
@@ -227,7 +229,54 @@ impl CompletionQueue {
     }
 }
 
+/// What a negative return of a CQ read means (see [`classify`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadRc {
+    /// Nothing to read yet.
+    Empty,
+    /// An error entry is waiting: read it with `fi_cq_readerr`.
+    ErrorEntry,
+    /// The CQ itself failed with this (positive) code.
+    Fatal(i32),
+    /// `fi_cq_sread` is not implemented: poll from now on.
+    NoBlocking,
+    /// `fi_cq_sread` returned early for a reason providers spell
+    /// differently; a non-blocking read says whether the CQ is in trouble.
+    Recheck,
+}
+
+/// Classifies a negative return of `fi_cq_read` (`blocking` false) or
+/// `fi_cq_sread` (true).
+///
+/// A non-blocking read has one "nothing yet" code, `-FI_EAGAIN`, and one for
+/// an error entry, `-FI_EAVAIL` (fi_cq(3)); anything else is the CQ's own
+/// failure. A blocking read also returns early when woken, and providers say
+/// so differently: `-FI_EAGAIN` or `-FI_ETIMEDOUT` at the timeout,
+/// `-FI_EINTR`, `-FI_ECANCELED` after `fi_cq_signal` (psm3, efa), or the raw
+/// `epoll_wait` result -1 (cxi, which reads as `-FI_EPERM`). Listing those as
+/// benign would miss the next provider's spelling, and each would be taken
+/// for a broken CQ (the progress thread signals the CQ whenever a waiter
+/// arrives), so only an overrun is fatal at once, and every other code is
+/// checked with a non-blocking read.
+fn classify(blocking: bool, rc: isize) -> ReadRc {
+    debug_assert!(rc < 0);
+    let code = rc.unsigned_abs().min(i32::MAX as usize) as i32;
+    match code as u32 {
+        ffi::FI_EAGAIN => ReadRc::Empty,
+        ffi::FI_EAVAIL => ReadRc::ErrorEntry,
+        ffi::FI_EOVERRUN => ReadRc::Fatal(code),
+        ffi::FI_ENOSYS if blocking => ReadRc::NoBlocking,
+        _ if blocking => ReadRc::Recheck,
+        _ => ReadRc::Fatal(code),
+    }
+}
+
 impl CqInner {
+    /// Whether `fi_cq_sread` blocks on this CQ's wait object.
+    fn can_block(&self) -> bool {
+        self.can_block.load(Ordering::Relaxed)
+    }
+
     /// Reserves a slot for a new operation, progressing the CQ until one is
     /// free or `deadline` passes.
     pub(crate) fn acquire(&self, deadline: Instant) -> Option<Ticket> {
@@ -304,13 +353,12 @@ impl CqInner {
     fn read_once(&self, block: Duration) -> usize {
         const BATCH: usize = 32;
         let mut entries = [ffi::fi_cq_msg_entry::default(); BATCH];
-        let n = if block.is_zero() || !self.can_block {
-            // SAFETY: the CQ is open; entries has room for BATCH entries of
-            // the format the CQ was opened with.
-            unsafe { ffi::fi_cq_read(self.fid.as_ptr(), entries.as_mut_ptr().cast(), BATCH) }
-        } else {
+        let blocking = !block.is_zero() && self.can_block();
+        let n = if blocking {
             let ms = block.as_millis().clamp(1, i32::MAX as u128) as i32;
-            // SAFETY: as above; a null cond is allowed with FI_CQ_COND_NONE.
+            // SAFETY: the CQ is open; entries has room for BATCH entries of
+            // the format the CQ was opened with; a null cond is allowed with
+            // FI_CQ_COND_NONE.
             unsafe {
                 ffi::fi_cq_sread(
                     self.fid.as_ptr(),
@@ -320,51 +368,76 @@ impl CqInner {
                     ms,
                 )
             }
+        } else {
+            // SAFETY: as above.
+            unsafe { ffi::fi_cq_read(self.fid.as_ptr(), entries.as_mut_ptr().cast(), BATCH) }
         };
-        if n > 0 {
+        if n >= 0 {
             for e in &entries[..n as usize] {
                 self.complete(e.op_context, e.len, None);
             }
             return n as usize;
         }
-        if n == -(ffi::FI_EAVAIL as isize) {
-            let mut e = ffi::fi_cq_err_entry::default();
-            // SAFETY: the CQ is open and reported an error entry; e is a
-            // valid out-parameter (err_data left null: provider keeps it).
-            let rc = unsafe { ffi::fi_cq_readerr(self.fid.as_ptr(), &mut e, 0) };
-            if rc > 0 {
-                let code = if e.err == 0 {
-                    ffi::FI_EOTHER as i32
+        match classify(blocking, n) {
+            ReadRc::Empty => 0,
+            ReadRc::ErrorEntry => self.read_error_entry(),
+            ReadRc::Fatal(code) => {
+                let call = if blocking {
+                    "fi_cq_sread"
                 } else {
-                    e.err
+                    "fi_cq_read"
                 };
-                self.complete(e.op_context, e.len, Some((code, e.prov_errno)));
-                return 1;
+                self.fail(call, code);
+                0
             }
-            if rc < 0 && rc != -(ffi::FI_EAGAIN as isize) {
-                self.fail("fi_cq_readerr", rc);
+            ReadRc::NoBlocking => {
+                self.can_block.store(false, Ordering::Relaxed);
+                0
             }
-            return 0;
+            ReadRc::Recheck => self.read_once(Duration::ZERO),
         }
-        let call = if block.is_zero() || !self.can_block {
-            "fi_cq_read"
-        } else {
-            "fi_cq_sread"
-        };
-        self.fail(call, n);
+    }
+
+    /// Reads one error entry (after `-FI_EAVAIL`) and dispatches it.
+    fn read_error_entry(&self) -> usize {
+        let mut e = ffi::fi_cq_err_entry::default();
+        // SAFETY: the CQ is open and reported an error entry; e is a valid
+        // out-parameter (err_data left null: the provider keeps it).
+        let rc = unsafe { ffi::fi_cq_readerr(self.fid.as_ptr(), &mut e, 0) };
+        if rc > 0 {
+            return self.on_error_entry(&e);
+        }
+        if rc < 0 && rc != -(ffi::FI_EAGAIN as isize) {
+            let code = rc.unsigned_abs().min(i32::MAX as usize) as i32;
+            self.fail("fi_cq_readerr", code);
+        }
         0
     }
 
-    /// Records a CQ read that returned `rc` (negative), unless it only means
-    /// "nothing yet" (-FI_EAGAIN, or an interrupted or timed-out blocking
-    /// read). Anything else (-FI_EOVERRUN: completions were dropped) breaks
-    /// the CQ for good: every waiter returns [`Outcome::CqFailed`] with it.
-    pub(crate) fn fail(&self, call: &'static str, rc: isize) {
-        let code = rc.unsigned_abs().min(i32::MAX as usize) as i32;
-        let benign = [ffi::FI_EAGAIN, ffi::FI_EINTR, ffi::FI_ETIMEDOUT];
-        if rc >= 0 || benign.iter().any(|&b| b as i32 == code) {
-            return;
+    /// Dispatches one error entry. fi_cq(3) reports an overrun as an error
+    /// entry whose `err` is `FI_EOVERRUN` (its `op_context` is no
+    /// operation's): completions were dropped, so the CQ is broken. So is it
+    /// when an entry names no slot of ours: its operation's waiter would
+    /// never hear of it (`shm` in 1.17 reports a peer that died with an
+    /// entry of null context and a negative `err`, -FI_EIO).
+    fn on_error_entry(&self, e: &ffi::fi_cq_err_entry) -> usize {
+        let code = if e.err == 0 {
+            ffi::FI_EOTHER as i32
+        } else {
+            e.err.saturating_abs()
+        };
+        if code == ffi::FI_EOVERRUN as i32 || self.slot_of(e.op_context).is_none() {
+            self.fail("fi_cq_readerr", code);
+            return 0;
         }
+        self.complete(e.op_context, e.len, Some((code, e.prov_errno)));
+        1
+    }
+
+    /// Breaks the CQ for good: `call` failed with `code` (positive), so
+    /// completions may have been lost and none is trusted any more. Every
+    /// waiter returns [`Outcome::CqFailed`] with the first such failure.
+    pub(crate) fn fail(&self, call: &'static str, code: i32) {
         if self.broken.set((call, code)).is_ok() {
             // Wake every follower so that each sees the failure now.
             self.notify();
@@ -398,7 +471,7 @@ impl CqInner {
             return;
         };
         let busy = self.busy_poll.load(Ordering::Relaxed);
-        let n = self.read_once(if self.can_block && !busy {
+        let n = self.read_once(if self.can_block() && !busy {
             block
         } else {
             Duration::ZERO
@@ -408,7 +481,7 @@ impl CqInner {
         drop(leader);
         if n > 0 {
             self.notify();
-        } else if !self.can_block && !block.is_zero() && !busy {
+        } else if !self.can_block() && !block.is_zero() && !busy {
             std::thread::sleep(block.min(POLL_NAP));
         }
     }
@@ -419,7 +492,7 @@ impl CqInner {
     /// for the CQ only adds hand-offs. A rank that goes quiet (a passive
     /// target, or one that computes) gets the thread back within the grace.
     pub(crate) fn progress_step(&self, block: Duration) {
-        if !self.can_block {
+        if !self.can_block() {
             tighten_timer_slack();
         }
         let since_wait = self.born.elapsed().saturating_sub(Duration::from_nanos(
@@ -493,7 +566,7 @@ impl CqInner {
             let remaining = deadline - now;
             if let Ok(leader) = self.leader.try_lock() {
                 let spinning = empty_reads < SPIN_READS || self.busy_poll.load(Ordering::Relaxed);
-                let block = if spinning || !self.can_block {
+                let block = if spinning || !self.can_block() {
                     Duration::ZERO
                 } else {
                     remaining.min(MAX_BLOCK)
@@ -506,7 +579,7 @@ impl CqInner {
                     self.notify();
                 } else {
                     empty_reads += 1;
-                    if !spinning && !self.can_block {
+                    if !spinning && !self.can_block() {
                         // No wait object: poll with growing naps.
                         std::thread::sleep(nap.min(remaining));
                         nap = (nap * 2).min(POLL_NAP_MAX);
@@ -546,11 +619,11 @@ struct WaiterGuard<'a>(&'a CqInner);
 
 impl<'a> WaiterGuard<'a> {
     fn enter(cq: &'a CqInner) -> Self {
-        if !cq.can_block {
+        if !cq.can_block() {
             tighten_timer_slack();
         }
         cq.waiters.fetch_add(1, Ordering::AcqRel);
-        if cq.can_block && cq.leader.try_lock().is_err() {
+        if cq.can_block() && cq.leader.try_lock().is_err() {
             // Probably the progress thread, blocked in fi_cq_sread: wake it so
             // it sees us and steps aside. Harmless if it was another waiter.
             // SAFETY: the CQ is open for as long as `cq` lives.
@@ -572,8 +645,9 @@ impl Drop for WaiterGuard<'_> {
 mod tests {
     //! The slot and loss accounting on a real CQ (shm). What cannot be made
     //! to happen here is doubled by calling the dispatcher directly: a late
-    //! completion (`complete`) and a CQ overrun (`fail`, with the code
-    //! `fi_cq_read` returns for one; no provider here overruns on demand).
+    //! completion (`complete`) and error entries as `fi_cq_readerr` returns
+    //! them (`on_error_entry`: an overrun, which no provider here makes on
+    //! demand, and an entry of no operation).
     use super::*;
     use crate::info::{find, Caps, Hints};
     use crate::Fabric;
@@ -619,36 +693,92 @@ mod tests {
     }
 
     #[test]
-    fn an_overrun_is_reported_as_what_it_is_to_every_waiter() {
+    fn only_an_overrun_or_a_failed_non_blocking_read_breaks_the_cq() {
+        let neg = |c: u32| -(c as isize);
+        let fatal = |c: u32| ReadRc::Fatal(c as i32);
+        for (blocking, rc, want) in [
+            (false, neg(ffi::FI_EAGAIN), ReadRc::Empty),
+            (true, neg(ffi::FI_EAGAIN), ReadRc::Empty),
+            (false, neg(ffi::FI_EAVAIL), ReadRc::ErrorEntry),
+            (true, neg(ffi::FI_EAVAIL), ReadRc::ErrorEntry),
+            (false, neg(ffi::FI_EOVERRUN), fatal(ffi::FI_EOVERRUN)),
+            (true, neg(ffi::FI_EOVERRUN), fatal(ffi::FI_EOVERRUN)),
+            // How providers say a blocking read was woken: checked, not fatal.
+            (true, neg(ffi::FI_ECANCELED), ReadRc::Recheck), // psm3, efa
+            (true, -1, ReadRc::Recheck),                     // cxi
+            (true, neg(ffi::FI_EINTR), ReadRc::Recheck),
+            (true, neg(ffi::FI_ETIMEDOUT), ReadRc::Recheck),
+            (true, neg(ffi::FI_ENOSYS), ReadRc::NoBlocking),
+            // A non-blocking read has no such excuse.
+            (false, neg(ffi::FI_ECANCELED), fatal(ffi::FI_ECANCELED)),
+            (false, neg(ffi::FI_EIO), fatal(ffi::FI_EIO)),
+        ] {
+            assert_eq!(classify(blocking, rc), want, "blocking {blocking}, rc {rc}");
+        }
+    }
+
+    /// An error entry as `fi_cq_readerr` hands it over.
+    fn err_entry(ctx: *mut libc::c_void, err: u32) -> ffi::fi_cq_err_entry {
+        ffi::fi_cq_err_entry {
+            op_context: ctx,
+            err: err as i32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_overrun_entry_is_reported_as_what_it_is_to_every_waiter() {
         let cq = cq();
         let q = &cq.inner;
         let later = Instant::now() + Duration::from_secs(30);
         let (a, b) = (q.acquire(later).unwrap(), q.acquire(later).unwrap());
-        // "Nothing yet" is no failure.
-        for rc in [ffi::FI_EAGAIN, ffi::FI_EINTR, ffi::FI_ETIMEDOUT] {
-            q.fail("fi_cq_sread", -(rc as isize));
-        }
-        assert_eq!(q.broken(), None);
-        q.fail("fi_cq_read", -(ffi::FI_EOVERRUN as isize));
+        // fi_cq(3): an overrun is an error entry with err FI_EOVERRUN.
+        let overrun = err_entry(std::ptr::null_mut(), ffi::FI_EOVERRUN);
+        assert_eq!(q.on_error_entry(&overrun), 0);
         // The first failure is kept.
-        q.fail("fi_cq_readerr", -(ffi::FI_EIO as isize));
-        let overrun = Outcome::CqFailed {
-            call: "fi_cq_read",
+        q.on_error_entry(&err_entry(std::ptr::null_mut(), ffi::FI_EIO));
+        let want = Outcome::CqFailed {
+            call: "fi_cq_readerr",
             code: ffi::FI_EOVERRUN as i32,
         };
         let start = Instant::now();
-        assert_eq!(q.wait(a, later), overrun);
-        assert_eq!(q.wait(b, later), overrun);
+        assert_eq!(q.wait(a, later), want);
+        assert_eq!(q.wait(b, later), want);
         assert!(
             start.elapsed() < Duration::from_secs(1),
             "waited for the deadline"
         );
         assert_eq!(q.lost(), 2);
-        let e = crate::Error::completion_queue(crate::OpKind::Read, 3, "fi_cq_read", 268);
+        let code = ffi::FI_EOVERRUN as i32;
+        let e = crate::Error::completion_queue(crate::OpKind::Read, 3, "fi_cq_readerr", code);
         let msg = e.to_string();
         assert!(
-            msg.contains("RMA read to rank 3") && msg.contains("fi_cq_read") && msg.contains("268"),
+            msg.contains("RMA read to rank 3")
+                && msg.contains("fi_cq_readerr")
+                && msg.contains(&format!("fi_errno {code}")),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn an_error_entry_fails_its_op_and_one_of_no_op_breaks_the_cq() {
+        let cq = cq();
+        let q = &cq.inner;
+        let later = Instant::now() + Duration::from_secs(30);
+        let (a, b) = (q.acquire(later).unwrap(), q.acquire(later).unwrap());
+        assert_eq!(q.on_error_entry(&err_entry(q.context(a), ffi::FI_EIO)), 1);
+        assert_eq!(q.broken(), None);
+        assert_eq!(
+            q.wait(a, later),
+            Outcome::Failed {
+                code: ffi::FI_EIO as i32,
+                prov_errno: 0
+            }
+        );
+        // An entry whose context is no slot: its waiter would never hear.
+        let stray = q.context(b).cast::<u8>().wrapping_add(1).cast();
+        q.on_error_entry(&err_entry(stray, ffi::FI_EIO));
+        assert_eq!(q.broken(), Some(("fi_cq_readerr", ffi::FI_EIO as i32)));
+        assert!(matches!(q.wait(b, later), Outcome::CqFailed { .. }));
     }
 }
