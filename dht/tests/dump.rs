@@ -434,29 +434,6 @@ fn a_rank_that_cannot_write_its_shard_fails_the_dump_everywhere_and_leaves_nothi
     assert!(left.is_empty(), "a failed dump left {left:?}");
 }
 
-/// Writes `key` with `value` straight into bucket `bucket` of rank 0, as a
-/// writer that was cut off (a broken lock, a reused bucket) can leave it.
-fn poke(d: &Dht<LocalTransport>, bucket: u64, key: &[u8], value: &[u8]) {
-    let l = d.config().layout();
-    let mut data = vec![0u8; l.data_len()];
-    l.encode(key, value, &mut data);
-    let at = l.offset(bucket);
-    let state = STATE_FULL.to_le_bytes();
-    let mut ops = vec![Op::Write {
-        to: Remote::new(0, at + l.data_start() as u64),
-        from: &data,
-        completion: Completion::Delivery,
-    }];
-    if d.config().variant == Variant::Chunked {
-        ops.push(Op::Write {
-            to: Remote::new(0, at),
-            from: &state,
-            completion: Completion::Delivery,
-        });
-    }
-    d.transport().execute(&mut ops).unwrap();
-}
-
 #[test]
 fn a_stale_copy_further_along_the_candidates_is_not_dumped() {
     let dir = tempfile::tempdir().unwrap();
@@ -480,7 +457,9 @@ fn a_stale_copy_further_along_the_candidates_is_not_dumped() {
                 // chunk's start: also after the first bucket in the read's
                 // order).
                 d.write(&k, &new).unwrap();
-                poke(d, cand(&k, 1), &k, &old);
+                // As a writer that was cut off (a broken lock, a reused
+                // bucket) can leave it.
+                set_bucket(d, cand(&k, 1), &record_bucket(d, &k, &old));
                 assert_eq!(d.read(&k).unwrap(), Read::Hit(new.clone()), "{v:?}");
                 d.dump(&prefix, b).unwrap()
             });
@@ -895,4 +874,33 @@ fn a_dump_by_fewer_ranks_removes_the_shards_it_does_not_replace() {
         !shard(&prefix, 2).exists(),
         "shard 2 of the older dump is left"
     );
+}
+
+#[test]
+fn a_fifo_a_huge_or_a_disagreeing_shard_count_fails_every_rank_without_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("d");
+    dump_two_ranks(&prefix, 40);
+    let cfg = small(Variant::Fine, 256);
+    // More shards than any dump has: refused before anything is allocated.
+    let msg = refused(&prefix, usize::MAX, cfg, 40);
+    assert!(msg.contains("a dump has at most 65536"), "{msg}");
+    // Ranks asked for different counts: every rank fails, none waits.
+    let start = Instant::now();
+    let out = on_ranks(2, cfg, |d, b| {
+        let shards = 2 + b.rank();
+        d.restore(&prefix, shards, b, 16).unwrap_err().to_string()
+    });
+    assert!(start.elapsed() < no_wait(), "{:?}", start.elapsed());
+    assert_eq!(out[0], out[1], "one error on every rank");
+    // A FIFO where a shard should be: opening it would block for ever.
+    let s1 = shard(&prefix, 1);
+    std::fs::remove_file(&s1).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&s1)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", s1.display());
+    let msg = refused(&prefix, 2, cfg, 40);
+    names(&msg, &s1, 0, "is not a regular file");
 }
