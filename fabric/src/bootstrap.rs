@@ -284,21 +284,37 @@ mod mpi_boot {
     /// so a rank that died under a launcher that keeps the survivors alive
     /// (`mpirun --enable-recovery`, fault-tolerant launchers) ends the
     /// survivors' collective in [`Error::CollectiveTimeout`] instead of a
-    /// hang. After a timeout the job cannot run another collective (the
-    /// ranks no longer agree which one they are in): later ones, window
-    /// frees and `MPI_Finalize` (which would wait for the missing ranks)
-    /// are skipped, and the launcher sees a rank that did not finalize.
+    /// hang. After a collective times out or fails the job cannot run
+    /// another (the ranks no longer agree which one they are in): later
+    /// ones are refused with [`Error::BootstrapBroken`], and window frees
+    /// and `MPI_Finalize` (which would wait for the missing ranks) are
+    /// skipped, so the launcher sees a rank that did not finalize.
+    ///
+    /// `MPI_Finalize` also waits for every rank without a deadline, so it
+    /// runs only after a bounded barrier on a communicator of its own; it is
+    /// skipped when that barrier fails, when this is dropped during a panic,
+    /// and while a window is still counted live (one dropped without
+    /// [`Window::free`](crate::mpi_rma::Window::free), or leaked with
+    /// `mem::forget`, which ends the borrow but not the window).
     pub struct MpiBootstrap {
         world: SimpleCommunicator,
         /// A duplicate of the world communicator that returns errors instead
         /// of aborting, for the bootstrap's collectives and the windows, so
         /// they never match a collective of the caller's on the world.
         comm: ffi::MPI_Comm,
+        /// Another duplicate, for the barrier before `MPI_Finalize` only: a
+        /// rank tearing down never matches a peer's collective on `comm`.
+        fin_comm: ffi::MPI_Comm,
         rank: usize,
         size: usize,
+        /// As set, before [`crate::env::scaled`].
         timeout: Cell<Duration>,
-        /// The collective that timed out, if one did.
+        /// The longest nap between two `MPI_Test` calls.
+        max_nap: Cell<Duration>,
+        /// The collective that timed out or failed, if one did.
         broken: Cell<Option<&'static str>>,
+        /// Windows created on `comm` and not yet freed.
+        live_windows: Cell<usize>,
         universe: Option<mpi::environment::Universe>,
     }
 
@@ -307,6 +323,10 @@ mod mpi_boot {
             write!(f, "MpiBootstrap({}/{})", self.rank, self.size)
         }
     }
+
+    /// The longest nap between two `MPI_Test` calls unless told otherwise
+    /// ([`MpiBootstrap::set_max_nap`]).
+    pub const DEFAULT_MAX_NAP: Duration = Duration::from_millis(5);
 
     impl MpiBootstrap {
         /// Initializes MPI (once per process); collectives wait
@@ -323,46 +343,80 @@ mod mpi_boot {
                 Error::Bootstrap("MPI is already initialized in this process".into())
             })?;
             let world = universe.world();
+            // SAFETY: reading an MPI handle constant exported by rsmpi.
+            let null = unsafe { ffi::RSMPI_COMM_NULL };
             let mut boot = MpiBootstrap {
                 rank: world.rank() as usize,
                 size: world.size() as usize,
                 world,
-                // SAFETY: reading an MPI handle constant exported by rsmpi.
-                comm: unsafe { ffi::RSMPI_COMM_NULL },
-                timeout: Cell::new(crate::env::scaled(timeout)),
+                comm: null,
+                fin_comm: null,
+                timeout: Cell::new(timeout),
+                max_nap: Cell::new(DEFAULT_MAX_NAP),
                 broken: Cell::new(None),
+                live_windows: Cell::new(0),
                 universe: Some(universe),
             };
-            let deadline = boot.deadline();
-            // The new handle is written when the duplication completes, so it
-            // lives on the heap: after a timeout MPI may still write it.
-            let mut dup = Box::new(boot.comm);
-            // SAFETY: reading an MPI handle constant exported by rsmpi.
-            let mut req = Box::new(unsafe { ffi::RSMPI_REQUEST_NULL });
-            // SAFETY: the world communicator is live; `dup` and `req` stay
-            // valid until the request completes (or are leaked by complete).
-            check("MPI_Comm_idup", unsafe {
-                ffi::MPI_Comm_idup(boot.world.as_raw(), &mut *dup, &mut *req)
-            })?;
-            let dup = boot.complete("duplicating the world communicator", req, deadline, dup)?;
-            boot.comm = *dup;
-            // SAFETY: the communicator was just created; the handler constant
-            // comes from rsmpi.
-            check("MPI_Comm_set_errhandler", unsafe {
-                ffi::MPI_Comm_set_errhandler(boot.comm, ffi::RSMPI_ERRORS_RETURN)
-            })?;
+            boot.comm = boot.dup_world("duplicating the world communicator")?;
+            boot.fin_comm = boot.dup_world("duplicating the world communicator for teardown")?;
             Ok(boot)
         }
 
-        /// How long each collective waits for the other ranks from now on
-        /// (times [`crate::env::timeout_scale`]).
-        pub fn set_timeout(&self, timeout: Duration) {
-            self.timeout.set(crate::env::scaled(timeout));
+        /// A duplicate of the world communicator that returns errors,
+        /// through a bounded `MPI_Comm_idup`.
+        fn dup_world(&self, what: &'static str) -> Result<ffi::MPI_Comm> {
+            let deadline = self.deadline();
+            // The new handle is written when the duplication completes, so it
+            // lives on the heap: after a timeout MPI may still write it.
+            // SAFETY: reading MPI handle constants exported by rsmpi.
+            let (mut dup, mut req) = unsafe {
+                (
+                    Box::new(ffi::RSMPI_COMM_NULL),
+                    Box::new(ffi::RSMPI_REQUEST_NULL),
+                )
+            };
+            // SAFETY: the world communicator is live; `dup` and `req` stay
+            // valid until the request completes (or are leaked by complete).
+            let rc = unsafe { ffi::MPI_Comm_idup(self.world.as_raw(), &mut *dup, &mut *req) };
+            self.started(what, "MPI_Comm_idup", rc)?;
+            // SAFETY: `req` is active on `dup`, a heap cell `keep` owns.
+            let dup = unsafe { self.complete(what, req, deadline, dup)? };
+            let comm = *dup;
+            // SAFETY: the communicator was just created; the handler constant
+            // comes from rsmpi.
+            check("MPI_Comm_set_errhandler", unsafe {
+                ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN)
+            })?;
+            Ok(comm)
         }
 
-        /// How long each collective waits for the other ranks.
+        /// How long each collective waits for the other ranks from now on
+        /// (times [`crate::env::timeout_scale`], applied at each wait).
+        pub fn set_timeout(&self, timeout: Duration) {
+            self.timeout.set(timeout);
+        }
+
+        /// The timeout as set, before [`crate::env::timeout_scale`]:
+        /// `set_timeout(timeout())` changes nothing. See
+        /// [`MpiBootstrap::wait_limit`] for what a collective waits.
         pub fn timeout(&self) -> Duration {
             self.timeout.get()
+        }
+
+        /// How long a collective waits for the other ranks: the timeout
+        /// times [`crate::env::timeout_scale`].
+        pub fn wait_limit(&self) -> Duration {
+            crate::env::scaled(self.timeout.get())
+        }
+
+        /// The longest nap between two `MPI_Test` calls of a collective
+        /// (default [`DEFAULT_MAX_NAP`]; naps start at 50 us and double up
+        /// to it). A rank that waits in a collective while a peer measures
+        /// latencies that need this rank's progress (`osc pt2pt`) should
+        /// lower it, so that the peer measures the operation, not the nap.
+        /// Zero yields the core between tests instead of sleeping.
+        pub fn set_max_nap(&self, nap: Duration) {
+            self.max_nap.set(nap);
         }
 
         /// The world communicator, for code that also speaks MPI.
@@ -376,71 +430,138 @@ mod mpi_boot {
             self.comm
         }
 
-        /// Whether a collective timed out, so that MPI calls every rank must
-        /// make together would wait for ever.
+        /// Whether a collective timed out or failed, so that MPI calls every
+        /// rank must make together would wait for ever.
         pub fn is_broken(&self) -> bool {
             self.broken.get().is_some()
         }
 
+        /// Records that `what` did not complete on every rank.
+        pub(crate) fn mark_broken(&self, what: &'static str) {
+            if self.broken.get().is_none() {
+                self.broken.set(Some(what));
+            }
+        }
+
+        /// A window was created on [`MpiBootstrap::comm`].
+        pub(crate) fn window_created(&self) {
+            self.live_windows.set(self.live_windows.get() + 1);
+        }
+
+        /// A window was freed (`MPI_Win_free` returned).
+        pub(crate) fn window_freed(&self) {
+            self.live_windows
+                .set(self.live_windows.get().saturating_sub(1));
+        }
+
         fn deadline(&self) -> Instant {
             Instant::now()
-                .checked_add(self.timeout.get())
+                .checked_add(self.wait_limit())
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(86400 * 365))
         }
 
-        fn usable(&self) -> Result<()> {
+        pub(crate) fn usable(&self) -> Result<()> {
             match self.broken.get() {
                 None => Ok(()),
-                Some(what) => Err(Error::Bootstrap(format!(
-                    "rank {}: an earlier {what} timed out, so the ranks no longer agree \
-                     which collective they are in; end the job",
-                    self.rank
-                ))),
+                Some(what) => Err(Error::BootstrapBroken {
+                    rank: self.rank,
+                    what,
+                }),
+            }
+        }
+
+        /// The result of starting collective `what` with `call`: on an error
+        /// the bootstrap is broken, since the peers started theirs and this
+        /// rank's next collective would be matched against it.
+        fn started(&self, what: &'static str, call: &'static str, rc: i32) -> Result<()> {
+            check(call, rc).map_err(|e| {
+                self.mark_broken(what);
+                self.failed(what, e)
+            })
+        }
+
+        fn failed(&self, what: &'static str, e: Error) -> Error {
+            match e {
+                Error::Mpi { call, code, msg } => Error::CollectiveFailed {
+                    what,
+                    rank: self.rank,
+                    call,
+                    code,
+                    msg,
+                },
+                e => e,
             }
         }
 
         /// Waits for `req` until `deadline`, testing it with naps that grow
-        /// from 50 us to 5 ms: MPI_Test drives MPI's progress, and the naps
-        /// leave the core to the peer ranks (on 2 cores a busy test loop
-        /// starves them). `keep` holds the buffers the request reads and
-        /// writes; it is handed back on completion. On a timeout or an error
-        /// the request may still be active and write `keep` later, so it is
-        /// leaked, on purpose, and the bootstrap is marked broken.
-        pub(crate) fn complete<K>(
+        /// from 50 us to the nap ceiling ([`MpiBootstrap::set_max_nap`]):
+        /// MPI_Test drives MPI's progress, and the naps leave the core to the
+        /// peer ranks (on 2 cores a busy test loop starves them). `keep` is
+        /// handed back on completion. On a timeout or an error the request
+        /// may still be active and write `keep` later, so it is leaked, on
+        /// purpose, and the bootstrap is marked broken.
+        ///
+        /// # Safety
+        ///
+        /// `req` is an active request whose every buffer is heap storage
+        /// owned by `keep` (a `Box` or boxed slice, or a tuple of them):
+        /// moving `keep` must not move what MPI reads or writes. A `K` with
+        /// inline storage would be moved here while MPI still writes its old
+        /// address.
+        pub(crate) unsafe fn complete<K>(
             &self,
             what: &'static str,
             mut req: Box<ffi::MPI_Request>,
             deadline: Instant,
             keep: K,
         ) -> Result<K> {
-            let mut nap = Duration::from_micros(50);
+            let ceiling = self.max_nap.get();
+            let mut nap = Duration::from_micros(50).min(ceiling);
             loop {
                 let mut done = 0;
                 // SAFETY: `req` is an active request on buffers owned by
-                // `keep`; the status is ignored.
+                // `keep` (the caller's contract); the status is ignored.
                 let rc = unsafe { ffi::MPI_Test(&mut *req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
                 if let Err(e) = check("MPI_Test", rc) {
-                    self.broken.set(Some(what));
+                    self.mark_broken(what);
                     std::mem::forget((req, keep));
-                    return Err(e);
+                    return Err(self.failed(what, e));
                 }
                 if done != 0 {
                     return Ok(keep);
                 }
                 let now = Instant::now();
                 if now >= deadline {
-                    self.broken.set(Some(what));
+                    self.mark_broken(what);
                     std::mem::forget((req, keep));
                     return Err(Error::CollectiveTimeout {
                         what,
                         rank: self.rank,
                         others: self.size.saturating_sub(1),
-                        timeout: self.timeout.get(),
+                        timeout: self.wait_limit(),
                     });
                 }
-                std::thread::sleep(nap.min(deadline - now));
-                nap = (nap * 2).min(Duration::from_millis(5));
+                if nap.is_zero() {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(nap.min(deadline - now));
+                }
+                nap = (nap * 2).min(ceiling);
             }
+        }
+
+        /// The bounded barrier before `MPI_Finalize`, on its own
+        /// communicator.
+        fn teardown_barrier(&self) -> Result<()> {
+            let deadline = self.deadline();
+            let what = "barrier before MPI_Finalize";
+            // SAFETY: reading an MPI handle constant exported by rsmpi.
+            let mut req = Box::new(unsafe { ffi::RSMPI_REQUEST_NULL });
+            // SAFETY: the communicator is live; `req` outlives the request.
+            let rc = unsafe { ffi::MPI_Ibarrier(self.fin_comm, &mut *req) };
+            self.started(what, "MPI_Ibarrier", rc)?;
+            // SAFETY: a barrier touches no buffer.
+            unsafe { self.complete(what, req, deadline, ()) }
         }
     }
 
@@ -449,17 +570,26 @@ mod mpi_boot {
             let Some(universe) = self.universe.take() else {
                 return;
             };
-            if self.is_broken() {
-                // MPI_Comm_free and MPI_Finalize would wait for ranks that
-                // never came: end without them (the launcher reports it).
+            // MPI_Comm_free and MPI_Finalize wait for every rank without a
+            // deadline: only when every rank is known to be here. Otherwise
+            // end without them (the launcher reports a rank that did not
+            // finalize).
+            let skip = self.is_broken()
+                || self.live_windows.get() > 0
+                || std::thread::panicking()
+                || self.teardown_barrier().is_err();
+            if skip {
                 std::mem::forget(universe);
                 return;
             }
             // SAFETY: reading an MPI handle constant exported by rsmpi.
-            if self.comm != unsafe { ffi::RSMPI_COMM_NULL } {
-                // SAFETY: we own the duplicate; every window borrowed self,
-                // so none is left on it.
-                unsafe { ffi::MPI_Comm_free(&mut self.comm) };
+            let null = unsafe { ffi::RSMPI_COMM_NULL };
+            for c in [&mut self.comm, &mut self.fin_comm] {
+                if *c != null {
+                    // SAFETY: we own the duplicate; no window is left on it
+                    // (live_windows is 0).
+                    unsafe { ffi::MPI_Comm_free(c) };
+                }
             }
             drop(universe); // MPI_Finalize
         }
@@ -479,6 +609,8 @@ mod mpi_boot {
             let deadline = self.deadline();
             let n = self.size;
             let len = i32::try_from(mine.len()).map_err(|_| {
+                // The peers start theirs: this rank's next one would match it.
+                self.mark_broken("allgather of message lengths");
                 Error::InvalidArgument(format!(
                     "bootstrap message of {} B: MPI counts stop at 2 GiB",
                     mine.len()
@@ -496,9 +628,10 @@ mod mpi_boot {
             // can leak it if the request never ends.
             let (send, mut counts) = (Box::new(len), vec![0i32; n].into_boxed_slice());
             let mut req = Box::new(null);
+            let what = "allgather of message lengths";
             // SAFETY: one i32 out of `send`, one i32 per rank into `counts`;
             // both live until the request completes or are leaked with it.
-            check("MPI_Iallgather", unsafe {
+            self.started(what, "MPI_Iallgather", unsafe {
                 ffi::MPI_Iallgather(
                     (&*send as *const i32).cast(),
                     1,
@@ -510,12 +643,9 @@ mod mpi_boot {
                     &mut *req,
                 )
             })?;
-            let (_, counts) = self.complete(
-                "allgather of message lengths",
-                req,
-                deadline,
-                (send, counts),
-            )?;
+            // SAFETY: the request is active on `send` and `counts`, both
+            // boxed.
+            let (_, counts) = unsafe { self.complete(what, req, deadline, (send, counts))? };
             // Every rank holds the same counts, so every rank takes the same
             // branch here: none is left waiting in the next collective.
             let mut displs = Vec::with_capacity(n);
@@ -535,7 +665,7 @@ mod mpi_boot {
             // SAFETY: `send` holds `len` bytes; `buf` holds the sum of
             // `counts` at offsets `displs`; all live until completion or are
             // leaked with the request.
-            check("MPI_Iallgatherv", unsafe {
+            self.started("allgather", "MPI_Iallgatherv", unsafe {
                 ffi::MPI_Iallgatherv(
                     send.as_ptr().cast(),
                     len,
@@ -548,8 +678,9 @@ mod mpi_boot {
                     &mut *req,
                 )
             })?;
+            // SAFETY: the request is active on the four boxed slices.
             let (_, buf, counts, displs) =
-                self.complete("allgather", req, deadline, (send, buf, counts, displs))?;
+                unsafe { self.complete("allgather", req, deadline, (send, buf, counts, displs))? };
             Ok(counts
                 .iter()
                 .zip(displs.iter())
@@ -563,10 +694,11 @@ mod mpi_boot {
             // SAFETY: reading an MPI handle constant exported by rsmpi.
             let mut req = Box::new(unsafe { ffi::RSMPI_REQUEST_NULL });
             // SAFETY: the communicator is live; `req` outlives the request.
-            check("MPI_Ibarrier", unsafe {
+            self.started("barrier", "MPI_Ibarrier", unsafe {
                 ffi::MPI_Ibarrier(self.comm, &mut *req)
             })?;
-            self.complete("barrier", req, deadline, ())
+            // SAFETY: a barrier touches no buffer.
+            unsafe { self.complete("barrier", req, deadline, ()) }
         }
     }
 }

@@ -212,6 +212,65 @@ pub enum Error {
         /// How long it waited.
         timeout: Duration,
     },
+    /// A collective of the MPI bootstrap failed inside MPI (it could not
+    /// start, or MPI_Test reported an error): the ranks no longer agree
+    /// which collective they are in, so the bootstrap is broken.
+    #[error("{what} on rank {rank}: {call} failed: {msg} (MPI error {code})")]
+    CollectiveFailed {
+        /// The collective, in words.
+        what: &'static str,
+        /// This rank.
+        rank: usize,
+        /// The MPI function.
+        call: &'static str,
+        /// Its return code.
+        code: i32,
+        /// `MPI_Error_string` of it.
+        msg: String,
+    },
+    /// An earlier collective of the MPI bootstrap timed out or failed, so
+    /// later ones (and window frees, and `MPI_Finalize`) are refused instead
+    /// of waiting for ranks that will not come.
+    #[error(
+        "rank {rank}: an earlier {what} did not complete, so the ranks no longer agree \
+         which collective they are in; end the job"
+    )]
+    BootstrapBroken {
+        /// This rank.
+        rank: usize,
+        /// The collective that did not complete.
+        what: &'static str,
+    },
+    /// An MPI synchronisation call on one target's window (lock, unlock,
+    /// flush, start) failed.
+    #[error("{call} on rank {peer}'s window failed: {msg} (MPI error {code})")]
+    MpiPeer {
+        /// The MPI function.
+        call: &'static str,
+        /// The target rank.
+        peer: usize,
+        /// Its return code.
+        code: i32,
+        /// `MPI_Error_string` of it.
+        msg: String,
+    },
+    /// A bounded wait on an MPI window (PSCW `MPI_Win_wait` through
+    /// `MPI_Win_test`) ran out: the origins named never completed their
+    /// access epoch.
+    #[error(
+        "{call} on rank {rank} did not complete within {timeout:?}: origin rank(s) {origins} \
+         never completed their access epoch (dead, hung, or not running this batch)"
+    )]
+    WindowTimeout {
+        /// The MPI function waited for.
+        call: &'static str,
+        /// This rank.
+        rank: usize,
+        /// The origins it waited for.
+        origins: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
     /// Bad argument from the caller.
     #[error("{0}")]
     InvalidArgument(String),

@@ -9,19 +9,40 @@
 //! differently (on one node `allocate` maps shared memory for `osc sm`).
 //!
 //! A [`Window`] borrows the [`MpiBootstrap`] that owns the MPI environment,
-//! so it cannot outlive `MPI_Finalize` (a compile error, not a crash).
-//! Creating one is collective and bounded by the bootstrap's timeout; the
-//! RMA calls themselves have no timeouts in MPI: a dead rank is handled by
-//! the launcher, which ends the job.
+//! so it cannot outlive `MPI_Finalize` (a compile error, not a crash); a
+//! window leaked with `mem::forget` ends the borrow, so the bootstrap also
+//! counts live windows and skips `MPI_Finalize` while one is left. Freeing
+//! is explicit and collective ([`Window::free`]); dropping a window does no
+//! collective (it may be an error path on one rank only): it leaves the
+//! window to the process's end and the bootstrap skips `MPI_Finalize`.
 //!
 //! Errors never leave an epoch open: whatever fails while a batch is being
 //! issued, the epoch that completes what was issued (flush, unlock, fence,
 //! complete) still runs before the error is returned, so no Get or atomic
-//! result lands in a buffer the caller has got back.
+//! result lands in a buffer the caller has got back. If that closing call
+//! itself fails, the process aborts the MPI job (see [`Window::execute`]).
+//!
+//! # What is bounded and what is not
+//!
+//! Bounded by the bootstrap's timeout ([`MpiBootstrap::set_timeout`]):
+//! everything that waits for other ranks before a window exists or around
+//! its creation and free (the size agreement, the agreement on
+//! `MPI_Alloc_mem`'s and the creation call's result, the barriers before
+//! `MPI_Win_free` and `MPI_Finalize`), and the PSCW target's
+//! [`Window::wait`] (an `MPI_Win_test` loop). Not bounded, because MPI has
+//! no non-blocking form of them and Open MPI spins inside: `MPI_Win_allocate`
+//! and `MPI_Win_create` themselves once every rank has entered them (a rank
+//! failing locally inside the call leaves the others in it), `MPI_Win_fence`,
+//! `MPI_Win_start`, `MPI_Win_lock`/`unlock`, `MPI_Win_flush`,
+//! `MPI_Win_complete` and `MPI_Win_free`. A rank that dies while a peer is in
+//! one of those is handled by the launcher, which ends the job (under
+//! `--enable-recovery` the peer waits until mpirun is stopped).
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ffi::c_void;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
 
 use mpi::ffi;
 use serde::Serialize;
@@ -38,6 +59,7 @@ extern "C" {
     static fabkit_mpi_lock_exclusive: i32;
     static fabkit_mpi_success: i32;
     static fabkit_mpi_max_error_string: i32;
+    #[cfg(feature = "test-seams")]
     static fabkit_mpi_err_other: i32;
 }
 
@@ -102,14 +124,17 @@ pub(crate) fn check(call: &'static str, rc: i32) -> Result<()> {
 /// communicator. Borrows the [`MpiBootstrap`], which owns MPI, so the window
 /// is freed before MPI is finalized:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0505
 /// use fabkit_fabric::bootstrap::MpiBootstrap;
 /// use fabkit_fabric::mpi_rma::{Window, WindowKind};
 /// let boot = MpiBootstrap::init().unwrap();
 /// let win = Window::new(&boot, 64, WindowKind::Allocate).unwrap();
 /// drop(boot); // MPI_Finalize while `win` lives: refused by the compiler
-/// drop(win);
+/// win.free().unwrap();
 /// ```
+///
+/// Free it with [`Window::free`] (collective) on every rank; see the module
+/// docs for what dropping it does instead.
 #[doc(alias = "MPI_Win")]
 pub struct Window<'env> {
     win: ffi::MPI_Win,
@@ -121,9 +146,12 @@ pub struct Window<'env> {
     locked_all: bool,
     /// Targets locked with [`Window::lock`].
     locked: BTreeSet<usize>,
+    /// The origins of the open PSCW exposure epoch ([`Window::post`]).
+    posted: RefCell<Vec<usize>>,
     boot: &'env MpiBootstrap,
     /// Test seam: how many more data-moving calls succeed before one fails.
-    fail_after: Cell<Option<usize>>,
+    #[cfg(feature = "test-seams")]
+    fail_after: std::cell::Cell<Option<usize>>,
 }
 
 impl std::fmt::Debug for Window<'_> {
@@ -134,6 +162,56 @@ impl std::fmt::Debug for Window<'_> {
             .field("rank", &self.rank)
             .finish()
     }
+}
+
+/// `MPI_LOCK_EXCLUSIVE` or `MPI_LOCK_SHARED`.
+fn lock_kind(exclusive: bool) -> i32 {
+    // SAFETY: plain constants exported by the shim.
+    unsafe {
+        if exclusive {
+            fabkit_mpi_lock_exclusive
+        } else {
+            fabkit_mpi_lock_shared
+        }
+    }
+}
+
+/// Turns an MPI return code of a call on `peer`'s window into a Result
+/// naming both.
+fn check_on(call: &'static str, peer: usize, rc: i32) -> Result<()> {
+    check(call, rc).map_err(|_| Error::MpiPeer {
+        call,
+        peer,
+        code: rc,
+        msg: error_string(rc),
+    })
+}
+
+/// Every rank's MPI return code of `call` (collective, bounded by the
+/// bootstrap's timeout): `Ok` when all succeeded, else the first failure,
+/// named by rank, on every rank alike.
+fn agree_on_rc(boot: &MpiBootstrap, call: &'static str, rc: i32) -> Result<()> {
+    let all = boot.allgather(&rc.to_le_bytes())?;
+    // SAFETY: a plain constant exported by the shim.
+    let ok = unsafe { fabkit_mpi_success };
+    for (r, b) in all.iter().enumerate() {
+        let code = <[u8; 4]>::try_from(b.as_slice())
+            .map(i32::from_le_bytes)
+            .map_err(|_| Error::Mismatch {
+                what: "the window creation message".into(),
+                detail: format!("rank {r} sent something other than an MPI return code"),
+            })?;
+        if code != ok {
+            return Err(Error::Mismatch {
+                what: format!("whether {call} succeeded"),
+                detail: format!(
+                    "it failed on rank {r}: {} (MPI error {code}); no window was made",
+                    error_string(code)
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Per-rank window sizes as the allgather delivered them: all equal and
@@ -174,7 +252,11 @@ impl<'env> Window<'env> {
     /// Creates a zeroed window of `len` bytes on every rank of `boot`.
     /// Collective: every rank passes the same `len` (checked first, through
     /// the bootstrap's bounded allgather, so a rank that asks for another
-    /// size or never comes fails every rank instead of hanging them).
+    /// size or never comes fails every rank instead of hanging them). For
+    /// [`WindowKind::Create`] the ranks also agree that `MPI_Alloc_mem`
+    /// succeeded everywhere before `MPI_Win_create`, and for both kinds that
+    /// the creation call did; a rank whose creation call fails inside MPI
+    /// while the others wait in it is not bounded (see the module docs).
     pub fn new(boot: &'env MpiBootstrap, len: usize, kind: WindowKind) -> Result<Window<'env>> {
         let all = boot.allgather(&(len as u64).to_le_bytes())?;
         let len = agree_on_len(&all)?;
@@ -183,12 +265,11 @@ impl<'env> Window<'env> {
         let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
         let mut base: *mut u8 = std::ptr::null_mut();
         let size = len as ffi::MPI_Aint; // checked by agree_on_len
-                                         // SAFETY: out-parameters are valid; the communicator is live and
-                                         // returns errors (MpiBootstrap sets MPI_ERRORS_RETURN on it).
-        unsafe {
-            match kind {
-                WindowKind::Allocate => check(
-                    "MPI_Win_allocate",
+        let (call, rc) = match kind {
+            WindowKind::Allocate => {
+                // SAFETY: out-parameters are valid; the communicator is live
+                // and returns errors (MpiBootstrap sets MPI_ERRORS_RETURN).
+                let rc = unsafe {
                     ffi::MPI_Win_allocate(
                         size,
                         1,
@@ -196,33 +277,48 @@ impl<'env> Window<'env> {
                         comm,
                         (&mut base as *mut *mut u8).cast(),
                         &mut win,
-                    ),
-                )?,
-                WindowKind::Create => {
-                    check(
-                        "MPI_Alloc_mem",
-                        ffi::MPI_Alloc_mem(
-                            size,
-                            ffi::RSMPI_INFO_NULL,
-                            (&mut base as *mut *mut u8).cast(),
-                        ),
-                    )?;
-                    let rc = ffi::MPI_Win_create(
-                        base.cast(),
-                        size,
-                        1,
-                        ffi::RSMPI_INFO_NULL,
-                        comm,
-                        &mut win,
-                    );
-                    if let Err(e) = check("MPI_Win_create", rc) {
-                        ffi::MPI_Free_mem(base.cast());
-                        return Err(e);
-                    }
-                }
+                    )
+                };
+                ("MPI_Win_allocate", rc)
             }
+            WindowKind::Create => {
+                // SAFETY: the out-parameter is valid.
+                let rc = unsafe {
+                    ffi::MPI_Alloc_mem(
+                        size,
+                        ffi::RSMPI_INFO_NULL,
+                        (&mut base as *mut *mut u8).cast(),
+                    )
+                };
+                // A rank without memory must not leave the others in
+                // MPI_Win_create: agree first, bounded.
+                let agreed = agree_on_rc(boot, "MPI_Alloc_mem", rc);
+                if agreed.is_err() {
+                    // SAFETY: a plain constant exported by the shim.
+                    if rc == unsafe { fabkit_mpi_success } {
+                        // SAFETY: allocated just above, not exposed.
+                        unsafe { ffi::MPI_Free_mem(base.cast()) };
+                    }
+                    agreed?;
+                }
+                // SAFETY: base holds `size` bytes from MPI_Alloc_mem; the
+                // communicator is live and returns errors.
+                let rc = unsafe {
+                    ffi::MPI_Win_create(base.cast(), size, 1, ffi::RSMPI_INFO_NULL, comm, &mut win)
+                };
+                ("MPI_Win_create", rc)
+            }
+        };
+        // SAFETY: a plain constant exported by the shim.
+        let created = rc == unsafe { fabkit_mpi_success };
+        if created {
+            boot.window_created();
+        } else if kind == WindowKind::Create {
+            // SAFETY: from MPI_Alloc_mem above; no window exposes it.
+            unsafe { ffi::MPI_Free_mem(base.cast()) };
         }
-        // From here Drop frees the window.
+        // From here Drop leaves the window (no collective), and the
+        // bootstrap, which counts it live, skips MPI_Finalize.
         let w = Window {
             win,
             base,
@@ -232,9 +328,21 @@ impl<'env> Window<'env> {
             size: boot.size(),
             locked_all: false,
             locked: BTreeSet::new(),
+            posted: RefCell::new(Vec::new()),
             boot,
-            fail_after: Cell::new(None),
+            #[cfg(feature = "test-seams")]
+            fail_after: std::cell::Cell::new(None),
         };
+        // Every rank learns whether every rank has a window, bounded: a
+        // rank whose call failed returns here instead of in a later
+        // collective the others would wait for.
+        let agreed = agree_on_rc(boot, call, rc);
+        if !created {
+            std::mem::forget(w);
+            agreed?;
+            return check(call, rc).map(|_| unreachable!("agreed on a failure"));
+        }
+        agreed?;
         // SAFETY: the window is live; the handler constant comes from rsmpi.
         // Errors come back to the caller, naming the call, instead of
         // aborting the job.
@@ -246,6 +354,36 @@ impl<'env> Window<'env> {
         unsafe { std::ptr::write_bytes(w.base, 0, len) };
         boot.barrier()?;
         Ok(w)
+    }
+
+    /// Frees the window: collective, every rank calls it at the same point.
+    /// Ends the epochs this rank holds, meets the other ranks in the
+    /// bootstrap's bounded barrier, then `MPI_Win_free` (which waits without
+    /// a deadline, hence the barrier first). When the barrier fails, or the
+    /// bootstrap is already broken, the window is left to the process's end
+    /// and the error returned; MPI is then not finalized.
+    pub fn free(mut self) -> Result<()> {
+        self.boot.usable()?;
+        self.unlock_all()?;
+        for t in std::mem::take(&mut self.locked) {
+            // SAFETY: the window is live and locked on t by us.
+            check_on("MPI_Win_unlock", t, unsafe {
+                ffi::MPI_Win_unlock(t as i32, self.win)
+            })?;
+        }
+        self.boot.barrier()?;
+        // SAFETY: the window is live; every rank reached the barrier above
+        // and frees its window next. The bootstrap (and so MPI) outlives
+        // self, which borrows it.
+        let rc = unsafe { ffi::MPI_Win_free(&mut self.win) };
+        check("MPI_Win_free", rc)?;
+        self.boot.window_freed();
+        if self.kind == WindowKind::Create {
+            // SAFETY: from MPI_Alloc_mem; the window exposing it is freed.
+            unsafe { ffi::MPI_Free_mem(self.base.cast()) };
+        }
+        std::mem::forget(self);
+        Ok(())
     }
 
     /// Bytes per rank.
@@ -263,31 +401,44 @@ impl<'env> Window<'env> {
         self.kind
     }
 
-    /// Test seam: the next `calls` data-moving MPI calls (Put, Get, the
-    /// atomics) are issued, and the one after fails with `MPI_ERR_OTHER`
-    /// without reaching MPI; then the seam is off again. It exists because
-    /// Open MPI's `osc sm` returns no error for any operation that passes
-    /// [`Window::execute`]'s checks, so an MPI error mid-batch cannot be
+    /// Test seam (feature `test-seams`, for this crate's tests only): the
+    /// next `calls` data-moving MPI calls (Put, Get, the atomics) are
+    /// issued, and the one after fails with `MPI_ERR_OTHER` without reaching
+    /// MPI; then the seam is off again. It exists because neither of Open
+    /// MPI's one-node components returns an error for an operation that
+    /// passes [`Window::execute`]'s checks: `osc sm` copies through shared
+    /// memory, and `osc pt2pt` reports a bad target access at the target,
+    /// not to the origin's call. So an MPI error mid-batch cannot be
     /// provoked here for real.
+    #[cfg(feature = "test-seams")]
     #[doc(hidden)]
     pub fn fail_after(&self, calls: usize) {
         self.fail_after.set(Some(calls));
     }
 
-    /// Ends the process through `MPI_Abort` when the call that completes an
-    /// epoch's operations failed: MPI cannot cancel an RMA operation, so a
-    /// Get or atomic result could land in a buffer after the caller got it
-    /// back. The launcher then ends every rank.
-    fn closed(&self, call: &'static str, rc: i32) -> Result<()> {
-        check(call, rc).inspect_err(|e| {
-            eprintln!(
-                "fabkit: rank {}: {e}: operations of the epoch may still write the \
-                 caller's buffers, so this rank aborts the MPI job",
-                self.rank
-            );
-            // SAFETY: the communicator is live; MPI_Abort does not return.
-            unsafe { ffi::MPI_Abort(self.boot.comm(), 1) };
-        })
+    /// Checks the return code of the call that completes an epoch's
+    /// operations, and ends the process if it failed: MPI cannot cancel an
+    /// RMA operation, so a Get or atomic result could land in a buffer after
+    /// the caller got it back. The message goes to stderr (a failed write is
+    /// ignored: nothing may unwind from here), then `MPI_Abort` ends the job
+    /// through the launcher, and should it return, `abort()` ends this
+    /// process.
+    fn closed(&self, call: &'static str, peer: Option<usize>, rc: i32) {
+        let Err(e) = (match peer {
+            Some(p) => check_on(call, p, rc),
+            None => check(call, rc),
+        }) else {
+            return;
+        };
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "fabkit: rank {}: {e}: operations of the epoch may still write the \
+             caller's buffers, so this rank aborts the MPI job",
+            self.rank
+        );
+        // SAFETY: the communicator is live.
+        unsafe { ffi::MPI_Abort(self.boot.comm(), 1) };
+        std::process::abort();
     }
 
     /// Starts a passive-target epoch on all ranks (`MPI_Win_lock_all`).
@@ -308,14 +459,15 @@ impl<'env> Window<'env> {
         Ok(())
     }
 
-    /// Ends the `lock_all` epoch.
+    /// Ends the `lock_all` epoch. If `MPI_Win_unlock_all` fails the epoch
+    /// counts as still open.
     pub fn unlock_all(&mut self) -> Result<()> {
         if self.locked_all {
-            self.locked_all = false;
             // SAFETY: the window is live and locked by us.
             check("MPI_Win_unlock_all", unsafe {
                 ffi::MPI_Win_unlock_all(self.win)
             })?;
+            self.locked_all = false;
         }
         Ok(())
     }
@@ -339,23 +491,19 @@ impl<'env> Window<'env> {
                 "rank {rank}'s window is already locked by this rank; unlock it first"
             )));
         }
-        // SAFETY: plain constants exported by the shim.
-        let kind = unsafe {
-            if exclusive {
-                fabkit_mpi_lock_exclusive
-            } else {
-                fabkit_mpi_lock_shared
-            }
-        };
         // SAFETY: the window is live and rank is valid.
-        check("MPI_Win_lock", unsafe {
-            ffi::MPI_Win_lock(kind, rank as i32, 0, self.win)
+        check_on("MPI_Win_lock", rank, unsafe {
+            ffi::MPI_Win_lock(lock_kind(exclusive), rank as i32, 0, self.win)
         })?;
         self.locked.insert(rank);
         Ok(())
     }
 
     /// Ends the epoch [`Window::lock`] started on `rank`.
+    ///
+    /// # Aborts
+    ///
+    /// When `MPI_Win_unlock` fails (see [`Window::execute`]).
     pub fn unlock(&mut self, rank: usize) -> Result<()> {
         if !self.locked.remove(&rank) {
             return Err(Error::InvalidArgument(format!(
@@ -363,9 +511,9 @@ impl<'env> Window<'env> {
             )));
         }
         // SAFETY: the window is live and locked on `rank` by us.
-        check("MPI_Win_unlock", unsafe {
-            ffi::MPI_Win_unlock(rank as i32, self.win)
-        })
+        let rc = unsafe { ffi::MPI_Win_unlock(rank as i32, self.win) };
+        self.closed("MPI_Win_unlock", Some(rank), rc);
+        Ok(())
     }
 
     /// Executes a batch inside the passive-target epoch already open on its
@@ -382,11 +530,20 @@ impl<'env> Window<'env> {
     /// flushed even when issuing fails part-way, so that what was issued
     /// is complete before the caller's error path (a release) runs and no
     /// result lands in a buffer after this returns.
+    ///
+    /// # Aborts
+    ///
+    /// When a flush fails: what was issued may still be in flight and MPI
+    /// cannot cancel it, so the process ends the MPI job (`MPI_Abort`, then
+    /// `abort()`) rather than return with the caller's buffers still
+    /// targeted.
     pub fn execute_in_epoch(&mut self, ops: &mut [Op<'_>]) -> Result<()> {
-        for op in ops.iter() {
-            self.validate(op)?;
-        }
-        let targets: BTreeSet<usize> = ops.iter().map(|o| o.target().rank).collect();
+        let targets = self.validate_all(ops)?;
+        self.in_epoch(ops, &targets)
+    }
+
+    /// [`Window::execute_in_epoch`] after validation.
+    fn in_epoch(&mut self, ops: &mut [Op<'_>], targets: &BTreeSet<usize>) -> Result<()> {
         if !self.locked_all {
             if let Some(t) = targets.iter().find(|t| !self.locked.contains(t)) {
                 return Err(Error::InvalidArgument(format!(
@@ -395,11 +552,10 @@ impl<'env> Window<'env> {
             }
         }
         let issued = self.issue(ops);
-        for &t in &targets {
+        for &t in targets {
             // SAFETY: the window is live and in an epoch on t.
-            self.closed("MPI_Win_flush", unsafe {
-                ffi::MPI_Win_flush(t as i32, self.win)
-            })?;
+            let rc = unsafe { ffi::MPI_Win_flush(t as i32, self.win) };
+            self.closed("MPI_Win_flush", Some(t), rc);
         }
         issued
     }
@@ -410,7 +566,8 @@ impl<'env> Window<'env> {
     }
 
     /// `MPI_Win_fence`: collective; ends one active-target epoch and opens the
-    /// next. Targets of [`Sync::Fence`] call this once per origin batch.
+    /// next. Targets of [`Sync::Fence`] call this once per origin batch. Not
+    /// bounded (see the module docs).
     pub fn fence(&self) -> Result<()> {
         // SAFETY: the window is live.
         check("MPI_Win_fence", unsafe { ffi::MPI_Win_fence(0, self.win) })
@@ -447,14 +604,45 @@ impl<'env> Window<'env> {
         unsafe {
             let rc = ffi::MPI_Win_post(g, 0, self.win);
             ffi::MPI_Group_free(&mut g);
-            check("MPI_Win_post", rc)
+            check("MPI_Win_post", rc)?;
         }
+        *self.posted.borrow_mut() = origins.to_vec();
+        Ok(())
     }
 
-    /// PSCW target side: waits until the origins completed (`MPI_Win_wait`).
+    /// PSCW target side: waits until the origins completed their access
+    /// epoch, through `MPI_Win_test` with naps (50 us doubling up to the
+    /// bootstrap's nap ceiling), for at most the bootstrap's timeout. On a
+    /// timeout the exposure epoch stays open and the error names the origins
+    /// waited for; the window cannot take part in another epoch then.
     pub fn wait(&self) -> Result<()> {
-        // SAFETY: the window is live and posted.
-        check("MPI_Win_wait", unsafe { ffi::MPI_Win_wait(self.win) })
+        let limit = self.boot.wait_limit();
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(50);
+        loop {
+            let mut done = 0;
+            // SAFETY: the window is live and posted.
+            check("MPI_Win_test", unsafe {
+                ffi::MPI_Win_test(self.win, &mut done)
+            })?;
+            if done != 0 {
+                self.posted.borrow_mut().clear();
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= limit {
+                let origins: Vec<String> =
+                    self.posted.borrow().iter().map(|r| r.to_string()).collect();
+                return Err(Error::WindowTimeout {
+                    call: "MPI_Win_wait",
+                    rank: self.rank,
+                    origins: origins.join(", "),
+                    timeout: limit,
+                });
+            }
+            std::thread::sleep(nap.min(limit - waited));
+            nap = (nap * 2).min(Duration::from_millis(5));
+        }
     }
 
     fn validate(&self, op: &Op<'_>) -> Result<()> {
@@ -494,6 +682,14 @@ impl<'env> Window<'env> {
         Ok(())
     }
 
+    /// Validates every op; on success, the set of their targets.
+    fn validate_all(&self, ops: &[Op<'_>]) -> Result<BTreeSet<usize>> {
+        for op in ops {
+            self.validate(op)?;
+        }
+        Ok(ops.iter().map(|o| o.target().rank).collect())
+    }
+
     /// Executes a batch from this origin under `sync` and returns when every
     /// operation is complete at the origin (results delivered). Everything
     /// is validated before the first call; when an MPI call fails part-way,
@@ -501,74 +697,105 @@ impl<'env> Window<'env> {
     /// error is returned, so the window is ready for the next batch. For
     /// [`Sync::Fence`] every rank must fence once per batch; for
     /// [`Sync::Pscw`] each target must [`Window::post`] before and
-    /// [`Window::wait`] after.
+    /// [`Window::wait`] after. Under those two, a batch that fails before
+    /// anything is issued (a bad op, a failed group or `MPI_Win_start`)
+    /// still takes part in the epoch the other ranks are in: it fences, or
+    /// starts and completes an empty access epoch on the valid targets, so
+    /// that no target is left in its fence or wait. An active-target batch
+    /// inside an open lock epoch is refused without any MPI call (mixing
+    /// them is erroneous MPI); the other ranks' fence or wait is then not
+    /// met.
+    ///
+    /// # Aborts
+    ///
+    /// When the call that completes the epoch (flush, unlock, fence,
+    /// complete) fails: what was issued may still be in flight and MPI
+    /// cannot cancel it, so the process ends the MPI job (`MPI_Abort`, then
+    /// `abort()`) rather than return with the caller's buffers still
+    /// targeted.
     pub fn execute(&mut self, sync: Sync, ops: &mut [Op<'_>]) -> Result<()> {
-        for op in ops.iter() {
-            self.validate(op)?;
+        if sync != Sync::LockAll && (self.locked_all || !self.locked.is_empty()) {
+            return Err(Error::InvalidArgument(format!(
+                "a {sync:?} execute inside an open lock epoch is erroneous; unlock first"
+            )));
         }
-        let targets: BTreeSet<usize> = ops.iter().map(|o| o.target().rank).collect();
+        let valid = self.validate_all(ops);
         match sync {
             Sync::LockAll => {
+                let targets = valid?;
                 self.lock_all()?;
-                self.execute_in_epoch(ops)
+                self.in_epoch(ops, &targets)
             }
             Sync::LockShared | Sync::LockExclusive => {
-                if self.locked_all || !self.locked.is_empty() {
-                    return Err(Error::InvalidArgument(
-                        "a lock-per-batch execute inside an open lock epoch is erroneous; \
-                         unlock first"
-                            .into(),
-                    ));
-                }
-                // SAFETY: plain constants exported by the shim.
-                let lock = unsafe {
-                    if sync == Sync::LockShared {
-                        fabkit_mpi_lock_shared
-                    } else {
-                        fabkit_mpi_lock_exclusive
-                    }
-                };
+                let targets = valid?;
+                let lock = lock_kind(sync == Sync::LockExclusive);
                 for &t in &targets {
                     // SAFETY: the window is live; t is a valid rank. A
                     // failure here leaves nothing issued on t, and every
                     // earlier target is already unlocked.
-                    check("MPI_Win_lock", unsafe {
+                    check_on("MPI_Win_lock", t, unsafe {
                         ffi::MPI_Win_lock(lock, t as i32, 0, self.win)
                     })?;
                     let mut mine: Vec<&mut Op<'_>> =
                         ops.iter_mut().filter(|o| o.target().rank == t).collect();
                     let r = self.issue_refs(&mut mine);
                     // SAFETY: locked just above.
-                    self.closed("MPI_Win_unlock", unsafe {
-                        ffi::MPI_Win_unlock(t as i32, self.win)
-                    })?;
+                    let rc = unsafe { ffi::MPI_Win_unlock(t as i32, self.win) };
+                    self.closed("MPI_Win_unlock", Some(t), rc);
                     r?;
                 }
                 Ok(())
             }
             Sync::Fence => {
-                // Fence even when issuing failed: it completes what was
-                // issued, and every other rank is waiting in its fence.
-                let r = self.issue(ops);
+                // Fence even when validation or issuing failed: it completes
+                // what was issued, and every other rank is in its fence.
+                let r = valid.and_then(|_| self.issue(ops));
                 // SAFETY: the window is live.
-                self.closed("MPI_Win_fence", unsafe { ffi::MPI_Win_fence(0, self.win) })?;
+                let rc = unsafe { ffi::MPI_Win_fence(0, self.win) };
+                self.closed("MPI_Win_fence", None, rc);
                 r
             }
             Sync::Pscw => {
-                let mut g = self.group_of(&targets)?;
-                // SAFETY: window and group live; the group is freed below.
-                let rc = unsafe { ffi::MPI_Win_start(g, 0, self.win) };
-                // SAFETY: as above.
-                unsafe { ffi::MPI_Group_free(&mut g) };
-                check("MPI_Win_start", rc)?;
-                let r = self.issue(ops);
+                let targets = match &valid {
+                    Ok(t) => t.clone(),
+                    // The targets that posted for this origin expect an
+                    // access epoch: give them an empty one.
+                    Err(_) => ops
+                        .iter()
+                        .map(|o| o.target().rank)
+                        .filter(|&r| r < self.size)
+                        .collect(),
+                };
+                if let Err(e) = self.start(&targets) {
+                    // Nothing was issued and no epoch is open; the targets
+                    // end their wait at their timeout.
+                    return Err(valid.err().unwrap_or(e));
+                }
+                let r = valid.and_then(|_| self.issue(ops));
                 // SAFETY: the access epoch was started above.
-                self.closed("MPI_Win_complete", unsafe {
-                    ffi::MPI_Win_complete(self.win)
-                })?;
+                let rc = unsafe { ffi::MPI_Win_complete(self.win) };
+                self.closed("MPI_Win_complete", None, rc);
                 r
             }
         }
+    }
+
+    /// `MPI_Win_start` on `targets` (PSCW origin side).
+    fn start(&self, targets: &BTreeSet<usize>) -> Result<()> {
+        let mut g = self.group_of(targets)?;
+        // SAFETY: window and group live; the group is freed below.
+        let rc = unsafe { ffi::MPI_Win_start(g, 0, self.win) };
+        // SAFETY: as above.
+        unsafe { ffi::MPI_Group_free(&mut g) };
+        check("MPI_Win_start", rc).map_err(|e| match (e, targets.first()) {
+            (Error::Mpi { call, code, msg }, Some(&peer)) if targets.len() == 1 => Error::MpiPeer {
+                call,
+                peer,
+                code,
+                msg,
+            },
+            (e, _) => e,
+        })
     }
 
     fn issue(&self, ops: &mut [Op<'_>]) -> Result<()> {
@@ -578,6 +805,7 @@ impl<'env> Window<'env> {
 
     /// The return code the test seam ([`Window::fail_after`]) puts in place
     /// of the call, if it is armed and this call is the one to fail.
+    #[cfg(feature = "test-seams")]
     fn injected(&self) -> Option<i32> {
         let left = self.fail_after.get()?;
         if left == 0 {
@@ -588,6 +816,11 @@ impl<'env> Window<'env> {
             self.fail_after.set(Some(left - 1));
             None
         }
+    }
+
+    #[cfg(not(feature = "test-seams"))]
+    fn injected(&self) -> Option<i32> {
+        None
     }
 
     /// Issues the MPI calls, stopping at the first that fails (the caller
@@ -675,46 +908,25 @@ impl<'env> Window<'env> {
                     }
                 }
             };
-            check(call, rc).map_err(|_| Error::MpiOp {
-                op: kind,
-                peer: at.rank,
-                call,
-                code: rc,
-                msg: error_string(rc),
-            })?;
+            // SAFETY: a plain constant exported by the shim.
+            if rc != unsafe { fabkit_mpi_success } {
+                return Err(Error::MpiOp {
+                    op: kind,
+                    peer: at.rank,
+                    call,
+                    code: rc,
+                    msg: error_string(rc),
+                });
+            }
         }
         Ok(())
     }
 }
 
 impl Drop for Window<'_> {
-    fn drop(&mut self) {
-        if self.boot.is_broken() {
-            // MPI_Win_free is collective and would wait for the ranks the
-            // broken collective never saw: leave the window to the process's
-            // end.
-            return;
-        }
-        let _ = self.unlock_all();
-        for t in std::mem::take(&mut self.locked) {
-            // SAFETY: the window is live and locked on t by us.
-            unsafe { ffi::MPI_Win_unlock(t as i32, self.win) };
-        }
-        // MPI_Win_free waits for every rank without a deadline: meet them
-        // first in the bootstrap's bounded barrier, and leave the window to
-        // the process's end if one never comes (the bootstrap is then
-        // broken, so MPI is not finalized either).
-        if self.boot.barrier().is_err() {
-            return;
-        }
-        // SAFETY: the window is live; MPI_Win_free is collective, and every
-        // rank drops its window at the same point of the program. The
-        // bootstrap (and so MPI) outlives self, which borrows it.
-        unsafe {
-            ffi::MPI_Win_free(&mut self.win);
-            if self.kind == WindowKind::Create {
-                ffi::MPI_Free_mem(self.base.cast());
-            }
-        }
-    }
+    /// No collective: a window dropped without [`Window::free`] is on an
+    /// error path (one rank's `?` or panic), where the others may be in any
+    /// collective. It is left to the process's end; the bootstrap still
+    /// counts it live and so skips `MPI_Finalize`.
+    fn drop(&mut self) {}
 }

@@ -314,10 +314,11 @@ mod over_mpi {
             ranks: n,
         };
         let checks = run_checks(&r, boot)?;
-        r.win.borrow_mut().unlock_all()?;
-        boot.barrier()?;
+        let rank = r.me;
+        // Collective: ends the epoch, meets the other ranks (bounded), frees.
+        r.win.into_inner().free()?;
         Ok(RankReport {
-            rank: r.me,
+            rank,
             provider: format!("mpi osc={}", crate::mpiperf::osc_in_force()),
             domain: format!("{kind:?} window").to_lowercase(),
             progress_thread: false,

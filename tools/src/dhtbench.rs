@@ -378,7 +378,7 @@ pub fn run_rank_mpi(
             // the others share one lock_all epoch.
             let t = MpiTransport::new(boot, cfg.region_len(), kind, v == Variant::Coarse)?;
             let (run, t) = run_variant(a, cfg, t, boot)?;
-            drop(t); // MPI_Win_free: collective, every rank here
+            t.free()?; // MPI_Win_free: collective, every rank here
             Ok(run)
         })
         .collect()

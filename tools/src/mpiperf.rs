@@ -256,6 +256,6 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
         out.push(run(&mut win, &c, bytes, iters, a.warmup)?);
         boot.barrier()?;
     }
-    drop(win);
+    win.free()?; // collective: every rank is here
     Ok(out.into_iter().filter(|r| r.iters > 0).collect())
 }

@@ -13,8 +13,12 @@
 //! here, and a release in a later batch never overtakes the data before it.
 //!
 //! The transport borrows the [`MpiBootstrap`] through its window, so it
-//! cannot outlive `MPI_Finalize`. A failed batch never leaves an epoch open:
-//! the window completes what was issued before returning the error, and the
+//! cannot outlive `MPI_Finalize`. Free it with [`MpiTransport::free`]
+//! (collective, e.g. on what [`Dht::free`](crate::Dht::free) gives back);
+//! dropping it instead leaves the window to the process's end and MPI
+//! unfinalized (see [`fabkit_fabric::mpi_rma`]), which is what an error path
+//! on one rank needs. A failed batch never leaves an epoch open: the window
+//! completes what was issued before returning the error, and the
 //! per-operation locks taken here are released whatever fails.
 
 use std::cell::{Cell, RefCell};
@@ -71,6 +75,12 @@ impl<'env> MpiTransport<'env> {
             per_op_locks,
             held: Cell::new(None),
         })
+    }
+
+    /// Frees the window: collective, every rank calls it at the same point
+    /// (bounded by the bootstrap's timeout up to `MPI_Win_free`).
+    pub fn free(self) -> Result<()> {
+        self.win.into_inner().free()
     }
 }
 
