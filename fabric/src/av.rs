@@ -76,7 +76,8 @@ unsafe impl Sync for AvInner {}
 impl Drop for AvInner {
     fn drop(&mut self) {
         // SAFETY: we own the fid; endpoints bound to it hold an Arc to us.
-        unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "av") }
+        // Nothing of ours is left to leak on failure.
+        let _ = unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "av", &self._domain.log) };
     }
 }
 
@@ -115,6 +116,7 @@ impl AddressVector {
             let i = &*domain.inner.info.as_ptr();
             (i.addr_format, i.src_addrlen)
         };
+        domain.inner.log.opened("av");
         Ok(AddressVector {
             inner: Arc::new(AvInner {
                 fid: NonNull::new(fid).expect("fi_av_open returned success and null"),

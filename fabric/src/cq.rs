@@ -146,8 +146,12 @@ unsafe impl Sync for CqInner {}
 impl Drop for CqInner {
     fn drop(&mut self) {
         // SAFETY: we own the fid; endpoints bound to it hold an Arc to us and
-        // are closed already.
-        unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "cq") }
+        // are closed already. The slots are leaked on failure: the provider
+        // may still write completions naming them.
+        let rc = unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "cq", &self._domain.log) };
+        if rc != 0 {
+            std::mem::forget(std::mem::take(&mut self.slots));
+        }
     }
 }
 
@@ -197,6 +201,7 @@ impl CompletionQueue {
                 len: AtomicUsize::new(0),
             })
             .collect();
+        domain.inner.log.opened("cq");
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
                 fid: NonNull::new(fid).expect("fi_cq_open returned success and null"),

@@ -26,6 +26,8 @@ pub(crate) struct EpInner {
     pub(crate) cq: Arc<CqInner>,
     _av: Arc<AvInner>,
     pub(crate) domain: Arc<DomainInner>,
+    /// Set by [`EpInner::close`] once `fi_close` succeeded.
+    closed: bool,
 }
 
 // SAFETY: the domain is FI_THREAD_SAFE, so the endpoint may be used from any
@@ -36,11 +38,34 @@ unsafe impl Sync for EpInner {}
 
 impl Drop for EpInner {
     fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
         // SAFETY: we own the fid, and every region registered through this
         // endpoint holds an Arc to it, so all of them are closed already.
         // Buffers of operations that timed out are not ours: their owner
-        // (the Rank) frees them after this close, which ends the operations.
-        unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "endpoint") }
+        // (the Rank) closes us with `close`, which checks the result.
+        let _ = unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "endpoint", &self.domain.log) };
+    }
+}
+
+impl EpInner {
+    /// Closes the endpoint and says whether it closed. fi_endpoint(3): once
+    /// `fi_close` on the endpoint has returned, no operation posted on it
+    /// touches its buffers any more; until then they must not be released.
+    /// On failure the endpoint and its parents (CQ, AV, domain, fabric) are
+    /// leaked: the provider may still complete operations into the CQ, and
+    /// closing the parents would fail with -FI_EBUSY anyway.
+    pub(crate) fn close(mut self) -> Result<()> {
+        // SAFETY: we own the fid and, owning `self`, no region holds an Arc
+        // to us any more; it is not used again.
+        let rc = unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "endpoint", &self.domain.log) };
+        if rc != 0 {
+            std::mem::forget(self);
+            return Err(call_error("fi_close(endpoint)", -rc));
+        }
+        self.closed = true;
+        Ok(())
     }
 }
 
@@ -66,7 +91,9 @@ impl Endpoint {
             cq: cq.inner.clone(),
             _av: av.inner.clone(),
             domain: domain.inner.clone(),
+            closed: false,
         };
+        domain.inner.log.opened("endpoint");
         // SAFETY: all fids are open; the endpoint holds Arcs to the CQ and
         // AV, so they outlive the binding (likewise for the two calls below).
         check("fi_ep_bind(av)", unsafe {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{close_fid, DomainInner};
 use crate::ep::EpInner;
-use crate::error::{check, Error, Result};
+use crate::error::{call_error, check, Error, Result};
 
 /// Page alignment for registered buffers: some providers (FI_MR_ALLOCATED
 /// hardware) want page-backed memory, and it keeps u64 words aligned.
@@ -49,19 +49,29 @@ pub struct MemoryRegion {
     len: usize,
     backing: Backing,
     fid: NonNull<ffi::fid_mr>,
-    /// False once [`MemoryRegion::deregister`] closed the fid: only the
-    /// buffer is left.
-    open: bool,
+    /// Whether the registration is still open, or how closing it went.
+    reg: Reg,
     key: u64,
     desc: *mut libc::c_void,
     remote_base: u64,
     // Field order is drop order: the MR closes (in Drop) before these go.
-    /// The endpoint the region was registered through. Held whether or not
-    /// the provider binds regions to endpoints (FI_MR_ENDPOINT), so that
-    /// ownership, and its tests, are the same on every provider: an
-    /// endpoint closes only after its regions.
+    /// The endpoint the region was registered through, until the
+    /// registration closes. Held whether or not the provider binds regions
+    /// to endpoints (FI_MR_ENDPOINT), so that ownership, and its tests, are
+    /// the same on every provider: an endpoint closes only after its live
+    /// regions. A [`Retired`] region lets go of it where nothing binds it.
     _ep: Option<Arc<EpInner>>,
     _domain: Arc<DomainInner>,
+}
+
+/// The state of a region's registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reg {
+    Open,
+    Closed,
+    /// `fi_close` failed with this (positive) code: the provider may still
+    /// use the buffer, which is therefore never freed.
+    CloseFailed(i32),
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -82,10 +92,22 @@ unsafe impl Sync for MemoryRegion {}
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        self.deregister();
-        // SAFETY: the MR is closed (above, or earlier by `deregister`, whose
-        // caller then kept the buffer until the endpoint closed), so the
-        // provider no longer accesses the buffer, which we free next.
+        if self.close_registration().is_err() {
+            // The provider may still access the buffer, and its parents
+            // would refuse to close: leak all of it rather than free it.
+            std::mem::forget(self._ep.take());
+            std::mem::forget(self._domain.clone());
+            if let Backing::Shared { _segment } =
+                std::mem::replace(&mut self.backing, Backing::Heap(Layout::new::<u8>()))
+            {
+                std::mem::forget(_segment);
+            }
+            return;
+        }
+        // SAFETY: the MR closed successfully, so the provider no longer
+        // accesses the buffer through it; a buffer an operation that timed
+        // out may still write is a `Retired` one, which frees it only after
+        // its endpoint closed. We free it once, here.
         unsafe {
             if let Backing::Heap(layout) = self.backing {
                 std::alloc::dealloc(self.buf.as_ptr(), layout);
@@ -95,18 +117,39 @@ impl Drop for MemoryRegion {
 }
 
 impl MemoryRegion {
-    /// Closes the registration but keeps the buffer, and lets go of the
-    /// endpoint. For a buffer an operation that timed out may still write:
-    /// closing the endpoint ends such operations, but under FI_MR_ENDPOINT
-    /// the endpoint cannot close before its regions; so the owner closes the
-    /// region first, then the endpoint, then drops the buffer.
-    pub(crate) fn deregister(&mut self) {
-        if std::mem::replace(&mut self.open, false) {
-            // SAFETY: we own the MR fid and it is open (checked above); it is
-            // never used again (`open` is false).
-            unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "mr") };
+    /// Closes the registration (once) but keeps the buffer; on success lets
+    /// go of the endpoint. Safe on its own: the buffer stays allocated
+    /// whatever the provider still does with it.
+    fn close_registration(&mut self) -> Result<()> {
+        match self.reg {
+            Reg::Closed => Ok(()),
+            Reg::CloseFailed(code) => Err(call_error("fi_close(mr)", code)),
+            Reg::Open => {
+                // SAFETY: we own the MR fid and it is open; it is never used
+                // again (`reg` is no longer Open).
+                let rc =
+                    unsafe { close_fid(&mut (*self.fid.as_ptr()).fid, "mr", &self._domain.log) };
+                if rc != 0 {
+                    self.reg = Reg::CloseFailed(-rc);
+                    return Err(call_error("fi_close(mr)", -rc));
+                }
+                self.reg = Reg::Closed;
+                self._ep = None;
+                Ok(())
+            }
         }
-        self._ep = None;
+    }
+
+    /// Retires a region an operation that did not complete (it timed out,
+    /// or its CQ failed) may still access: see [`Retired`].
+    pub(crate) fn retire(mut self) -> Retired {
+        let bound = self._domain.info.mr_mode() & ffi::FI_MR_ENDPOINT != 0;
+        if !bound {
+            // Nothing binds it to the endpoint, which must close before it
+            // (fi_endpoint(3)), so it must not hold the endpoint open.
+            self._ep = None;
+        }
+        Retired(Some(self))
     }
 
     /// Allocates `len` zeroed bytes and registers them for local and remote
@@ -183,12 +226,13 @@ impl MemoryRegion {
             check("fi_mr_reg", rc)?;
         }
         let fid = NonNull::new(fid).expect("fi_mr_reg returned success and null");
+        domain.log.opened("mr");
         let mut mr = MemoryRegion {
             buf,
             len,
             backing,
             fid,
-            open: true,
+            reg: Reg::Open,
             key: 0,
             desc: std::ptr::null_mut(),
             remote_base: 0,
@@ -306,5 +350,53 @@ impl MemoryRegion {
                 ))
             })?;
         Ok(())
+    }
+}
+
+/// A region that an operation which did not complete may still access (it
+/// timed out, or its CQ failed): only closing the endpoint the operation
+/// was posted on ends it (fi_endpoint(3), `fi_close`: buffers must not be
+/// released, deregistered or reused until a completion is generated or the
+/// endpoint's close returns).
+///
+/// The owner (the Rank) closes things in the order libfabric needs: under
+/// `FI_MR_ENDPOINT` the registration, bound to the endpoint, closes first
+/// (cxi refuses to close an endpoint with a bound region open), then the
+/// endpoint, then the buffer is freed; otherwise the endpoint closes, then
+/// the registration, then the buffer. Dropping a `Retired` leaks it: it is
+/// freed only by [`Retired::free`], whose caller vouches that the endpoint
+/// has closed.
+#[derive(Debug)]
+pub(crate) struct Retired(Option<MemoryRegion>);
+
+impl Retired {
+    /// Closes the registration, keeping the buffer.
+    pub(crate) fn close_registration(&mut self) -> Result<()> {
+        match &mut self.0 {
+            Some(mr) => mr.close_registration(),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the registration if still open and frees the buffer, or leaks
+    /// it if that close fails.
+    ///
+    /// # Safety
+    /// No operation may still access the buffer: the endpoint every
+    /// operation on it was posted on has been closed with `fi_close`
+    /// returning 0 (or every such operation has completed).
+    pub(crate) unsafe fn free(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Retired {
+    fn drop(&mut self) {
+        // Not freed through `free`: the provider may still write the
+        // buffer, so it (and the registration, and what it holds open) is
+        // leaked.
+        if let Some(mr) = self.0.take() {
+            std::mem::forget(mr);
+        }
     }
 }

@@ -430,7 +430,7 @@ impl Rank {
         self.retired
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(old);
+            .push(old.retire());
         Ok(())
     }
 

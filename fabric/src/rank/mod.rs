@@ -35,7 +35,8 @@
 //! data order. [`Rank::ordering`] says which; [`Rank::ordering_stats`]
 //! counts what was done. No write is ever posted as an inject.
 
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -46,7 +47,7 @@ use crate::domain::{AtomicSupport, Domain, Fabric};
 use crate::ep::Endpoint;
 use crate::error::{Error, Result};
 use crate::info::{Info, Ordering};
-use crate::mr::{MemoryRegion, RemoteRegion};
+use crate::mr::{MemoryRegion, RemoteRegion, Retired};
 
 mod data;
 mod msg;
@@ -140,20 +141,24 @@ struct Peer {
 
 /// A rank: endpoint, exposed region and every peer's address and region.
 ///
-/// Dropping it stops the progress thread, closes the registrations of
-/// retired staging buffers, the staging buffer and the region, then the
-/// endpoint (which ends any operation that timed out), its CQ and AV, the
-/// domain and the fabric, and only then frees the retired buffers. Every
-/// fid is closed: [`Rank::fid_watch`] lets a test check it.
+/// Dropping it stops the progress thread, closes the staging buffer and the
+/// region, then closes the endpoint (which ends any operation that did not
+/// complete) and the registrations of retired staging buffers in the order
+/// the provider needs (under `FI_MR_ENDPOINT` the registrations first, as
+/// they are bound to the endpoint; otherwise the endpoint first, as
+/// fi_endpoint(3) asks), checking each close, and frees the retired buffers
+/// only if every close succeeded (else they are leaked, never freed under a
+/// NIC that may still write them). The CQ, AV, domain and fabric close
+/// after.
 pub struct Rank {
-    // Field order is drop order (after `Drop::drop` has stopped progress and
-    // deregistered the retired buffers): free the live buffers, close the
-    // endpoint and its parents, then free the retired buffers.
+    // `Drop::drop` stops progress and closes `staging`, `region`, `ep` and
+    // the retired buffers in order (see there); the other fields drop after
+    // it in field order: the CQ and AV, then the domain and the fabric.
     progress: Option<ProgressThread>,
-    staging: Mutex<MemoryRegion>,
-    region: MemoryRegion,
+    staging: ManuallyDrop<Mutex<MemoryRegion>>,
+    region: ManuallyDrop<MemoryRegion>,
     peers: Vec<Peer>,
-    ep: Endpoint,
+    ep: ManuallyDrop<Endpoint>,
     cq: CompletionQueue,
     _av: AddressVector,
     domain: Domain,
@@ -166,51 +171,99 @@ pub struct Rank {
     cfg: RankConfig,
     /// Why the rank refuses every operation, once it has failed.
     failed: OnceLock<String>,
-    /// Staging buffers retired after a timeout: an operation may still
-    /// write them, so they are freed only after the endpoint has closed.
-    /// Held here, not in the endpoint: a region keeps its endpoint alive, so
-    /// an endpoint holding its own retired regions would never close.
-    retired: Mutex<Vec<MemoryRegion>>,
+    /// Staging buffers retired after an operation on them did not complete:
+    /// it may still write them, so they are freed only after the endpoint
+    /// has closed. Held here, not in the endpoint: a region keeps its
+    /// endpoint alive, so an endpoint holding its own retired regions would
+    /// never close.
+    retired: Mutex<Vec<Retired>>,
+    /// Close retired registrations before the endpoint (`FI_MR_ENDPOINT`).
+    regions_first: bool,
 }
 
 impl Drop for Rank {
     fn drop(&mut self) {
         // The progress thread reads the CQ: stop it before anything closes.
         self.progress.take();
-        // A region bound to the endpoint must close before the endpoint; its
-        // buffer must outlive the endpoint (which ends late operations).
-        let retired = self.retired.get_mut().unwrap_or_else(|e| e.into_inner());
-        for mr in retired.iter_mut() {
-            mr.deregister();
+        let mut retired = std::mem::take(self.retired.get_mut().unwrap_or_else(|e| e.into_inner()));
+        // SAFETY: each of the three fields is dropped or taken exactly once,
+        // here, and the rank is not used afterwards. The live staging buffer
+        // and the region have no operation of ours in flight (one that did
+        // not complete retired its staging buffer), so they close and free
+        // now; under FI_MR_ENDPOINT they must close before the endpoint.
+        let ep = unsafe {
+            ManuallyDrop::drop(&mut self.staging);
+            ManuallyDrop::drop(&mut self.region);
+            ManuallyDrop::take(&mut self.ep)
+        };
+        let mut closed = true;
+        if self.regions_first {
+            for r in &mut retired {
+                closed &= r.close_registration().is_ok();
+            }
+        }
+        // Initiators borrow the rank and its live regions are closed, so
+        // the rank holds the endpoint's last reference.
+        closed = closed
+            && match Arc::try_unwrap(ep.inner) {
+                Ok(ep) => ep.close().is_ok(),
+                Err(shared) => {
+                    eprintln!(
+                        "fabkit: rank {}: its endpoint is still referenced elsewhere, so it \
+                         cannot be closed now",
+                        self.rank
+                    );
+                    drop(shared);
+                    false
+                }
+            };
+        if !self.regions_first && closed {
+            for r in &mut retired {
+                closed &= r.close_registration().is_ok();
+            }
+        }
+        if closed {
+            for r in retired {
+                // SAFETY: the endpoint every operation on it was posted on
+                // has closed (fi_close returned 0).
+                unsafe { r.free() };
+            }
+        } else if !retired.is_empty() {
+            eprintln!(
+                "fabkit: rank {}: a close failed, so {} retired staging buffer(s) the NIC \
+                 may still write are leaked, not freed",
+                self.rank,
+                retired.len()
+            );
+            drop(retired); // leaks them
         }
     }
 }
 
-/// Weak references to a rank's fids, to check after the rank is dropped that
-/// each was closed (its owner dropped, which closes it). For leak tests.
+/// The opens and closes of a rank's fids (fabric, domain, CQ, AV, endpoint,
+/// memory regions) with each `fi_close`'s result, readable after the rank
+/// is dropped. For leak and close-order tests.
+#[doc(hidden)]
 #[derive(Debug)]
-pub struct FidWatch {
-    ep: Weak<crate::ep::EpInner>,
-    cq: Weak<crate::cq::CqInner>,
-    av: Weak<crate::av::AvInner>,
-    domain: Weak<crate::domain::DomainInner>,
-    fabric: Weak<crate::domain::FabricInner>,
-}
+pub struct FidWatch(Arc<crate::domain::FidLog>);
 
 impl FidWatch {
-    /// The fids still open, by kind (empty once all are closed).
+    /// The fids not closed successfully, one kind name per fid (empty once
+    /// every fid was closed with `fi_close` returning 0).
     pub fn open(&self) -> Vec<&'static str> {
-        [
-            ("endpoint", self.ep.strong_count()),
-            ("completion queue", self.cq.strong_count()),
-            ("address vector", self.av.strong_count()),
-            ("domain", self.domain.strong_count()),
-            ("fabric", self.fabric.strong_count()),
-        ]
-        .into_iter()
-        .filter(|&(_, n)| n > 0)
-        .map(|(what, _)| what)
-        .collect()
+        self.0.open()
+    }
+
+    /// The kinds closed so far, in order, with `fi_close`'s return codes.
+    pub fn closes(&self) -> Vec<(&'static str, i32)> {
+        self.0
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                crate::domain::FidEvent::Closed(w, rc) => Some((w, rc)),
+                crate::domain::FidEvent::Opened(_) => None,
+            })
+            .collect()
     }
 }
 
@@ -307,14 +360,16 @@ impl Rank {
     }
 
     /// Watches this rank's fids; see [`FidWatch`].
+    #[doc(hidden)]
     pub fn fid_watch(&self) -> FidWatch {
-        FidWatch {
-            ep: Arc::downgrade(&self.ep.inner),
-            cq: Arc::downgrade(&self.cq.inner),
-            av: Arc::downgrade(&self._av.inner),
-            domain: Arc::downgrade(&self.domain.inner),
-            fabric: Arc::downgrade(&self._fabric.inner),
-        }
+        FidWatch(self.domain.inner.log.clone())
+    }
+
+    /// Test hook: close as under `FI_MR_ENDPOINT` (retired registrations
+    /// before the endpoint), which no provider here asks for.
+    #[doc(hidden)]
+    pub fn close_regions_first(&mut self) {
+        self.regions_first = true;
     }
 
     /// Operations that timed out (or whose CQ failed) and have not

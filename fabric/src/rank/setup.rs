@@ -214,10 +214,11 @@ impl Rank {
         boot.barrier()?;
         Ok(Rank {
             progress,
-            staging: Mutex::new(staging),
-            region,
+            staging: std::mem::ManuallyDrop::new(Mutex::new(staging)),
+            region: std::mem::ManuallyDrop::new(region),
             peers,
-            ep,
+            regions_first: info.mr_mode() & fabric_sys::FI_MR_ENDPOINT != 0,
+            ep: std::mem::ManuallyDrop::new(ep),
             cq,
             _av: av,
             domain,
