@@ -254,7 +254,7 @@ impl Bootstrap for FileBootstrap {
 }
 
 #[cfg(feature = "mpi")]
-pub use self::mpi_boot::MpiBootstrap;
+pub use self::mpi_boot::{MpiBootstrap, DEFAULT_MAX_NAP, DEFAULT_TIMEOUT};
 
 #[cfg(feature = "mpi")]
 mod mpi_boot {

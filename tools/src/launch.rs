@@ -87,7 +87,12 @@ impl Launch {
         match self {
             Launch::Threads(n) => run_threads(*n, timeout, f),
             #[cfg(feature = "mpi")]
-            Launch::Mpi(boot) => run_mpi(boot, |b| f(b)),
+            Launch::Mpi(boot) => {
+                // The bootstrap's collectives wait as long as the caller's
+                // (it was made with MpiBootstrap's default).
+                boot.set_timeout(timeout);
+                run_mpi(boot, |b| f(b))
+            }
             Launch::Files(boot) => run_files(boot, |b| f(b)),
         }
     }

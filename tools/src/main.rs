@@ -105,7 +105,8 @@ enum Cmd {
         #[arg(short = 'n', long)]
         ranks: Option<usize>,
         /// Seconds a rank waits for the others at each bootstrap exchange
-        /// (the file bootstrap; under --mpi, mpirun's own timeouts apply).
+        /// (the file bootstrap; under --mpi, each rank's command's own
+        /// --timeout applies to its MPI bootstrap).
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
         /// Launch with Open MPI's mpirun instead (MPI bootstrap), -n ranks
@@ -187,6 +188,7 @@ fn run_check(args: &CheckArgs) -> Result<bool> {
         let reports = match (&launch, mpi_kind) {
             #[cfg(feature = "mpi")]
             (Launch::Mpi(boot), Some(kind)) => {
+                boot.set_timeout(to);
                 launch::run_mpi(boot, |b| check::run_rank_mpi(kind, b))?
             }
             (_, Some(_)) => anyhow::bail!(
