@@ -174,7 +174,7 @@ impl Rank {
     /// the first of them). With [`Ordering::None`] it is posted like a
     /// transmit-complete write.
     pub fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
-        let mut staging = self.staging.lock().unwrap();
+        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         self.execute_with(&mut staging, ops)
     }
 
@@ -183,21 +183,22 @@ impl Rank {
     pub fn initiator(&self) -> Result<Initiator<'_>> {
         Ok(Initiator {
             rank: self,
-            staging: self.ep.register(self.cfg.staging_len)?,
+            staging: Some(self.ep.register(self.cfg.staging_len)?),
         })
     }
 
-    fn execute_with(&self, staging: &mut MemoryRegion, ops: &mut [Op<'_>]) -> Result<()> {
+    fn execute_with(&self, slot: &mut Option<MemoryRegion>, ops: &mut [Op<'_>]) -> Result<()> {
         self.alive()?;
+        let staging_len = self.staging_of(slot)?.len();
         for op in ops.iter() {
-            self.validate(op, staging.len())?;
+            self.validate(op, staging_len)?;
         }
         // Split ops into pieces no larger than a transfer or the staging buffer.
         let chunk = self
             .info
             .max_msg_size()
             .max(1)
-            .min(staging.len())
+            .min(staging_len)
             .min(1 << 30);
         // Read-after-write data order holds only up to this size.
         let raw_chunk = chunk.min(self.info.max_order_raw_size().max(1));
@@ -261,7 +262,7 @@ impl Rank {
             to_fence.sort_unstable();
             to_fence.dedup();
         }
-        let result = self.run_rounds(staging, ops, &mut pieces);
+        let result = self.run_rounds(slot, ops, &mut pieces);
         for &peer in &to_fence {
             self.fences.mark(peer);
         }
@@ -272,10 +273,11 @@ impl Rank {
     /// failed round.
     fn run_rounds(
         &self,
-        staging: &mut MemoryRegion,
+        slot: &mut Option<MemoryRegion>,
         ops: &mut [Op<'_>],
         pieces: &mut [Piece],
     ) -> Result<()> {
+        let staging_len = self.staging_of(slot)?.len();
         let mut next = 0;
         while next < pieces.len() {
             // Plan one round: as many pieces as the window and staging allow.
@@ -287,24 +289,25 @@ impl Rank {
                 } else {
                     pieces[next].len.next_multiple_of(8)
                 };
-                if used + need > staging.len() && next > start {
+                if used + need > staging_len && next > start {
                     break;
                 }
                 pieces[next].stage_off = used;
                 used += need;
                 next += 1;
             }
-            self.run_round(staging, ops, &pieces[start..next])?;
+            self.run_round(slot, ops, &pieces[start..next])?;
         }
         Ok(())
     }
 
     fn run_round(
         &self,
-        staging: &mut MemoryRegion,
+        slot: &mut Option<MemoryRegion>,
         ops: &mut [Op<'_>],
         round: &[Piece],
     ) -> Result<()> {
+        let staging = self.staging_of(slot)?;
         // Stage inputs.
         for p in round {
             if p.read_back {
@@ -345,7 +348,9 @@ impl Rank {
                 }
             }
         }
-        let mut timed_out = false;
+        // Set when an operation's fate is unknown (it may still access the
+        // staging buffer), so the buffer must be retired.
+        let mut retire = false;
         let mut received = vec![0usize; round.len()];
         for (i, (t, p, fenced)) in tickets.iter().enumerate() {
             let outcome = self.cq.inner.wait(*t, deadline);
@@ -361,11 +366,15 @@ impl Rank {
                 }
                 Outcome::CqFailed { call, code } => {
                     // Its fate is unknown: the staging buffer is retired.
-                    timed_out = true;
+                    retire = true;
+                    if p.kind == OpKind::Recv {
+                        // A receive would otherwise stay posted.
+                        self.ep.cancel(*t);
+                    }
                     first_err.get_or_insert(Error::completion_queue(p.kind, p.peer, call, code));
                 }
                 Outcome::TimedOut => {
-                    timed_out = true;
+                    retire = true;
                     if p.kind == OpKind::Recv {
                         // A receive would otherwise stay posted.
                         self.ep.cancel(*t);
@@ -378,10 +387,10 @@ impl Rank {
                 }
             }
         }
-        if timed_out {
-            self.retire(staging)?;
-        }
         if let Some(e) = first_err {
+            if retire {
+                self.retire(slot);
+            }
             return Err(e);
         }
         // Deliver outputs.
@@ -421,17 +430,43 @@ impl Rank {
         Ok(())
     }
 
-    /// Replaces a staging buffer that may still be written by operations that
-    /// timed out; the old one is kept by the rank until its endpoint has
-    /// closed (see [`Rank`]'s drop order).
-    pub(super) fn retire(&self, staging: &mut MemoryRegion) -> Result<()> {
-        let fresh = self.ep.register(staging.len())?;
-        let old = std::mem::replace(staging, fresh);
+    /// Retires a staging buffer that operations which did not complete may
+    /// still access: it goes to the rank, which frees it only after its
+    /// endpoint has closed (see [`Rank`]'s drop), and a fresh one takes its
+    /// place. It is retired first, so it is never used again whatever
+    /// follows; if no fresh one can be registered the slot stays empty and
+    /// the rank fails (every later call says why).
+    pub(super) fn retire(&self, slot: &mut Option<MemoryRegion>) {
+        let Some(old) = slot.take() else {
+            return;
+        };
+        let len = old.len();
         self.retired
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(old.retire());
-        Ok(())
+        match self.ep.register(len) {
+            Ok(fresh) => *slot = Some(fresh),
+            Err(e) => self.fail(format!(
+                "an operation did not complete, so its staging buffer was retired, and no \
+                 new one could be registered ({e})"
+            )),
+        }
+    }
+
+    /// The staging buffer in `slot`; none is there only after [`Rank::retire`]
+    /// failed, which failed the rank.
+    pub(super) fn staging_of<'s>(
+        &self,
+        slot: &'s Option<MemoryRegion>,
+    ) -> Result<&'s MemoryRegion> {
+        match slot {
+            Some(s) => Ok(s),
+            None => {
+                self.fail("its staging buffer was retired and not replaced".into());
+                Err(self.alive().expect_err("a failed rank is not alive"))
+            }
+        }
     }
 
     /// Posts one piece; returns its ticket and whether it carries a fence.
@@ -584,7 +619,8 @@ impl Rank {
 #[derive(Debug)]
 pub struct Initiator<'r> {
     rank: &'r Rank,
-    staging: MemoryRegion,
+    /// Empty only once the rank has failed (see [`Rank::retire`]).
+    staging: Option<MemoryRegion>,
 }
 
 impl Initiator<'_> {

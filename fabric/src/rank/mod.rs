@@ -155,7 +155,8 @@ pub struct Rank {
     // the retired buffers in order (see there); the other fields drop after
     // it in field order: the CQ and AV, then the domain and the fabric.
     progress: Option<ProgressThread>,
-    staging: ManuallyDrop<Mutex<MemoryRegion>>,
+    /// Empty only once the rank has failed (see [`Rank::retire`]).
+    staging: ManuallyDrop<Mutex<Option<MemoryRegion>>>,
     region: ManuallyDrop<MemoryRegion>,
     peers: Vec<Peer>,
     ep: ManuallyDrop<Endpoint>,
@@ -388,6 +389,11 @@ impl Rank {
     /// queue broke, or operations that never complete hold so many
     /// completion slots that a full window no longer fits (it would
     /// otherwise shrink, op by op, until the rank hangs).
+    /// Fails the rank for good with `reason`, unless it has failed already.
+    pub(super) fn fail(&self, reason: String) {
+        let _ = self.failed.set(reason);
+    }
+
     pub(super) fn alive(&self) -> Result<()> {
         let failed = |reason: &String| Error::RankFailed {
             rank: self.rank,

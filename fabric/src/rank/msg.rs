@@ -21,7 +21,7 @@ impl Rank {
         timeout: Duration,
         op: OpKind,
         peer: usize,
-        staging: &mut MemoryRegion,
+        staging: &mut Option<MemoryRegion>,
     ) -> Result<usize> {
         match self.cq.inner.wait(t, deadline) {
             Outcome::Done { len } => Ok(len),
@@ -30,12 +30,12 @@ impl Rank {
             }
             Outcome::TimedOut => {
                 self.ep.cancel(t);
-                self.retire(staging)?;
+                self.retire(staging);
                 Err(Error::Timeout { op, peer, timeout })
             }
             Outcome::CqFailed { call, code } => {
                 self.ep.cancel(t);
-                self.retire(staging)?;
+                self.retire(staging);
                 Err(Error::completion_queue(op, peer, call, code))
             }
         }
@@ -58,7 +58,8 @@ impl Rank {
     pub fn send(&self, to: usize, data: &[u8]) -> Result<()> {
         self.alive()?;
         let peer = *self.peer(to)?;
-        let mut staging = self.staging.lock().unwrap();
+        let mut slot = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let staging = self.staging_of(&slot)?;
         self.check_msg_len(data.len(), staging.len())?;
         staging.fill(0, data)?;
         let deadline = Instant::now() + self.cfg.timeout;
@@ -70,15 +71,8 @@ impl Rank {
                 // until completion (or retirement); ctx is a reserved slot.
                 unsafe { ffi::fi_send(ep, buf, data.len(), desc, peer.addr, ctx) }
             })?;
-        self.settle(
-            t,
-            deadline,
-            self.cfg.timeout,
-            OpKind::Send,
-            to,
-            &mut staging,
-        )
-        .map(drop)
+        self.settle(t, deadline, self.cfg.timeout, OpKind::Send, to, &mut slot)
+            .map(drop)
     }
 
     /// Receives one message into `buf` and returns its length. `from` is the
@@ -93,7 +87,8 @@ impl Rank {
     pub fn recv_within(&self, from: usize, buf: &mut [u8], timeout: Duration) -> Result<usize> {
         self.alive()?;
         self.peer(from)?;
-        let mut staging = self.staging.lock().unwrap();
+        let mut slot = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let staging = self.staging_of(&slot)?;
         self.check_msg_len(buf.len(), staging.len())?;
         let deadline = Instant::now() + timeout;
         let (ep, sbuf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
@@ -104,9 +99,9 @@ impl Rank {
             unsafe { ffi::fi_recv(ep, sbuf, len, desc, ffi::FI_ADDR_UNSPEC, ctx) }
         })?;
         let got = self
-            .settle(t, deadline, timeout, OpKind::Recv, from, &mut staging)?
+            .settle(t, deadline, timeout, OpKind::Recv, from, &mut slot)?
             .min(len);
-        staging.snapshot(0, &mut buf[..got])?;
+        self.staging_of(&slot)?.snapshot(0, &mut buf[..got])?;
         Ok(got)
     }
 }

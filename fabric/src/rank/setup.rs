@@ -214,7 +214,7 @@ impl Rank {
         boot.barrier()?;
         Ok(Rank {
             progress,
-            staging: std::mem::ManuallyDrop::new(Mutex::new(staging)),
+            staging: std::mem::ManuallyDrop::new(Mutex::new(Some(staging))),
             region: std::mem::ManuallyDrop::new(region),
             peers,
             regions_first: info.mr_mode() & fabric_sys::FI_MR_ENDPOINT != 0,
