@@ -20,6 +20,9 @@ use crate::variant::{
     Mode, Outcome, Probe, Run, Shape, Step, MAX_RUN,
 };
 
+/// The longest key or value a table takes: 1 MiB.
+pub const MAX_FIELD: usize = 1 << 20;
+
 /// The longest deadline [`Dht::set_deadline`] takes: a week.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -97,8 +100,28 @@ impl Config {
                 self.candidates
             )));
         }
+        // Bounded lengths keep the bucket layout's own sums small; the
+        // region's size is computed checked, since `buckets` is anyone's.
+        if self.key_len > MAX_FIELD || self.value_len > MAX_FIELD {
+            return Err(Error::Config(format!(
+                "keys of {} B and values of {} B: each must be at most {MAX_FIELD} B",
+                self.key_len, self.value_len
+            )));
+        }
+        let layout = self.layout();
+        let region = self
+            .buckets
+            .checked_mul(layout.bucket_len as u64)
+            .and_then(|b| b.checked_add(layout.header_len as u64))
+            .filter(|&b| usize::try_from(b).is_ok());
+        let Some(region) = region else {
+            return Err(Error::Config(format!(
+                "{} buckets of {} B per rank overflow a region's size; use fewer buckets",
+                self.buckets, layout.bucket_len
+            )));
+        };
         if let Some(mem) = physical_memory() {
-            let need = self.region_len() as u128;
+            let need = u128::from(region);
             if need > mem as u128 {
                 return Err(Error::Config(format!(
                     "{} buckets of {} B need {need} B per rank, more than this machine's {mem} B \

@@ -16,6 +16,8 @@ use fabkit_fabric::bootstrap::Bootstrap;
 use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::{self, Record};
+
 /// Variant choice on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum VariantArg {
@@ -42,37 +44,38 @@ pub struct DhtArgs {
     #[arg(short, long)]
     pub domain: Option<String>,
     /// In-process ranks (ignored under mpirun, where each process is one).
-    #[arg(short = 'n', long, default_value_t = 4)]
+    #[arg(short = 'n', long, default_value = "4", value_parser = bounds::ranks)]
     pub ranks: usize,
     /// Which variant(s).
     #[arg(short, long, value_enum, default_value = "all")]
     pub variant: VariantArg,
-    /// Keys written per rank.
-    #[arg(short, long, default_value_t = 2000)]
+    /// Keys written per rank (as many as fit in memory and, distinct, in
+    /// the key length).
+    #[arg(short, long, default_value = "2000", value_parser = bounds::keys)]
     pub keys: u64,
-    /// Buckets per rank (default: keys per rank x ranks x 2, a load of 50 %).
-    #[arg(long)]
+    /// Buckets per rank (default: keys per rank x 2, a load of 50 %).
+    #[arg(long, value_parser = bounds::buckets)]
     pub buckets: Option<u64>,
     /// Keys per batch (read_many / write_many); 1 = one blocking op at a
     /// time, like the MPI-DHT.
-    #[arg(short, long, default_value_t = 64)]
+    #[arg(short, long, default_value = "64", value_parser = bounds::batch)]
     pub batch: usize,
-    /// Key and value lengths in bytes.
-    #[arg(long, default_value = "80,104", value_delimiter = ',', num_args = 2)]
-    pub record: Vec<usize>,
+    /// Key and value lengths in bytes, as KEY,VALUE (each 1 B to 1 MiB).
+    #[arg(long, value_name = "KEY,VALUE", default_value = "80,104", value_parser = bounds::record)]
+    pub record: Record,
     /// Rounds of the hot-key check: every rank updates one key at once,
-    /// then reads it back (0: skip).
-    #[arg(long, default_value_t = 20)]
+    /// then reads it back (0: skip; at most 10^6).
+    #[arg(long, default_value = "20", value_parser = bounds::rounds)]
     pub hot_rounds: u64,
     /// Seconds to wait for any one operation before giving up.
-    #[arg(long, default_value_t = 10.0)]
-    pub timeout: f64,
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = bounds::secs)]
+    pub timeout: Duration,
     /// Give ranks on the same node direct access to each other's regions
     /// (shared memory), with libfabric for the rest; atomics are CPU atomics
     /// only when every rank is on this node.
     #[arg(long)]
     pub shm: bool,
-    /// Also write the per-variant results as JSON to FILE.
+    /// Also write the per-variant results as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
     /// Run over MPI one-sided RMA on a window of this kind instead of
@@ -150,7 +153,7 @@ fn hot_key<T: Transport>(
     boot: &dyn Bootstrap,
 ) -> Result<HotKey> {
     let (me, n) = (boot.rank() as u64, boot.size() as u64);
-    let k = key(u64::from(u32::MAX), 0, klen);
+    let k = Keys::new(a, n, klen)?.hot();
     let mut hot = HotKey::default();
     for round in 0..a.hot_rounds {
         boot.barrier()?;
@@ -168,10 +171,64 @@ fn hot_key<T: Transport>(
     Ok(hot)
 }
 
-fn key(rank: u64, i: u64, len: usize) -> Vec<u8> {
-    let mut k = format!("rank{rank:04}-key{i:012}").into_bytes();
-    k.resize(len, b'#');
-    k
+/// The keys a run writes and looks up: each rank's written keys, as many
+/// absent ones, and the hot key, all distinct. A key is its number in
+/// big-endian in the first min(key length, 8) bytes, then `#`s, so a key of
+/// any length down to 1 byte holds as many distinct keys as it can.
+#[derive(Clone, Copy, Debug)]
+struct Keys {
+    len: usize,
+    per_rank: u64,
+    ranks: u64,
+}
+
+impl Keys {
+    /// The keys of a job of `ranks` ranks; refuses a key length that cannot
+    /// hold them all distinct.
+    fn new(a: &DhtArgs, ranks: u64, len: usize) -> Result<Keys> {
+        let k = Keys {
+            len,
+            per_rank: a.keys,
+            ranks,
+        };
+        // Written and absent keys of every rank, and the hot key.
+        let needed = ranks
+            .checked_mul(a.keys)
+            .and_then(|x| x.checked_mul(2))
+            .and_then(|x| x.checked_add(1));
+        let room = 1u128 << (8 * len.min(8));
+        if needed.is_none_or(|n| u128::from(n) > room) {
+            return Err(bounds::usage(format!(
+                "{len}-byte keys hold {room} distinct keys, and {ranks} ranks with --keys {} \
+                 need 2 x ranks x keys + 1 of them (written, absent, hot); use longer keys \
+                 (--record) or fewer --keys",
+                a.keys
+            )));
+        }
+        Ok(k)
+    }
+
+    fn make(&self, id: u64) -> Vec<u8> {
+        let w = self.len.min(8);
+        let mut k = id.to_be_bytes()[8 - w..].to_vec();
+        k.resize(self.len, b'#');
+        k
+    }
+
+    /// Key `i` that rank `rank` writes.
+    fn written(&self, rank: u64, i: u64) -> Vec<u8> {
+        self.make(rank * self.per_rank + i)
+    }
+
+    /// Key `i` of rank `rank`'s absent keys, which nobody writes.
+    fn absent(&self, rank: u64, i: u64) -> Vec<u8> {
+        self.make((self.ranks + rank) * self.per_rank + i)
+    }
+
+    /// The key every rank updates at once.
+    fn hot(&self) -> Vec<u8> {
+        self.make(2 * self.ranks * self.per_rank)
+    }
 }
 
 fn value(k: &[u8], len: usize) -> Vec<u8> {
@@ -202,11 +259,63 @@ fn gather(boot: &dyn Bootstrap, mine: [u64; 2]) -> Result<Vec<[u64; 2]>> {
 
 fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
     let mut cfg = Config::new(variant);
-    cfg.key_len = a.record[0];
-    cfg.value_len = a.record[1];
-    cfg.buckets = a.buckets.unwrap_or((a.keys * 2).max(64));
+    cfg.key_len = a.record.key;
+    cfg.value_len = a.record.value;
+    cfg.buckets = match a.buckets {
+        Some(b) => b,
+        None => a.keys.checked_mul(2).ok_or_else(|| {
+            bounds::usage(format!("--keys {} is too many to size a table for", a.keys))
+        })?,
+    }
+    .max(64);
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// Checks what the command line asks of a job of `ranks` ranks, `in_process`
+/// of them in this process, before anything is set up: every variant's
+/// table, the memory it needs and keys distinct in the key length.
+pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize) -> Result<()> {
+    for v in variants(a) {
+        let cfg = config(a, v)?;
+        check_memory(a, &cfg, in_process as u64)?;
+    }
+    Keys::new(a, ranks as u64, a.record.key).map(|_| ())
+}
+
+/// Refuses a run whose generated keys and values, with every in-process
+/// rank's region, would not fit in this machine's memory: allocation
+/// failure aborts, so it is checked before anything is allocated.
+fn check_memory(a: &DhtArgs, cfg: &Config, in_process: u64) -> Result<()> {
+    let Some(mem) = physical_memory() else {
+        return Ok(());
+    };
+    // Each rank holds its written keys and values, one batch of others',
+    // and its region; in-process ranks share this machine.
+    let per_key = (cfg.key_len as u128) + (cfg.value_len as u128) + 64;
+    let need =
+        (u128::from(a.keys) * per_key + cfg.region_len() as u128) * u128::from(in_process.max(1));
+    if need > u128::from(mem) {
+        return Err(bounds::usage(format!(
+            "--keys {} with --record {},{} and {} buckets per rank need about {need} B \
+             ({in_process} in-process ranks), more than this machine's {mem} B of memory; \
+             lower --keys or --buckets",
+            a.keys, cfg.key_len, cfg.value_len, cfg.buckets
+        )));
+    }
+    Ok(())
+}
+
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = text
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    kb.checked_mul(1024)
 }
 
 fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {
@@ -214,7 +323,7 @@ fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {
     rc.domain = a.domain.clone();
     rc.region_len = cfg.region_len();
     rc.atomics = cfg.variant.needs_atomics();
-    rc.timeout = Duration::from_secs_f64(a.timeout);
+    rc.timeout = a.timeout;
     rc.window = a.batch.clamp(1, 256);
     rc
 }
@@ -233,11 +342,12 @@ fn run_variant<T: Transport>(
     let (klen, vlen) = (cfg.key_len, cfg.value_len);
     let variant = cfg.variant;
     let n = boot.size() as u64;
+    let keys = Keys::new(a, n, klen)?;
     let provider = t.name();
     let d = Dht::create(t, cfg, boot)?;
     let me = boot.rank() as u64;
 
-    let mine: Vec<Vec<u8>> = (0..a.keys).map(|i| key(me, i, klen)).collect();
+    let mine: Vec<Vec<u8>> = (0..a.keys).map(|i| keys.written(me, i)).collect();
     let vals: Vec<Vec<u8>> = mine.iter().map(|k| value(k, vlen)).collect();
     boot.barrier()?;
     let t = Instant::now();
@@ -251,7 +361,7 @@ fn run_variant<T: Transport>(
     let (mut lost, mut false_hits) = (0u64, 0u64);
     let t = Instant::now();
     for r in 0..n {
-        let present: Vec<Vec<u8>> = (0..a.keys).map(|i| key((me + r) % n, i, klen)).collect();
+        let present: Vec<Vec<u8>> = (0..a.keys).map(|i| keys.written((me + r) % n, i)).collect();
         for ks in present.chunks(a.batch) {
             let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
             for (k, got) in ks.iter().zip(d.read_many(&refs)?) {
@@ -262,7 +372,7 @@ fn run_variant<T: Transport>(
             }
         }
     }
-    let absent: Vec<Vec<u8>> = (0..a.keys).map(|i| key(me + 1_000_000, i, klen)).collect();
+    let absent: Vec<Vec<u8>> = (0..a.keys).map(|i| keys.absent(me, i)).collect();
     for ks in absent.chunks(a.batch) {
         let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
         false_hits += d
@@ -301,8 +411,10 @@ fn run_variant<T: Transport>(
         provider,
         ranks: n as usize,
         batch: a.batch,
-        writes_per_sec: (n * a.keys) as f64 / slow(0),
-        reads_per_sec: (n * a.keys * (n + 1)) as f64 / slow(1),
+        // As floats: the counts only feed rates (n x keys fits u64, n x keys
+        // x (n + 1) need not).
+        writes_per_sec: n as f64 * a.keys as f64 / slow(0),
+        reads_per_sec: n as f64 * a.keys as f64 * (n + 1) as f64 / slow(1),
         stats,
         // Every rank reads every key: count each missing key once.
         lost: sum(0) / n,
@@ -356,6 +468,21 @@ pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
             Ok(run)
         })
         .collect()
+}
+
+/// How long a rank waits for the others at a phase barrier: a rank may be
+/// a whole phase behind, each batch of a phase may take up to --timeout, and
+/// the longest phase (reading every rank's keys, then as many absent ones)
+/// has (ranks + 1) x ceil(keys / batch) batches; plus one --timeout for the
+/// exchange itself. Saturates rather than overflows.
+pub fn phase_bound(a: &DhtArgs, ranks: usize) -> Duration {
+    let batches = a
+        .keys
+        .div_ceil(a.batch.max(1) as u64)
+        .saturating_mul(ranks as u64 + 1)
+        .saturating_add(1);
+    a.timeout
+        .saturating_mul(u32::try_from(batches).unwrap_or(u32::MAX))
 }
 
 /// Runs the chosen variants on this rank over MPI windows.

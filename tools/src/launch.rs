@@ -41,13 +41,10 @@ impl Launch {
     /// MPI when started by a launcher, else `n` threads.
     pub fn detect(n: usize) -> Result<Launch> {
         if let Some(dir) = std::env::var_os(ENV_DIR) {
-            let timeout: f64 = env_num(ENV_TIMEOUT)?;
-            let boot = FileBootstrap::new(
-                dir,
-                env_num(ENV_RANK)?,
-                env_num(ENV_SIZE)?,
-                Duration::from_secs_f64(timeout),
-            )?;
+            let secs: String = env_num(ENV_TIMEOUT)?;
+            let timeout =
+                crate::bounds::secs(&secs).map_err(|e| anyhow!("{ENV_TIMEOUT}={secs}: {e}"))?;
+            let boot = FileBootstrap::new(dir, env_num(ENV_RANK)?, env_num(ENV_SIZE)?, timeout)?;
             return Ok(Launch::Files(boot));
         }
         if !launched_by_mpi() {
@@ -63,6 +60,16 @@ impl Launch {
         Err(anyhow!(
             "started by an MPI launcher, but this fabkit was built without the `mpi` feature"
         ))
+    }
+
+    /// Ranks in the job, and how many of them run in this process.
+    pub fn ranks(&self) -> (usize, usize) {
+        match self {
+            Launch::Threads(n) => (*n, *n),
+            #[cfg(feature = "mpi")]
+            Launch::Mpi(boot) => (boot.size(), 1),
+            Launch::Files(boot) => (boot.size(), 1),
+        }
     }
 
     /// A short description for reports.
@@ -174,9 +181,13 @@ where
     let mine = match f(boot) {
         Ok(v) => serde_json::to_vec(&v)?,
         Err(e) => {
-            eprintln!("fabkit: rank {}: error: {e:#}", boot.rank());
+            eprintln!(
+                "fabkit: rank {}: error: {}",
+                boot.rank(),
+                crate::bounds::one_line(&e)
+            );
             // MPI_Abort: the launcher ends every rank.
-            boot.world().abort(2);
+            boot.world().abort(crate::bounds::exit_code(&e).into());
         }
     };
     let all = boot.allgather(&mine)?;

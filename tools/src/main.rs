@@ -3,6 +3,7 @@
 //! Subcommands share one setup path (provider, ranks, launcher); see
 //! `fabkit --help`.
 
+mod bounds;
 mod check;
 mod dhtbench;
 mod info;
@@ -89,7 +90,7 @@ enum Cmd {
     /// every variant on `shm` and `tcp;ofi_rxm`.
     Demo {
         /// Ranks per check.
-        #[arg(short = 'n', long, default_value_t = 4)]
+        #[arg(short = 'n', long, default_value = "4", value_parser = bounds::ranks)]
         ranks: usize,
     },
     /// Start a fabkit command as ranks in processes on this machine, one per
@@ -102,13 +103,13 @@ enum Cmd {
         netns: Vec<String>,
         /// Ranks: without --netns, plain processes; with --mpi, spread evenly
         /// over the namespaces.
-        #[arg(short = 'n', long)]
+        #[arg(short = 'n', long, value_parser = bounds::ranks)]
         ranks: Option<usize>,
         /// Seconds a rank waits for the others at each bootstrap exchange
         /// (the file bootstrap; under --mpi, each rank's command's own
         /// --timeout applies to its MPI bootstrap).
-        #[arg(long, default_value_t = 60.0)]
-        timeout: f64,
+        #[arg(long, value_name = "SECS", default_value = "60", value_parser = bounds::secs)]
+        timeout: Duration,
         /// Launch with Open MPI's mpirun instead (MPI bootstrap), -n ranks
         /// spread evenly over the namespaces; needs a testbed with
         /// management links (`ipoib-eval testbed up --mgmt`).
@@ -141,11 +142,11 @@ struct CheckArgs {
     #[arg(short, long)]
     domain: Option<String>,
     /// In-process ranks (ignored under mpirun/srun, where each process is one).
-    #[arg(short = 'n', long, default_value_t = 2)]
+    #[arg(short = 'n', long, default_value = "2", value_parser = bounds::ranks)]
     ranks: usize,
     /// Seconds to wait for any one operation or peer before giving up.
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = bounds::secs)]
+    timeout: Duration,
     /// Also write the full per-rank report as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -157,17 +158,9 @@ struct CheckArgs {
     mpi: Option<mpiperf::WinArg>,
 }
 
-fn timeout(secs: f64) -> Result<Duration> {
-    anyhow::ensure!(
-        secs.is_finite() && secs > 0.0,
-        "--timeout must be a positive number of seconds, got {secs}"
-    );
-    Ok(Duration::from_secs_f64(secs))
-}
-
 fn run_check(args: &CheckArgs) -> Result<bool> {
     let launch = Launch::detect(args.ranks)?;
-    let to = timeout(args.timeout)?;
+    let to = args.timeout;
     let mut all_ok = true;
     let mut json = Vec::new();
     #[cfg(feature = "mpi")]
@@ -191,10 +184,12 @@ fn run_check(args: &CheckArgs) -> Result<bool> {
                 boot.set_timeout(to);
                 launch::run_mpi(boot, |b| check::run_rank_mpi(kind, b))?
             }
-            (_, Some(_)) => anyhow::bail!(
-                "--mpi checks MPI one-sided RMA and runs under an MPI launcher: \
-                 mpirun -n 2 fabkit check --mpi allocate"
-            ),
+            (_, Some(_)) => {
+                return Err(bounds::usage(
+                    "--mpi checks MPI one-sided RMA and runs under an MPI launcher: \
+                     mpirun -n 2 fabkit check --mpi allocate",
+                ))
+            }
             (_, None) => launch.run(to, |boot| {
                 let cfg = check::config(&provider, domain.clone(), boot.size(), to);
                 check::run_rank(cfg, boot)
@@ -210,29 +205,75 @@ fn run_check(args: &CheckArgs) -> Result<bool> {
         }));
     }
     if let (Some(path), false) = (&args.json, json.is_empty()) {
-        let text = serde_json::to_string_pretty(&json)?;
-        if path.as_os_str() == "-" {
-            println!("{text}");
-        } else {
-            std::fs::write(path, text + "\n")
-                .with_context(|| format!("writing {}", path.display()))?;
-        }
+        write_out(path, &(serde_json::to_string_pretty(&json)? + "\n"))?;
     }
     Ok(all_ok)
 }
 
+/// Writes `text` to `path`, or with `-` to the real standard output, which
+/// [`keep_stdout_for_data`] reserved for it.
 fn write_out(path: &std::path::Path, text: &str) -> Result<()> {
     if path.as_os_str() == "-" {
-        print!("{text}");
-        Ok(())
+        let mut out = match DATA_OUT.get() {
+            Some(f) => f.try_clone().context("duplicating standard output")?,
+            None => {
+                print!("{text}");
+                return Ok(());
+            }
+        };
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("writing to standard output")
     } else {
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     }
 }
 
+/// The real standard output, when `-` asked for data on it.
+static DATA_OUT: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+
+/// With `--json -` or `--csv -`, standard output carries that data and
+/// nothing else: the real stdout is kept for [`write_out`] and file
+/// descriptor 1 becomes a copy of stderr, so tables, progress and anything
+/// libfabric or MPI print go there.
+fn keep_stdout_for_data(cmd: &Cmd) -> Result<()> {
+    let is_dash = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    let (json, csv) = match cmd {
+        Cmd::Check(a) => (is_dash(&a.json), false),
+        Cmd::Perf(a) => (is_dash(&a.sweep.json), is_dash(&a.sweep.csv)),
+        #[cfg(feature = "mpi")]
+        Cmd::MpiPerf(a) => (is_dash(&a.sweep.json), is_dash(&a.sweep.csv)),
+        Cmd::Dht(a) => (is_dash(&a.json), false),
+        _ => (false, false),
+    };
+    bounds::ensure_usage!(
+        !(json && csv),
+        "--json - and --csv - cannot both have standard output: give one of them a file"
+    );
+    if !(json || csv) {
+        return Ok(());
+    }
+    use std::os::fd::AsFd;
+    let _ = std::io::stdout().flush();
+    let data = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating standard output")?;
+    // SAFETY: dup2 on two descriptors this process holds open (1 and 2);
+    // Rust's Stdout keeps using fd 1, which now refers to stderr's file.
+    if unsafe { libc::dup2(2, 1) } < 0 {
+        anyhow::bail!(
+            "redirecting the report to stderr: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let _ = DATA_OUT.set(std::fs::File::from(data));
+    Ok(())
+}
+
 fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
     let launch = Launch::detect(2)?;
-    let to = timeout(args.timeout)?;
+    let to = args.timeout;
     // Passive ranks wait at a barrier for a whole size: allow for slow sweeps.
     let barrier_timeout = to.max(std::time::Duration::from_secs(3600));
     let per_rank = launch.run(barrier_timeout, |boot| perf::run_rank(args, boot))?;
@@ -268,23 +309,27 @@ fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
 
 #[cfg(feature = "mpi")]
 fn run_mpi_perf(args: &mpiperf::MpiPerfArgs) -> Result<bool> {
+    mpiperf::refuse_send(args)?;
     let launch = Launch::detect(2)?;
     let Launch::Mpi(boot) = &launch else {
-        anyhow::bail!(
+        return Err(bounds::usage(
             "mpi-perf runs under an MPI launcher: mpirun -n 2 fabkit mpi-perf ... \
-             (as root add --allow-run-as-root; on few cores --oversubscribe)"
-        );
+             (as root add --allow-run-as-root; on few cores --oversubscribe)",
+        ));
     };
     let Some(per_rank) = launch::run_mpi(boot, |b| mpiperf::run_rank(args, b))? else {
         return Ok(true);
     };
     let points = perf::combine(args, 1, &per_rank);
     let osc = mpiperf::osc_in_force();
+    // How idle ranks wait is part of the method: under osc pt2pt the
+    // origin's latencies include the target's progress (mpiperf::run_rank).
     let method = format!(
         "MPI one-sided, osc {osc}, window {:?}, sync {:?}",
         args.win, args.sync
     )
-    .to_lowercase();
+    .to_lowercase()
+        + "; idle ranks poll MPI_Test, yielding between polls";
     emit(
         &args.sweep,
         &launch.describe(per_rank.len()),
@@ -331,18 +376,23 @@ fn emit(
 
 fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
     let launch = Launch::detect(args.ranks)?;
-    let to = timeout(args.timeout)?;
+    let (ranks, in_process) = launch.ranks();
+    dhtbench::validate(args, ranks, in_process)?;
+    // The bootstrap's waits are phase barriers: bounded by a phase, not by
+    // one operation's --timeout.
+    let to = dhtbench::phase_bound(args, ranks);
     #[cfg(feature = "mpi")]
     if let Some(win) = args.mpi {
         let Launch::Mpi(boot) = &launch else {
-            anyhow::bail!(
-                "--mpi runs under an MPI launcher: mpirun -n 2 fabkit dht --mpi allocate"
-            );
+            return Err(bounds::usage(
+                "--mpi runs under an MPI launcher: mpirun -n 2 fabkit dht --mpi allocate",
+            ));
         };
         let kind = match win {
             mpiperf::WinArg::Allocate => fabkit_fabric::mpi_rma::WindowKind::Allocate,
             mpiperf::WinArg::Create => fabkit_fabric::mpi_rma::WindowKind::Create,
         };
+        boot.set_timeout(to);
         let runs = dhtbench::run_rank_mpi(args, kind, boot)?;
         if fabkit_fabric::bootstrap::Bootstrap::rank(boot) != 0 {
             return Ok(true);
@@ -377,7 +427,16 @@ fn set_default_env() {
 
 fn main() -> ExitCode {
     set_default_env();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let subs: Vec<String> = <Cli as clap::CommandFactory>::command()
+                .get_subcommands()
+                .map(|c| c.get_name().to_string())
+                .collect();
+            return bounds::clap_exit(e, &subs);
+        }
+    };
     // MCA parameters are read at MPI_Init: set the one-sided components
     // before it, unless the user or mpirun --mca chose already.
     #[cfg(feature = "mpi")]
@@ -392,6 +451,10 @@ fn main() -> ExitCode {
             std::env::set_var("OMPI_MCA_osc", osc);
         }
     }
+    if let Err(e) = keep_stdout_for_data(&cli.cmd) {
+        eprintln!("fabkit: error: {}", bounds::one_line(&e));
+        return ExitCode::from(bounds::exit_code(&e));
+    }
     let result = match &cli.cmd {
         Cmd::Info { provider, json } => info::gather(provider.as_deref()).and_then(|r| {
             if *json {
@@ -400,9 +463,9 @@ fn main() -> ExitCode {
                 info::print(&r);
             }
             if let (Some(p), true) = (provider, r.providers.is_empty()) {
-                anyhow::bail!(
+                return Err(bounds::usage(format!(
                     "provider `{p}` is not available here (run `fabkit info` for the list)"
-                );
+                )));
             }
             Ok(true)
         }),
@@ -416,13 +479,11 @@ fn main() -> ExitCode {
             timeout: t,
             mpi,
             cmd,
-        } => match timeout(*t).and_then(|to| {
-            if *mpi {
-                launch::launch_mpi(netns, *ranks, cmd)
-            } else {
-                launch::launch_processes(netns, *ranks, to, cmd)
-            }
-        }) {
+        } => match if *mpi {
+            launch::launch_mpi(netns, *ranks, cmd)
+        } else {
+            launch::launch_processes(netns, *ranks, *t, cmd)
+        } {
             // The ranks' own exit status is the job's.
             Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => Err(e),
@@ -444,7 +505,7 @@ fn main() -> ExitCode {
                 providers,
                 domain: None,
                 ranks: *ranks,
-                timeout: 10.0,
+                timeout: Duration::from_secs(10),
                 json: None,
                 #[cfg(feature = "mpi")]
                 mpi: None,
@@ -460,9 +521,12 @@ fn main() -> ExitCode {
                     keys: 1000,
                     buckets: None,
                     batch: 64,
-                    record: vec![80, 104],
+                    record: bounds::Record {
+                        key: 80,
+                        value: 104,
+                    },
                     hot_rounds: 20,
-                    timeout: 10.0,
+                    timeout: Duration::from_secs(10),
                     shm: false,
                     json: None,
                     #[cfg(feature = "mpi")]
@@ -477,8 +541,8 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("fabkit: error: {e:#}");
-            ExitCode::from(2)
+            eprintln!("fabkit: error: {}", bounds::one_line(&e));
+            ExitCode::from(bounds::exit_code(&e))
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use fabkit_fabric::bootstrap::{Bootstrap, MpiBootstrap};
 use fabkit_fabric::mpi_rma::{Sync, Window, WindowKind};
@@ -195,8 +195,9 @@ fn calibrate(
     loop {
         boot.barrier()?;
         let took = run(win, c, bytes, probe, 0)?.secs;
-        let verdict = if took >= secs / 10.0 || probe >= 1 << 40 {
-            ((secs / took.max(1e-9)) * probe as f64).max(1.0) as u64
+        let verdict = if took >= secs / 10.0 || probe >= crate::bounds::MAX_ITERS {
+            ((secs / took.max(1e-9)) * probe as f64).clamp(1.0, crate::bounds::MAX_ITERS as f64)
+                as u64
         } else {
             0
         };
@@ -208,12 +209,21 @@ fn calibrate(
     }
 }
 
+/// `-o send` is two-sided: refused, before MPI starts, naming what
+/// measures it.
+pub fn refuse_send(a: &MpiPerfArgs) -> Result<()> {
+    crate::bounds::ensure_usage!(
+        a.op != PerfOp::Send,
+        "mpi-perf measures MPI one-sided RMA (-o write, read, cas or fadd); for two-sided \
+         messages use `fabkit perf -o send` (libfabric) or OSU's osu_latency/osu_bw (MPI)"
+    );
+    Ok(())
+}
+
 /// Runs the sweep on this rank; rank 0 (and 1 with --bidir) are origins.
 pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     a.sweep.validate()?;
-    if a.op == PerfOp::Send {
-        bail!("mpi-perf measures one-sided operations: use -o write, read, cas or fadd");
-    }
+    refuse_send(a)?;
     ensure!(
         boot.size() >= 2,
         "mpi-perf needs 2 ranks: run it as `mpirun -n 2 fabkit mpi-perf ...`"
@@ -224,10 +234,21 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
         WinArg::Allocate => WindowKind::Allocate,
         WinArg::Create => WindowKind::Create,
     };
-    // The target waits in a barrier while the origin runs a whole size: as
-    // in-process perf's, the bootstrap's waits here last up to an hour.
-    boot.set_timeout(std::time::Duration::from_secs(3600));
+    // Creation waits --timeout for the other ranks (a rank dead at setup is
+    // reported then, not after the sweep's bound below).
+    boot.set_timeout(a.timeout);
     let mut win = Window::new(boot, max.next_multiple_of(64), kind)?;
+    // The target waits in a barrier while the origin runs a whole size:
+    // with -t, calibration (up to 0.4 t) and the run (t) plus --timeout;
+    // with -n the length of a size is not known, so up to an hour, or
+    // --timeout if longer. While it waits it yields between MPI_Test calls
+    // instead of napping: under osc pt2pt the origin's lock, flush and
+    // atomics need the target's progress, and a nap would be measured.
+    boot.set_timeout(match a.duration {
+        Some(t) => a.timeout.saturating_add(t.saturating_mul(2)),
+        None => a.timeout.max(std::time::Duration::from_secs(3600)),
+    });
+    boot.set_max_nap(std::time::Duration::ZERO);
     let me = boot.rank();
     let origins: Vec<usize> = if a.bidir { vec![0, 1] } else { vec![0] };
     let role = if origins.contains(&me) {
@@ -250,12 +271,14 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     for &bytes in &sizes {
         let iters = match a.duration {
             None => a.iters,
-            Some(secs) => calibrate(&mut win, &c, bytes, secs, boot)?,
+            Some(d) => calibrate(&mut win, &c, bytes, d.as_secs_f64(), boot)?,
         };
         boot.barrier()?;
         out.push(run(&mut win, &c, bytes, iters, a.warmup)?);
         boot.barrier()?;
     }
+    boot.set_max_nap(fabkit_fabric::bootstrap::DEFAULT_MAX_NAP);
+    boot.set_timeout(a.timeout);
     win.free()?; // collective: every rank is here
     Ok(out.into_iter().filter(|r| r.iters > 0).collect())
 }

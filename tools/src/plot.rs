@@ -5,7 +5,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+
+use crate::bounds::usage;
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
@@ -101,25 +103,44 @@ pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Valu
     for path in inputs {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let v: Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a fabkit perf JSON file", path.display()))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            usage(format!(
+                "{} is not a fabkit perf JSON file: {e}",
+                path.display()
+            ))
+        })?;
         let Some(points) = v["points"].as_array() else {
-            bail!(
+            return Err(usage(format!(
                 "{} has no `points`: write it with perf --json",
                 path.display()
-            );
+            )));
         };
+        // Both axes are logarithmic: a size below 1 B (log2 of 0 is -inf)
+        // would stretch the grid without end, so it is refused; values that
+        // are 0 or missing are left out, as before.
+        if let Some((i, b)) = points
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p["bytes"].as_f64().map(|b| (i, b)))
+            .find(|&(_, b)| !(b.is_finite() && b >= 1.0))
+        {
+            return Err(usage(format!(
+                "{}: point {i} has {b} bytes; a chart of sizes needs at least 1 B per point \
+                 (was the file written by perf --json?)",
+                path.display()
+            )));
+        }
         let pts: Vec<(f64, f64)> = points
             .iter()
             .filter_map(|p| Some((p["bytes"].as_f64()?, metric.value(p)?)))
-            .filter(|&(_, y)| y > 0.0)
+            .filter(|&(_, y)| y.is_finite() && y > 0.0)
             .collect();
         if pts.is_empty() {
-            bail!(
+            return Err(usage(format!(
                 "{} has no {} values (latency needs a --pattern lat run)",
                 path.display(),
                 metric.label()
-            );
+            )));
         }
         series.push(Series {
             label: label_of(&v),
@@ -147,10 +168,16 @@ fn size_label(b: f64) -> String {
 pub fn svg(series: &[Series], title: &str, ylabel: &str) -> String {
     let (w, h) = (900.0, 560.0);
     let (l, r, t, b) = (80.0, 270.0, 50.0, 60.0);
-    let all: Vec<(f64, f64)> = series
+    // Only points a log-log chart can place set the axes: one at 0 or
+    // below (log -inf) would make the grid loops below endless.
+    let mut all: Vec<(f64, f64)> = series
         .iter()
         .flat_map(|s| s.points.iter().copied())
+        .filter(|&(x, y)| x.is_finite() && x >= 1.0 && y.is_finite() && y > 0.0)
         .collect();
+    if all.is_empty() {
+        all.push((1.0, 1.0));
+    }
     let xmin = all
         .iter()
         .map(|p| p.0.log2())

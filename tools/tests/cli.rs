@@ -181,7 +181,10 @@ fn bad_input_is_one_clear_line_and_a_nonzero_exit() {
         (&["check", "-p", "nosuch"], "available: "),
         (&["check", "-p", "tcp"], "tcp;ofi_rxm"),
         (&["check", "-p", "net"], "pick a provider with atomics"),
-        (&["check", "--timeout=0"], "--timeout must be a positive"),
+        (
+            &["check", "--timeout=0"],
+            "must be a positive number of seconds",
+        ),
         (&["check", "-n", "0"], "--ranks must be at least 1"),
         (&["info", "-p", "nosuch"], "not available here"),
     ];
@@ -379,7 +382,10 @@ fn perf_refuses_bad_input_with_one_line() {
             "transmit queue depth",
         ),
         (&["perf", "-p", "tcp", "-o", "write"], "tcp;ofi_rxm"),
-        (&["perf", "-t", "0"], "--duration must be a positive"),
+        (
+            &["perf", "-t", "0"],
+            "--duration <SECS>': must be a positive",
+        ),
     ];
     for (args, needle) in cases {
         let out = run(fabkit().args(*args));
@@ -540,5 +546,209 @@ fn dht_runs_every_variant_as_a_cache_in_process_and_under_mpirun() {
             v[0]["provider"].as_str().unwrap().starts_with("mpi"),
             "{v:#}"
         );
+    }
+}
+
+/// Runs fabkit with `args` under coreutils' `timeout`, so a hang fails the
+/// test (status 124) instead of stalling CI.
+fn run_bounded(args: &[&str], secs: u32) -> Output {
+    let mut c = Command::new("timeout");
+    c.arg(secs.to_string())
+        .arg(env!("CARGO_BIN_EXE_fabkit"))
+        .args(args);
+    run(&mut c)
+}
+
+/// Asserts `args` end at once with exit status `code` and exactly one
+/// line on stderr, `fabkit: error: ...` containing `needle`, and no panic.
+fn assert_refused(args: &[&str], code: i32, needle: &str) {
+    let out = run_bounded(args, 60);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: not one line: {err}");
+    assert!(lines[0].starts_with("fabkit: error: "), "{args:?}: {err}");
+    assert!(lines[0].contains(needle), "{args:?}: {err}");
+}
+
+const U64_MAX: &str = "18446744073709551615";
+
+#[test]
+fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
+    let day = "at most 86400 seconds";
+    let cases: &[(&[&str], &str)] = &[
+        // Durations: Duration::from_secs_f64 panicked on these.
+        (&["check", "--timeout", "1e300"], day),
+        (&["perf", "--timeout", "1e300"], day),
+        (&["dht", "--timeout", "1e300"], day),
+        (
+            &["launch", "--timeout", "1e300", "-n", "1", "--", "true"],
+            day,
+        ),
+        (&["mpi-perf", "--timeout", "1e300"], day),
+        (&["perf", "-t", "1e300"], day),
+        (&["check", "--timeout", "nan"], "positive number of seconds"),
+        (&["check", "--timeout", "-1"], "unexpected argument '-1'"),
+        (&["check", "--timeout", "soon"], "not a number of seconds"),
+        // Rank counts: a capacity overflow panic before.
+        (&["check", "-n", U64_MAX], "--ranks must be at most 1024"),
+        (&["dht", "-n", U64_MAX], "--ranks must be at most 1024"),
+        (&["demo", "-n", U64_MAX], "--ranks must be at most 1024"),
+        (
+            &["launch", "-n", U64_MAX, "--", "true"],
+            "--ranks must be at most",
+        ),
+        (&["check", "-n", "two"], "not a whole number"),
+        // DHT sizes: overflowed, then panicked.
+        (
+            &["dht", "--keys", "9223372036854775808"],
+            "--keys must be at most",
+        ),
+        (
+            &["dht", "-n", "1", "--keys", "4611686018427387903"],
+            "overflow",
+        ),
+        (&["dht", "-n", "1", "--keys", "1000000000000"], "memory"),
+        (&["dht", "--buckets", U64_MAX], "--buckets must be at most"),
+        (&["dht", "--keys", "0"], "--keys must be at least 1"),
+        (&["dht", "--batch", "0"], "--batch must be at least 1"),
+        (
+            &["dht", "--hot-rounds", U64_MAX],
+            "--hot-rounds must be at most",
+        ),
+        // --record takes the KEY,VALUE its help shows.
+        (&["dht", "--record", "16", "32"], "unexpected argument '32'"),
+        (&["dht", "--record", "16"], "KEY,VALUE"),
+        (&["dht", "--record", "0,8"], "key length must be at least 1"),
+        (
+            &["dht", "--record", "8,2000000"],
+            "value length must be at most",
+        ),
+        // Keys too short to hold the run's keys distinct.
+        (
+            &["dht", "-n", "2", "--record", "1,8", "--keys", "100"],
+            "1-byte keys hold 256 distinct keys",
+        ),
+        // perf: ran for ever or overflowed.
+        (
+            &["perf", "-n", U64_MAX],
+            "--iters must be at most 1000000000",
+        ),
+        (&["perf", "--warmup", U64_MAX], "--warmup must be at most"),
+        (&["perf", "-w", U64_MAX], "--window must be at most"),
+        (&["perf", "-s", U64_MAX], "transfer size must be at most"),
+        (&["perf", "--sizes", "8,0"], "at least 1 byte"),
+        (&["perf", "-T", U64_MAX], "--threads must be at most"),
+        (
+            &["perf", "-p", "shm", "-d", "nosuch", "-n", "10"],
+            "no domain `nosuch`",
+        ),
+        (
+            &["perf", "-p", "tcp;ofi_rxm", "-d", "nosuch", "-n", "10"],
+            "its domains: ",
+        ),
+        (&["perf", "--json", "-", "--csv", "-"], "cannot both"),
+        // mpi-perf refuses two-sided sends before MPI starts, naming perf.
+        (&["mpi-perf", "-o", "send"], "fabkit perf -o send"),
+    ];
+    for (args, needle) in cases {
+        assert_refused(args, 2, needle);
+    }
+}
+
+#[test]
+fn plot_refuses_a_point_of_0_bytes_and_a_missing_file_is_a_failed_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("zero.json");
+    let doc = json!({
+        "meta": {"method": "libfabric shm on shm, threads 1"},
+        "points": [
+            {"op": "write", "bytes": 8, "rates": {"mxfers_per_sec": 1.0}},
+            {"op": "write", "bytes": 0, "rates": {"mxfers_per_sec": 1.0}},
+        ]
+    });
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let svg = dir.path().join("out.svg");
+    let path = file.to_str().unwrap();
+    assert_refused(
+        &["plot", path, "-o", svg.to_str().unwrap()],
+        2,
+        "point 1 has 0 bytes",
+    );
+    assert!(!svg.exists(), "nothing is drawn from a refused file");
+    let missing = dir.path().join("missing.json");
+    assert_refused(&["plot", missing.to_str().unwrap()], 1, "reading");
+}
+
+#[test]
+fn json_to_stdout_is_only_json_for_every_subcommand_that_writes_it() {
+    let runs: &[&[&str]] = &[
+        &["check", "-n", "2", "--json", "-"],
+        &["perf", "-n", "100", "--sizes", "8,64", "--json", "-"],
+        &["perf", "-n", "100", "--csv", "-"],
+        &[
+            "dht",
+            "-n",
+            "2",
+            "--keys",
+            "50",
+            "-v",
+            "coarse",
+            "--hot-rounds",
+            "2",
+            "--json",
+            "-",
+        ],
+    ];
+    for args in runs {
+        let out = run_bounded(args, 120);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let text = stdout(&out);
+        if args.contains(&"--csv") {
+            // CSV only: every line has the header's number of fields.
+            let fields = |l: &str| l.split(',').count();
+            let mut lines = text.lines();
+            let n = fields(lines.next().unwrap());
+            assert!(n > 3, "{text}");
+            assert!(lines.all(|l| fields(l) == n), "{text}");
+            continue;
+        }
+        let v: Result<Value, _> = serde_json::from_str(&text);
+        assert!(
+            v.is_ok(),
+            "{args:?}: stdout is not one JSON document: {text}"
+        );
+        // The table went to stderr instead.
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("fabkit"),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn dht_keys_shorter_than_the_old_generator_stay_distinct() {
+    // 16-byte keys folded every generated key into a few before; 2-byte
+    // keys hold 65536, enough for 2 ranks x 100 keys, written and absent.
+    for record in ["16,32", "2,8"] {
+        let out = run_bounded(
+            &[
+                "dht", "-n", "2", "--keys", "100", "-v", "coarse", "--record", record, "--json",
+                "-",
+            ],
+            120,
+        );
+        assert_eq!(out.status.code(), Some(0), "{record}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = &v[0];
+        // Distinct keys: every rank wrote 100, nothing but evictions lost,
+        // and every rank found every other's (a folded key reads back a
+        // value of another key, which the run refuses).
+        assert_eq!(r["stats"]["writes"], 200, "{record}: {r:#}");
+        let lost = r["lost"].as_u64().unwrap();
+        assert_eq!(lost, r["stats"]["evictions"].as_u64().unwrap(), "{r:#}");
+        assert_eq!(r["stats"]["hits"], 2 * (200 - lost), "{record}: {r:#}");
+        assert_eq!(r["false_hits"], 0, "{record}: {r:#}");
     }
 }

@@ -9,6 +9,8 @@ pub mod stats;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+
+use crate::bounds;
 use clap::{Args, ValueEnum};
 use fabkit_fabric::bootstrap::Bootstrap;
 use fabkit_fabric::{Completion, Initiator, Op, Rank, RankConfig, Remote};
@@ -29,7 +31,8 @@ pub enum PerfOp {
     /// u64 fetch-and-add (fi_fetch_atomic FI_SUM).
     Fadd,
     /// Two-sided messages (fi_send/fi_recv): pingpong for lat, a window of
-    /// sends and one acknowledgement for bw.
+    /// sends and one acknowledgement for bw. `perf` only: MPI two-sided is
+    /// what osu_latency and osu_bw measure.
     Send,
 }
 
@@ -61,34 +64,34 @@ pub struct SweepArgs {
     /// Latency (one in flight) or bandwidth/message rate (a window in flight).
     #[arg(long, value_enum, default_value = "bw")]
     pub pattern: Pattern,
-    /// One transfer size in bytes (atomics are always 8 B).
-    #[arg(short, long, conflicts_with_all = ["all", "sizes"])]
+    /// One transfer size in bytes (atomics are always 8 B), at most 1 GiB.
+    #[arg(short, long, conflicts_with_all = ["all", "sizes"], value_parser = bounds::size)]
     pub size: Option<usize>,
     /// Sweep powers of two from 8 B to 4 MiB.
     #[arg(short, long)]
     pub all: bool,
     /// Comma-separated sizes, e.g. 184,189 (the DHT's records).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = bounds::size)]
     pub sizes: Vec<usize>,
-    /// Iterations per size (timed transfers per thread).
-    #[arg(short = 'n', long, default_value_t = 10_000)]
+    /// Iterations per size (timed transfers per thread), at most 10^9.
+    #[arg(short = 'n', long, default_value = "10000", value_parser = bounds::iters)]
     pub iters: u64,
     /// Run each size for about this many seconds instead of -n iterations
-    /// (calibrated on short runs first).
-    #[arg(short = 't', long, value_name = "SECS", conflicts_with = "iters")]
-    pub duration: Option<f64>,
+    /// (calibrated on short runs first), at most a day.
+    #[arg(short = 't', long, value_name = "SECS", conflicts_with = "iters", value_parser = bounds::secs)]
+    pub duration: Option<Duration>,
     /// Untimed transfers before each size.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value = "100", value_parser = bounds::warmup)]
     pub warmup: u64,
     /// Operations in flight for --pattern bw.
-    #[arg(short, long, default_value_t = 64)]
+    #[arg(short, long, default_value = "64", value_parser = bounds::window)]
     pub window: usize,
     /// Bidirectional: both ranks initiate at once; results are summed.
     #[arg(short, long)]
     pub bidir: bool,
     /// Seconds to wait for any one operation before giving up.
-    #[arg(long, default_value_t = 10.0)]
-    pub timeout: f64,
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = bounds::secs)]
+    pub timeout: Duration,
     /// Write results as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
@@ -111,7 +114,7 @@ pub struct PerfArgs {
     #[command(flatten)]
     pub sweep: SweepArgs,
     /// Initiating threads per rank (the multithreaded RMA question).
-    #[arg(short = 'T', long, default_value_t = 1)]
+    #[arg(short = 'T', long, default_value = "1", value_parser = bounds::threads)]
     pub threads: usize,
     /// With -T: give each thread its own endpoint (and peer endpoint)
     /// instead of sharing one.
@@ -147,26 +150,33 @@ impl SweepArgs {
         } else {
             vec![self.size.unwrap_or(184)]
         };
-        if let Some(&z) = sizes.iter().find(|&&s| s == 0) {
-            bail!("size {z} B: transfers must be at least 1 byte");
+        if let Some(&z) = sizes.iter().find(|&&s| s == 0 || s > bounds::MAX_SIZE) {
+            return Err(bounds::usage(format!(
+                "size {z} B: transfers must be at least 1 byte and at most {} B",
+                bounds::MAX_SIZE
+            )));
         }
         Ok(sizes)
     }
 
-    /// Checks the numbers a user can get wrong.
+    /// Checks the numbers a user can get wrong (the parsers bound each
+    /// flag; this guards values built in code).
     pub fn validate(&self) -> Result<()> {
-        ensure!(self.iters > 0, "-n/--iters must be at least 1");
-        ensure!(self.window > 0, "-w/--window must be at least 1");
-        ensure!(
-            self.timeout.is_finite() && self.timeout > 0.0,
-            "--timeout must be a positive number of seconds"
+        bounds::ensure_usage!(
+            (1..=bounds::MAX_ITERS).contains(&self.iters),
+            "-n/--iters must be at least 1 and at most {}",
+            bounds::MAX_ITERS
         );
-        if let Some(t) = self.duration {
-            ensure!(
-                t.is_finite() && t > 0.0,
-                "-t/--duration must be a positive number of seconds"
-            );
-        }
+        bounds::ensure_usage!(
+            self.warmup <= bounds::MAX_ITERS,
+            "--warmup must be at most {}",
+            bounds::MAX_ITERS
+        );
+        bounds::ensure_usage!(
+            (1..=bounds::MAX_WINDOW).contains(&self.window),
+            "-w/--window must be at least 1 and at most {}",
+            bounds::MAX_WINDOW
+        );
         Ok(())
     }
 
@@ -184,7 +194,11 @@ impl SweepArgs {
 impl PerfArgs {
     fn validate_all(&self) -> Result<()> {
         self.sweep.validate()?;
-        ensure!(self.threads > 0, "-T/--threads must be at least 1");
+        bounds::ensure_usage!(
+            (1..=bounds::MAX_RANKS).contains(&self.threads),
+            "-T/--threads must be at least 1 and at most {}",
+            bounds::MAX_RANKS
+        );
         Ok(())
     }
 }
@@ -389,7 +403,6 @@ fn run_thread(rank: &Rank, job: &Job<'_>, role: Role, iters: u64, warmup: u64) -
     let mut bufs: Vec<Vec<u8>> = (0..2 * w).map(|i| vec![i as u8; job.bytes]).collect();
     let mut done = 0u64;
     let mut go = |n: u64, timed: bool, samples: &mut Vec<u64>| -> Result<()> {
-        let mut last_tick = Instant::now();
         let mut k = 0;
         while k < n {
             let count = (n - k).min(w as u64) as usize;
@@ -401,12 +414,6 @@ fn run_thread(rank: &Rank, job: &Job<'_>, role: Role, iters: u64, warmup: u64) -
                 samples.push(if job.a.op == PerfOp::Send { ns / 2 } else { ns });
             }
             k += count as u64;
-            if last_tick.elapsed() >= TICK_EVERY {
-                for &p in job.tick {
-                    rank.send(p, TICK)?;
-                }
-                last_tick = Instant::now();
-            }
         }
         Ok(())
     };
@@ -425,19 +432,50 @@ fn run_thread(rank: &Rank, job: &Job<'_>, role: Role, iters: u64, warmup: u64) -
 }
 
 /// Runs every thread of this rank for one size; sums their results.
+///
+/// This thread tells the idle ranks it is alive while the workers run, and
+/// not a worker: a worker that finishes first would fall silent while the
+/// others still run (with hundreds of threads on few cores, for longer than
+/// the idle ranks wait), and an idle rank that gives up closes its endpoint
+/// under the writers.
 fn run_threads(eps: &[Rank], job: &Job<'_>, role: Role, iters: u64, warmup: u64) -> Result<Raw> {
+    use std::sync::mpsc::RecvTimeoutError;
     let threads = job.a.threads;
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let mut tick_error = None;
     let raws: Vec<Result<Raw>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let rank = &eps[t % eps.len()];
-                let job = Job {
-                    tick: if t == 0 { job.tick } else { &[] },
-                    ..*job
-                };
-                s.spawn(move || run_thread(rank, &job, role, iters, warmup))
+                let job = Job { tick: &[], ..*job };
+                let done = done_tx.clone();
+                s.spawn(move || {
+                    let r = run_thread(rank, &job, role, iters, warmup);
+                    let _ = done.send(());
+                    r
+                })
             })
             .collect();
+        drop(done_tx);
+        let mut finished = 0;
+        let mut last_tick = Instant::now();
+        while finished < threads {
+            let left = TICK_EVERY.saturating_sub(last_tick.elapsed());
+            match done_rx.recv_timeout(left) {
+                Ok(()) => finished += 1,
+                Err(RecvTimeoutError::Timeout) => {}
+                // Every worker has ended (a panicking one without a word).
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if last_tick.elapsed() >= TICK_EVERY {
+                for &p in job.tick {
+                    if let Err(e) = eps[0].send(p, TICK) {
+                        tick_error.get_or_insert(e);
+                    }
+                }
+                last_tick = Instant::now();
+            }
+        }
         handles
             .into_iter()
             .map(|h| {
@@ -447,6 +485,9 @@ fn run_threads(eps: &[Rank], job: &Job<'_>, role: Role, iters: u64, warmup: u64)
             .collect()
     });
     let raws = raws.into_iter().collect::<Result<Vec<Raw>>>()?;
+    if let Some(e) = tick_error {
+        return Err(e).context("telling the idle ranks rank 0 is alive");
+    }
     let mut sum = raws[0].clone();
     for r in &raws[1..] {
         sum.iters += r.iters;
@@ -472,8 +513,12 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
     cfg.atomics = a.op.is_atomic();
     cfg.region_len = max.next_multiple_of(4096);
     cfg.window = a.window;
-    cfg.staging_len = (max.next_multiple_of(8) * 2 * a.window).clamp(1 << 16, MAX_STAGING);
-    cfg.timeout = Duration::from_secs_f64(a.timeout);
+    cfg.staging_len = max
+        .next_multiple_of(8)
+        .saturating_mul(2)
+        .saturating_mul(a.window)
+        .clamp(1 << 16, MAX_STAGING);
+    cfg.timeout = a.timeout;
     cfg.busy_poll = a.busy_poll;
     // Every endpoint is established collectively, in the same order on all
     // ranks, so thread t's endpoint pairs with the peer's endpoint t.
@@ -484,19 +529,18 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         .with_context(|| format!("setting up `{}`", a.provider))?;
     let tx = eps[0].info().tx_size();
     if a.pattern == Pattern::Bw && tx > 0 && a.window > tx {
-        bail!(
+        return Err(bounds::usage(format!(
             "window {} exceeds provider `{}`'s transmit queue depth (tx_size {tx}); \
              use -w {tx} or less",
-            a.window,
-            a.provider
-        );
+            a.window, a.provider
+        )));
     }
     let max_msg = eps[0].info().max_msg_size();
     if let Some(&s) = sizes.iter().find(|&&s| s > max_msg) {
-        bail!(
+        return Err(bounds::usage(format!(
             "size {s} B exceeds provider `{}`'s max_msg_size of {max_msg} B; use smaller sizes",
             a.provider
-        );
+        )));
     }
     let me = boot.rank();
     let role = match (me, a.bidir, a.op) {
@@ -525,7 +569,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         };
         let iters = match a.duration {
             None => a.iters,
-            Some(secs) => calibrate(&eps, &job, role, secs, boot)?,
+            Some(d) => calibrate(&eps, &job, role, d.as_secs_f64(), boot)?,
         };
         boot.barrier()?;
         match role {
@@ -537,7 +581,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
                     }
                 }
             }
-            None => wait_for_done(&eps[0], Duration::from_secs_f64(a.timeout))?,
+            None => wait_for_done(&eps[0], a.timeout)?,
         }
         boot.barrier()?;
     }
@@ -565,9 +609,11 @@ fn calibrate(
             Some(role) => run_threads(eps, &quiet, role, probe, 0)?.secs,
             None => 0.0,
         };
-        // Rank 0's verdict: 0 = probe more (4x), else the iteration count.
-        let verdict = if took >= secs / 10.0 || probe >= 1 << 40 {
-            ((secs / took.max(1e-9)) * probe as f64).max(job.window as f64) as u64
+        // Rank 0's verdict: 0 = probe more (4x), else the iteration count,
+        // never more than -n takes.
+        let verdict = if took >= secs / 10.0 || probe >= bounds::MAX_ITERS {
+            ((secs / took.max(1e-9)) * probe as f64)
+                .clamp(job.window as f64, bounds::MAX_ITERS as f64) as u64
         } else {
             0
         };

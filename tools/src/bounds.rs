@@ -1,0 +1,259 @@
+//! The limits of every number the command line takes, as clap value
+//! parsers shared by the subcommands, and the usage error that makes
+//! `fabkit` exit with 2 instead of 1.
+//!
+//! Each bound is named in its error, so a user learns the limit from the
+//! one line that refuses the value; no size a flag sets reaches arithmetic
+//! that could overflow or an allocation that could not be served.
+
+use std::time::Duration;
+
+/// A mistake in the command line (exit status 2), as opposed to a run that
+/// failed (exit status 1).
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// A usage error with `msg`.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    Usage(msg.into()).into()
+}
+
+/// Refuses with a usage error unless `cond`.
+macro_rules! ensure_usage {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err($crate::bounds::usage(format!($($fmt)+)));
+        }
+    };
+}
+pub(crate) use ensure_usage;
+
+/// The longest wait or run a duration flag takes: a day.
+pub const MAX_SECS: f64 = 86_400.0;
+
+/// In-process ranks at most: each is a thread with its own endpoint, and
+/// providers serve a few hundred endpoints per domain.
+pub const MAX_RANKS: usize = 1024;
+
+/// Timed (and warm-up) transfers per size and thread at most: 10^9 is
+/// minutes at the fastest rates measured here, never days.
+pub const MAX_ITERS: u64 = 1_000_000_000;
+
+/// The largest transfer `perf` and `mpi-perf` measure: 1 GiB.
+pub const MAX_SIZE: usize = 1 << 30;
+
+/// Operations in flight at most (providers' queues are far shorter; the
+/// provider's own depth is checked once it is open).
+pub const MAX_WINDOW: usize = 1 << 20;
+
+/// Rounds of the DHT's hot-key check at most.
+pub const MAX_ROUNDS: u64 = 1_000_000;
+
+fn number<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, String> {
+    s.trim().parse().map_err(|_| format!("`{s}` is not {what}"))
+}
+
+/// Seconds, more than 0 and at most a day (`--timeout`, `-t`).
+pub fn secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = number(s, "a number of seconds")?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err("must be a positive number of seconds".into());
+    }
+    if v > MAX_SECS {
+        return Err(format!("at most {MAX_SECS} seconds (a day)"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// An integer in `lo..=hi`, named by `what` in the error.
+fn within<T>(s: &str, lo: T, hi: T, what: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let v: T = number(s, "a whole number")?;
+    if v < lo {
+        return Err(format!("{what} must be at least {lo}"));
+    }
+    if v > hi {
+        return Err(format!("{what} must be at most {hi}"));
+    }
+    Ok(v)
+}
+
+/// In-process ranks (`-n` of check, dht, demo, launch).
+pub fn ranks(s: &str) -> Result<usize, String> {
+    within(s, 1, MAX_RANKS, "--ranks").map_err(|e| {
+        if e.contains("at most") {
+            format!("{e} (threads of one process); run more under mpirun")
+        } else {
+            e
+        }
+    })
+}
+
+/// Timed iterations (`perf -n`).
+pub fn iters(s: &str) -> Result<u64, String> {
+    within(s, 1, MAX_ITERS, "--iters")
+}
+
+/// Warm-up iterations (`--warmup`; 0 allowed).
+pub fn warmup(s: &str) -> Result<u64, String> {
+    within(s, 0, MAX_ITERS, "--warmup")
+}
+
+/// A transfer size in bytes.
+pub fn size(s: &str) -> Result<usize, String> {
+    within(s, 1, MAX_SIZE, "a transfer size")
+        .map_err(|e| e.replace("must be at least 1", "must be at least 1 byte"))
+}
+
+/// Operations in flight (`-w`).
+pub fn window(s: &str) -> Result<usize, String> {
+    within(s, 1, MAX_WINDOW, "--window")
+}
+
+/// Initiating threads per rank (`-T`); the provider's own limits are
+/// checked once it is open.
+pub fn threads(s: &str) -> Result<usize, String> {
+    within(s, 1, MAX_RANKS, "--threads")
+}
+
+/// Keys per batch (`dht --batch`).
+pub fn batch(s: &str) -> Result<usize, String> {
+    within(s, 1, 1 << 20, "--batch")
+}
+
+/// Hot-key rounds (`dht --hot-rounds`; 0 skips the check).
+pub fn rounds(s: &str) -> Result<u64, String> {
+    within(s, 0, MAX_ROUNDS, "--hot-rounds")
+}
+
+/// Keys written per rank (`dht --keys`): the table and the generated keys
+/// must fit in memory, which `dht` checks against the machine.
+pub fn keys(s: &str) -> Result<u64, String> {
+    within(s, 1, u64::MAX / 4, "--keys")
+}
+
+/// Buckets per rank (`dht --buckets`).
+pub fn buckets(s: &str) -> Result<u64, String> {
+    within(s, 1, u64::MAX / 4, "--buckets")
+}
+
+/// Key and value lengths of a DHT record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Key bytes.
+    pub key: usize,
+    /// Value bytes.
+    pub value: usize,
+}
+
+/// The longest key or value `dht` takes: 1 MiB.
+pub const MAX_FIELD: usize = 1 << 20;
+
+/// `KEY,VALUE` in bytes, e.g. `80,104` (`dht --record`).
+pub fn record(s: &str) -> Result<Record, String> {
+    let Some((k, v)) = s.split_once(',') else {
+        return Err(format!(
+            "`{s}` is not KEY,VALUE: give both lengths in bytes, e.g. --record 80,104"
+        ));
+    };
+    Ok(Record {
+        key: within(k, 1, MAX_FIELD, "the key length")?,
+        value: within(v, 1, MAX_FIELD, "the value length")?,
+    })
+}
+
+/// The exit status for an error: 2 when the command line asked for
+/// something impossible (a usage error, a provider, domain or table that
+/// cannot be had), 1 when a run failed.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    use fabkit_fabric::Error as F;
+    let usage = e.chain().any(|c| {
+        c.is::<Usage>()
+            || matches!(
+                c.downcast_ref::<F>(),
+                Some(F::UnknownProvider { .. } | F::Unsupported { .. } | F::InvalidArgument(_))
+            )
+            || matches!(
+                c.downcast_ref::<fabkit_dht::Error>(),
+                Some(fabkit_dht::Error::Config(_))
+            )
+    });
+    if usage {
+        2
+    } else {
+        1
+    }
+}
+
+/// An error with its causes on one line: `context: cause: cause`.
+pub fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").replace('\n', " ")
+}
+
+/// Reports a command-line error as clap found it, on one line (help and
+/// version go out as clap prints them), and gives the exit status.
+/// `subcommands` are the names whose help the line may point to.
+pub fn clap_exit(e: clap::Error, subcommands: &[String]) -> std::process::ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return std::process::ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+    }
+    let text = e.render().to_string();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("bad command line");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let help = match std::env::args().nth(1) {
+        Some(sub) if subcommands.contains(&sub) => format!("fabkit {sub} --help"),
+        _ => "fabkit --help".into(),
+    };
+    eprintln!("fabkit: error: {first} (see `{help}`)");
+    std::process::ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_parser_refuses_its_bounds_by_name() {
+        assert_eq!(secs("2.5"), Ok(Duration::from_millis(2500)));
+        for bad in ["0", "-1", "1e300", "inf", "NaN", "x", ""] {
+            assert!(secs(bad).is_err(), "{bad}");
+        }
+        assert!(secs("86401").unwrap_err().contains("at most 86400"));
+        assert!(ranks("18446744073709551615")
+            .unwrap_err()
+            .contains("mpirun"));
+        assert!(ranks("0")
+            .unwrap_err()
+            .contains("--ranks must be at least 1"));
+        assert_eq!(ranks("1024"), Ok(1024));
+        assert!(iters("18446744073709551615")
+            .unwrap_err()
+            .contains("at most"));
+        assert_eq!(warmup("0"), Ok(0));
+        assert!(size("0").unwrap_err().contains("at least 1 byte"));
+        assert_eq!(record("16,32"), Ok(Record { key: 16, value: 32 }));
+        for bad in ["16", "16,", ",32", "0,8", "8,0", "16,32,48", "2000000,8"] {
+            assert!(record(bad).is_err(), "{bad}");
+        }
+    }
+}
