@@ -20,7 +20,9 @@
 
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -121,8 +123,10 @@ pub(crate) struct CqInner {
     last_wait_end: AtomicU64,
     born: Instant,
     /// Operations whose waiter gave up (timeout, broken CQ) and that have not
-    /// completed since: each holds a slot nobody can use.
-    lost: AtomicUsize,
+    /// completed since: each holds a slot nobody can use. Signed: a late
+    /// completion may be counted off just before its abandonment is counted
+    /// on (see `abandon`).
+    lost: AtomicIsize,
     /// The first error of the CQ itself; once set, no completion is trusted.
     broken: OnceLock<(&'static str, i32)>,
     _domain: Arc<DomainInner>,
@@ -215,7 +219,7 @@ impl CompletionQueue {
                 waiters: AtomicUsize::new(0),
                 last_wait_end: AtomicU64::new(0),
                 born: Instant::now(),
-                lost: AtomicUsize::new(0),
+                lost: AtomicIsize::new(0),
                 broken: OnceLock::new(),
                 _domain: domain.inner.clone(),
             }),
@@ -283,9 +287,13 @@ impl CqInner {
     }
 
     /// Reserves a slot for a new operation, progressing the CQ until one is
-    /// free or `deadline` passes.
+    /// free, `deadline` passes or the CQ breaks.
     pub(crate) fn acquire(&self, deadline: Instant) -> Option<Ticket> {
         loop {
+            if self.broken().is_some() {
+                // Nothing posted now would be heard of.
+                return None;
+            }
             if let Some(i) = self.free.lock().unwrap().pop() {
                 let s = &self.slots[i as usize];
                 s.state.store(POSTED, Ordering::Relaxed);
@@ -456,7 +464,27 @@ impl CqInner {
 
     /// Operations abandoned by their waiters that have not completed since.
     pub(crate) fn lost(&self) -> usize {
-        self.lost.load(Ordering::Acquire)
+        self.lost.load(Ordering::Acquire).max(0) as usize
+    }
+
+    /// Dispatches every completion already queued, without blocking on the
+    /// provider (it may wait for the thread reading the CQ now, for at most
+    /// one of its blocks). So that abandoned operations that have in fact
+    /// completed are not counted as lost.
+    pub(crate) fn drain(&self) {
+        let leader = self.leader.lock().unwrap_or_else(|e| e.into_inner());
+        let mut any = false;
+        // Bounded: each pass takes up to 32 of at most `slots` completions.
+        for _ in 0..=self.slots.len() / 32 {
+            match self.read_once(Duration::ZERO) {
+                0 => break,
+                _ => any = true,
+            }
+        }
+        drop(leader);
+        if any {
+            self.notify();
+        }
     }
 
     /// How many operations the CQ can track at once (its slots).
@@ -519,15 +547,15 @@ impl CqInner {
     /// stays taken, and counted as lost, until the operation really ends.
     fn abandon(&self, t: Ticket) -> bool {
         let s = &self.slots[t.0 as usize];
-        // Counted first, so that a completion racing in right after the
-        // exchange never takes the count below zero.
-        self.lost.fetch_add(1, Ordering::AcqRel);
         let gone = s
             .state
             .compare_exchange(POSTED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
-        if !gone {
-            self.lost.fetch_sub(1, Ordering::AcqRel);
+        if gone {
+            // Counted after the exchange, so that the count never holds an
+            // operation that was not abandoned; a completion racing in
+            // between counts it off first, which `lost` reads as zero.
+            self.lost.fetch_add(1, Ordering::AcqRel);
         }
         gone
     }
@@ -754,6 +782,9 @@ mod tests {
             "waited for the deadline"
         );
         assert_eq!(q.lost(), 2);
+        // Nothing more is posted on it: no slot, at once.
+        assert!(q.acquire(later).is_none());
+        assert!(start.elapsed() < Duration::from_secs(1));
         let code = ffi::FI_EOVERRUN as i32;
         let e = crate::Error::completion_queue(crate::OpKind::Read, 3, "fi_cq_readerr", code);
         let msg = e.to_string();

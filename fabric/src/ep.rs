@@ -146,9 +146,12 @@ impl Endpoint {
         mut post: impl FnMut(*mut libc::c_void) -> isize,
     ) -> Result<Ticket> {
         let cq = &self.inner.cq;
-        let t = cq
-            .acquire(deadline)
-            .ok_or(Error::Timeout { op, peer, timeout })?;
+        // A broken CQ fails the post at once rather than at the deadline.
+        let failed = || match cq.broken() {
+            Some((call, code)) => Error::completion_queue(op, peer, call, code),
+            None => Error::Timeout { op, peer, timeout },
+        };
+        let t = cq.acquire(deadline).ok_or_else(failed)?;
         loop {
             let rc = post(cq.context(t));
             if rc == 0 {
@@ -161,9 +164,9 @@ impl Endpoint {
                     _ => call_error("post", ffi::FI_EOTHER as i32),
                 });
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || cq.broken().is_some() {
                 cq.cancel_unposted(t);
-                return Err(Error::Timeout { op, peer, timeout });
+                return Err(failed());
             }
             // The transmit queue is full: complete something first.
             cq.drive(Duration::from_micros(100));

@@ -411,6 +411,21 @@ impl Rank {
                 cq.lost()
             )
         } else {
+            if window_left(cq.capacity(), cq.lost(), self.cfg.window).is_ok() {
+                return Ok(());
+            }
+            // Abandoned operations may have completed since, their
+            // completions queued but unread (no progress thread, or it steps
+            // aside while we wait): read them before judging.
+            cq.drain();
+            if let Some((call, code)) = cq.broken() {
+                return Err(failed(self.failed.get_or_init(|| {
+                    format!(
+                        "its completion queue failed ({call}: {}, fi_errno {code})",
+                        crate::error::strerror(code)
+                    )
+                })));
+            }
             match window_left(cq.capacity(), cq.lost(), self.cfg.window) {
                 Ok(()) => return Ok(()),
                 Err(why) => why,
