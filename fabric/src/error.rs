@@ -118,13 +118,13 @@ pub enum Error {
         /// Human-readable text (`fi_cq_strerror`).
         msg: String,
     },
-    /// The completion queue itself failed while an operation was waited for
-    /// (`fi_cq_read` returned `-FI_EOVERRUN`, or `fi_cq_readerr` failed):
-    /// completions may have been lost.
+    /// The completion queue itself failed while an operation was waited for:
+    /// an overrun (an `FI_EOVERRUN` error entry), an error entry of no
+    /// operation, or a failed `fi_cq_read`/`fi_cq_readerr`. Completions may
+    /// have been lost.
     #[error(
         "{op} to rank {peer}: the completion queue failed ({call}: {msg}, fi_errno {code}); \
-         completions may have been lost, so the rank cannot go on (restart the job; a \
-         larger window than the queue holds overruns it)"
+         completions may have been lost, so the rank cannot go on (restart the job)"
     )]
     CompletionQueue {
         /// The operation waited for.
