@@ -114,7 +114,17 @@ fn mpirun(child: &str, extra: &[&str], env: &[(&str, &str)], deadline: Duration)
     };
     let took = start.elapsed();
     let stderr = errs.join().unwrap_or_default();
-    let left = vader_segments().difference(&before).cloned().collect();
+    // Only this job's segments: other jobs on the machine come and go.
+    let job = stdout
+        .lines()
+        .find_map(|l| l.find("JOB ").map(|i| &l[i + 4..]))
+        .and_then(|j| j.split_whitespace().next())
+        .map(|j| format!(".{j}."));
+    let left = vader_segments()
+        .difference(&before)
+        .filter(|n| job.as_ref().is_none_or(|j| n.contains(j.as_str())))
+        .cloned()
+        .collect();
     Run {
         status,
         stdout,
@@ -124,8 +134,17 @@ fn mpirun(child: &str, extra: &[&str], env: &[(&str, &str)], deadline: Duration)
     }
 }
 
+/// Whether this is a rank under mpirun; a rank prints its job's id (as
+/// Open MPI's shared-memory segment names carry it, in hex) for the parent.
 fn is_child() -> bool {
-    std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some()
+    let child = std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some();
+    if let Some(id) = std::env::var("OMPI_MCA_ess_base_jobid")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        println!("JOB {id:x}");
+    }
+    child
 }
 
 fn sync_name(s: Sync) -> &'static str {
@@ -332,14 +351,17 @@ fn child_mpi_error_mid_batch() {
 /// before MPI_Win_allocate, which is the bounded part of creation (a rank
 /// that dies inside MPI_Win_allocate is not bounded: see mpi_rma's docs).
 /// `exit-finalize`: the peer leaves after the last collective, and the
-/// survivor's MPI_Finalize must not wait for it.
-const LEAVES: [&str; 6] = [
+/// survivor's MPI_Finalize must not wait for it. `exit-pscw`: the survivor
+/// exposes its window to the peer (PSCW post) and waits for an access epoch
+/// that never comes.
+const LEAVES: [&str; 7] = [
     "exit-allgather",
     "exit-barrier",
     "kill-allgather",
     "kill-window",
     "exit-free",
     "exit-finalize",
+    "exit-pscw",
 ];
 
 /// How long a child's collectives wait (times FABKIT_TIMEOUT_SCALE).
@@ -395,7 +417,7 @@ fn child_survivor() {
     let boot = MpiBootstrap::init_with_timeout(CHILD_TIMEOUT).unwrap();
     let limit = boot.wait_limit();
     // Both ranks make a window; rank 1 leaves without freeing it.
-    let win = if how.ends_with("free") {
+    let win = if how.ends_with("free") || how.ends_with("pscw") {
         Some(Window::new(&boot, 64, WindowKind::Allocate).unwrap())
     } else {
         None
@@ -423,6 +445,26 @@ fn child_survivor() {
             format!("FAIL: teardown took {took:?} for a limit of {limit:?}")
         };
         println!("RESULT rank 0: {verdict}");
+        assert!(verdict.starts_with("ok"));
+        return;
+    }
+    if how.ends_with("pscw") {
+        let win = win.unwrap();
+        let start = Instant::now();
+        let r = win.post(&[1]).and_then(|()| win.wait());
+        let took = start.elapsed();
+        let verdict = match r {
+            Err(e @ Error::WindowTimeout { rank: 0, .. })
+                if in_time(took) && e.to_string().contains("origin rank(s) 1 ") =>
+            {
+                format!("ok: {e}")
+            }
+            other => format!("FAIL: {other:?} after {took:?}"),
+        };
+        println!("RESULT rank 0: {verdict}");
+        // Left to the process's end, so MPI_Finalize is skipped, not waited.
+        drop(win);
+        drop(boot);
         assert!(verdict.starts_with("ok"));
         return;
     }
