@@ -55,6 +55,22 @@ fn sockaddr_len(format: u32) -> Option<usize> {
     }
 }
 
+/// For the format that takes any socket address (`FI_SOCKADDR`; 1.17 has
+/// no `FI_SOCKADDR_IP`), the size of the family `name` says it is, so a peer of
+/// the other IP family is not refused; `None` for other formats and
+/// families.
+fn family_len(format: u32, name: &[u8]) -> Option<usize> {
+    if format != ffi::FI_SOCKADDR {
+        return None;
+    }
+    let family = libc::sa_family_t::from_ne_bytes(name.get(..2)?.try_into().ok()?);
+    match i32::from(family) {
+        libc::AF_INET => Some(std::mem::size_of::<libc::sockaddr_in>()),
+        libc::AF_INET6 => Some(std::mem::size_of::<libc::sockaddr_in6>()),
+        _ => None,
+    }
+}
+
 /// The libfabric name of an address format, for messages.
 fn format_name(format: u32) -> String {
     match format {
@@ -140,7 +156,7 @@ impl AddressVector {
             expected,
             provider: inner.provider.clone(),
         };
-        match inner.addr_len() {
+        match inner.addr_len_of(name) {
             AddrLen::String => {
                 // The provider reads up to the NUL: it must be inside `name`.
                 let max = ffi::FI_NAME_MAX as usize;
@@ -215,9 +231,42 @@ impl AvInner {
         }
     }
 
+    /// The length `fi_av_insert` reads from `name`: see
+    /// [`family_len`], else the domain's one length.
+    fn addr_len_of(&self, name: &[u8]) -> AddrLen {
+        family_len(self.format, name).map_or_else(|| self.addr_len(), AddrLen::Fixed)
+    }
+
     /// Records the length of an endpoint's own name (the first endpoint
     /// bound to this AV): peers of the same provider have names this long.
     pub(crate) fn learn_name_len(&self, len: usize) {
         let _ = self.name_len.set(len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(family: i32, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        let f = libc::sa_family_t::try_from(family).unwrap();
+        v[..2].copy_from_slice(&f.to_ne_bytes());
+        v
+    }
+
+    #[test]
+    fn a_socket_address_format_takes_either_ip_family_at_its_own_size() {
+        for format in [ffi::FI_SOCKADDR] {
+            assert_eq!(family_len(format, &named(libc::AF_INET, 16)), Some(16));
+            assert_eq!(family_len(format, &named(libc::AF_INET6, 8)), Some(28));
+            assert_eq!(family_len(format, &named(libc::AF_UNIX, 16)), None);
+            assert_eq!(family_len(format, &[2]), None, "too short to hold a family");
+        }
+        // Fixed formats keep their one size, whatever the bytes say.
+        assert_eq!(
+            family_len(ffi::FI_SOCKADDR_IN, &named(libc::AF_INET6, 28)),
+            None
+        );
     }
 }
