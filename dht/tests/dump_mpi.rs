@@ -69,8 +69,8 @@ fn mpi_restore_rank() {
         let untouched = (0..KEYS).all(|i| fresh.read(&key(i)).unwrap() == Read::Miss);
         println!("{MARK} rank {me} untouched: {untouched}");
         // Both windows are freed here, collectively, before MPI finalizes.
-        drop(fresh);
-        drop(a);
+        fresh.free(&boot).unwrap().free().unwrap();
+        a.free(&boot).unwrap().free().unwrap();
         r.is_err()
     };
     drop(boot);
