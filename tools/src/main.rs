@@ -5,6 +5,7 @@
 
 mod bounds;
 mod check;
+mod clean;
 mod dhtbench;
 mod info;
 mod launch;
@@ -119,6 +120,10 @@ enum Cmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
+    /// Remove the shared-memory segments killed ranks left in /dev/shm:
+    /// fabkit's whose process has exited and the libfabric shm provider's
+    /// that no process has mapped, this user's only. Says what it removed.
+    Clean(clean::CleanArgs),
     /// The rsh agent `fabkit launch --mpi` gives mpirun: runs a command line
     /// in the network namespace named as the host.
     #[command(hide = true)]
@@ -489,6 +494,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Cmd::Rsh { host, words } => launch::rsh(host, words).map(|()| true),
+        Cmd::Clean(args) => clean::run(args),
         #[cfg(feature = "mpi")]
         Cmd::MpiPerf(args) => run_mpi_perf(args),
         Cmd::Demo { ranks } => info::gather(None).and_then(|r| {
