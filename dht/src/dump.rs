@@ -1093,7 +1093,7 @@ impl<T: Transport> Dht<T> {
     /// docs for its errors): every shard is checked and the ranks agree
     /// before anything is written, so a damaged shard restores nothing
     /// anywhere. `batch` records are written per operation, and
-    /// [`ROUND_BATCHES`] batches (at most 65536 records) per round between
+    /// 16 batches (at most 65536 records) per round between
     /// two agreements.
     pub fn restore(
         &self,
