@@ -9,7 +9,7 @@
 //! A segment's name lives in `/dev/shm` until it is unlinked, and a rank
 //! killed before unlinking cannot do it. So every segment fabkit makes is
 //! named after its creator ([`segment_name`]):
-//! `/fabkit.<job>.<pid namespace>.<pid>.<start>.<what>`, where `start` is
+//! `/fabkit.<job>.<pid namespace>.<pid>.<start>.<what>-<n>`, where `start` is
 //! the creating process's start time (so a recycled pid is not mistaken for
 //! it). [`reap_stale`] removes the segments whose creator no longer exists;
 //! the same-node DHT transport calls it at every start and `fabkit clean`
@@ -36,6 +36,7 @@
 //! assert_eq!(&out, b"hello");
 //! ```
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -300,7 +301,8 @@ pub fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
 pub struct Creator {
     /// The launcher's job id (`ompi<id>`, `slurm<id>`) or `p<pid>`.
     pub job: String,
-    /// Inode of the creator's PID namespace (`/proc/self/ns/pid`).
+    /// Inode of the creator's PID namespace (`/proc/self/ns/pid`); 0 when
+    /// it could not be read, and then the creator is never judged dead.
     pub pid_ns: u64,
     /// The creator's pid, in that namespace.
     pub pid: u32,
@@ -314,52 +316,82 @@ pub struct Creator {
 pub enum Liveness {
     /// It runs (or could not be ruled out: then it is kept).
     Alive,
-    /// It no longer exists in this PID namespace (its pid is free or names
-    /// a process started at another time).
+    /// It no longer exists in this PID namespace (its pid is free, names a
+    /// zombie, or names a process started at another time).
     Dead,
-    /// It was made in another PID namespace, where its pid means nothing
-    /// here: it is never reaped from here.
+    /// It was made in another PID namespace (or one that could not be read),
+    /// where its pid means nothing here: it is never reaped from here.
     Foreign,
 }
 
 impl Creator {
-    /// This process.
+    /// This process. Its PID namespace and start time are read from
+    /// `/proc/self`; when that `/proc` is not this process's own (mounted
+    /// for another PID namespace) or cannot be read, both are recorded as
+    /// 0, so the segment counts as [`Liveness::Foreign`] everywhere and is
+    /// never reaped (`fabkit clean` lists it as kept).
     pub fn current() -> Creator {
         let pid = std::process::id();
+        let ns = pid_namespace();
         Creator {
             job: job_id(),
-            pid_ns: pid_namespace().unwrap_or(0),
+            pid_ns: ns.unwrap_or(0),
             pid,
-            start: process_start(pid).unwrap_or(0),
+            start: ns
+                .and_then(|_| proc_stat("/proc/self/stat"))
+                .map_or(0, |s| s.start),
         }
     }
 
     /// Whether the creator still runs, judged in this PID namespace.
     pub fn liveness(&self) -> Liveness {
         match pid_namespace() {
-            Some(ns) if ns == self.pid_ns => {}
-            // Unknown namespace (no /proc): nothing can be judged.
+            Some(ns) if ns == self.pid_ns && ns != 0 => {}
+            // Another or an unknown namespace: nothing can be judged.
             _ => return Liveness::Foreign,
         }
-        let Ok(pid) = libc::pid_t::try_from(self.pid) else {
-            return Liveness::Dead;
-        };
-        if pid <= 0 {
-            // kill(0) and kill(-1) address groups; no process has such a pid.
-            return Liveness::Dead;
+        match pid_state(self.pid) {
+            PidState::Gone => Liveness::Dead,
+            // The pid is taken; by the creator only if it started at the
+            // recorded time.
+            PidState::Running { start: Some(s) } if s != self.start => Liveness::Dead,
+            PidState::Running { .. } => Liveness::Alive,
         }
-        // SAFETY: signal 0 only checks that the pid exists; nothing is sent.
-        if unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-        {
-            return Liveness::Dead;
-        }
-        // The pid is taken (EPERM: by another user's process); by the
-        // creator only if it started at the recorded time.
-        match process_start(self.pid) {
-            Some(s) if s != self.start => Liveness::Dead,
-            _ => Liveness::Alive,
-        }
+    }
+}
+
+/// What a pid of this PID namespace names now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PidState {
+    /// No process, or a zombie (it has exited; its mappings are gone).
+    Gone,
+    /// A process, started at `start` if its `/proc` entry could be read.
+    Running { start: Option<u64> },
+}
+
+fn pid_state(pid: u32) -> PidState {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return PidState::Gone;
+    };
+    if p <= 0 {
+        // kill(0) and kill(-1) address groups; no process has such a pid.
+        return PidState::Gone;
+    }
+    // SAFETY: signal 0 only checks that the pid exists; nothing is sent.
+    if unsafe { libc::kill(p, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return PidState::Gone;
+    }
+    // kill(pid, 0) succeeds on a zombie: it has exited all the same.
+    match proc_stat(&format!("/proc/{pid}/stat")) {
+        Some(s) if s.state == b'Z' || s.state == b'X' => PidState::Gone,
+        Some(s) => PidState::Running {
+            start: Some(s.start),
+        },
+        // It exists (kill said so; EPERM: another user's) but its stat
+        // could not be read: keep what it may own.
+        None => PidState::Running { start: None },
     }
 }
 
@@ -380,22 +412,59 @@ pub fn job_id() -> String {
         .unwrap_or_else(|| format!("p{}", std::process::id()))
 }
 
+/// A number written the one way `{}` writes it: ASCII digits, no sign, no
+/// leading zero (so one value has one name).
+fn canonical(s: &str) -> Option<u64> {
+    let ok =
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    ok.then(|| s.parse().ok()).flatten()
+}
+
+/// Whether `/proc` is this process's own: `/proc/self` names our pid. It
+/// does not when `/proc` was mounted for another PID namespace, and then
+/// nothing read there says anything about our pids.
+fn own_proc() -> bool {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|l| l.to_str().and_then(canonical))
+        == Some(u64::from(std::process::id()))
+}
+
 /// Inode of this process's PID namespace, from `/proc/self/ns/pid`
-/// (`pid:[4026531836]`).
+/// (`pid:[4026531836]`); `None` if `/proc` is not this process's own.
 pub fn pid_namespace() -> Option<u64> {
+    if !own_proc() {
+        return None;
+    }
     let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
     let s = link.to_str()?;
-    s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+    canonical(s.strip_prefix("pid:[")?.strip_suffix(']')?).filter(|&n| n != 0)
+}
+
+/// Inode of the initial PID namespace: a kernel constant (`PROC_PID_INIT_INO`).
+/// Only from there does `/proc` show every process on the machine.
+const INIT_PID_NS: u64 = 0xEFFF_FFFC;
+
+struct ProcStat {
+    state: u8,
+    start: u64,
+}
+
+/// Fields 3 (state) and 22 (start time) of a `/proc/<pid>/stat`.
+fn proc_stat(path: &str) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The command (field 2) is in parentheses and may hold spaces or ')':
+    // fields are counted after the last ')'. Field 3 is the first there.
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = *rest.next()?.as_bytes().first()?;
+    let start = canonical(rest.nth(22 - 4)?)?;
+    Some(ProcStat { state, start })
 }
 
 /// Start time of process `pid` in clock ticks after boot (field 22 of
 /// `/proc/<pid>/stat`), if it exists and can be read.
 pub fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command (field 2) is in parentheses and may hold spaces or ')':
-    // fields are counted after the last ')'. Field 3 is the first there.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+    proc_stat(&format!("/proc/{pid}/stat")).map(|s| s.start)
 }
 
 static NEXT_SEGMENT: AtomicU32 = AtomicU32::new(0);
@@ -424,7 +493,9 @@ pub fn segment_name(what: &str) -> Result<String> {
 }
 
 /// The creator and purpose recorded in a fabkit segment name (with or
-/// without the leading `/`); `None` for any other name.
+/// without the leading `/`); `None` for any other name. Numbers must be
+/// written as [`segment_name`] writes them (no sign, no leading zero) and
+/// the pid is never 0.
 pub fn parse_name(name: &str) -> Option<(Creator, &str)> {
     let rest = name
         .strip_prefix('/')
@@ -432,9 +503,9 @@ pub fn parse_name(name: &str) -> Option<(Creator, &str)> {
         .strip_prefix(PREFIX)?;
     let mut f = rest.splitn(5, '.');
     let job = f.next()?;
-    let pid_ns = f.next()?.parse().ok()?;
-    let pid: u32 = f.next()?.parse().ok()?;
-    let start = f.next()?.parse().ok()?;
+    let pid_ns = canonical(f.next()?)?;
+    let pid = u32::try_from(canonical(f.next()?)?).ok()?;
+    let start = canonical(f.next()?)?;
     let what = f.next()?;
     if job.is_empty() || what.is_empty() || pid == 0 {
         return None;
@@ -450,26 +521,162 @@ pub fn parse_name(name: &str) -> Option<(Creator, &str)> {
     ))
 }
 
-/// A fabkit segment in [`SHM_DIR`] that [`reap_stale`] may remove: this
-/// user's, made in this PID namespace by a process that no longer exists.
-pub fn is_stale(dir: &Path, file: &str) -> bool {
-    let Some((creator, _)) = parse_name(file) else {
-        return false;
-    };
-    let Ok(meta) = std::fs::symlink_metadata(dir.join(file)) else {
-        return false;
-    };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    meta.file_type().is_file() && meta.uid() == me && creator.liveness() == Liveness::Dead
+/// The pid, uid and index in a name the libfabric shm provider gives an
+/// endpoint's region: `<pid>:<uid>:<index>` (libfabric 1.17 `prov/shm`, the
+/// default name when no source address is given). Canonical numbers only,
+/// pid never 0.
+pub fn parse_provider_name(name: &str) -> Option<(u32, u32, u32)> {
+    let mut f = name.split(':');
+    let mut num = || u32::try_from(canonical(f.next()?)?).ok();
+    let (pid, uid, index) = (num()?, num()?, num()?);
+    (f.next().is_none() && pid != 0).then_some((pid, uid, index))
 }
 
-/// Removes this user's fabkit segments from [`SHM_DIR`] whose creating
-/// process no longer exists in this PID namespace (a rank killed before
-/// it could unlink); returns their names. Segments of live processes,
-/// other users and other PID namespaces are left alone. Called at the start
-/// of every same-node transport, and by `fabkit clean`.
-pub fn reap_stale() -> Result<Vec<String>> {
+/// What made a segment [`survey`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Maker {
+    /// fabkit, as recorded in the name ([`segment_name`]).
+    Fabkit {
+        /// The creating process.
+        creator: Creator,
+        /// What it was for.
+        what: String,
+    },
+    /// The libfabric shm provider, for an endpoint of process `pid`.
+    Provider {
+        /// The pid in the name (the provider's creator).
+        pid: u32,
+    },
+}
+
+/// A file in [`SHM_DIR`] that a killed process may have left: one of this
+/// user's whose maker no longer runs (or cannot be judged).
+#[derive(Clone, Debug)]
+pub struct Segment {
+    /// File name in [`SHM_DIR`].
+    pub file: String,
+    /// Who made it.
+    pub maker: Maker,
+    dev: u64,
+    ino: u64,
+}
+
+/// What is to be done with a [`Segment`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing runs that made or holds it: it may be removed ([`remove`]).
+    Stale(String),
+    /// It stays, for the reason given.
+    Keep(String),
+}
+
+/// The processes that have a file of [`SHM_DIR`] open or mapped, by
+/// (device, inode), and those whose open files and mappings could not be
+/// read (`blind`).
+struct Holders {
+    held: HashMap<(u64, u64), u32>,
+    blind: Vec<u32>,
+}
+
+/// Scans `/proc/<pid>/fd` and `/proc/<pid>/maps` of every process for files
+/// on the device `dev` (that of [`SHM_DIR`]). Files are matched by device
+/// and inode, not name, so a segment removed and made again under the same
+/// name is not confused with the old one.
+fn holders(dev: u64) -> Holders {
+    let mut h = Holders {
+        held: HashMap::new(),
+        blind: Vec::new(),
+    };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return h;
+    };
+    let me = std::process::id();
+    // maps writes the device as major:minor in hex.
+    let dev_text = format!("{:02x}:{:02x}", libc::major(dev), libc::minor(dev));
+    for p in procs.flatten() {
+        let Some(pid) = p
+            .file_name()
+            .to_str()
+            .and_then(canonical)
+            .and_then(|n| u32::try_from(n).ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let gone = |e: &std::io::Error| {
+            e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+        };
+        let mut blind = false;
+        // Open files first, then mappings: a process between shm_open and
+        // mmap is seen in one or the other (it maps before it closes).
+        match std::fs::read_dir(p.path().join("fd")) {
+            Ok(fds) => {
+                for fd in fds.flatten() {
+                    // stat follows the link to the open file itself.
+                    if let Ok(m) = std::fs::metadata(fd.path()) {
+                        if m.dev() == dev {
+                            h.held.entry((m.dev(), m.ino())).or_insert(pid);
+                        }
+                    }
+                }
+            }
+            Err(e) if gone(&e) => continue,
+            Err(_) => blind = true,
+        }
+        match std::fs::read_to_string(p.path().join("maps")) {
+            Ok(maps) => {
+                for line in maps.lines() {
+                    // address perms offset dev inode [path]
+                    let mut f = line.split_whitespace().skip(3);
+                    if f.next() == Some(dev_text.as_str()) {
+                        if let Some(ino) = f.next().and_then(canonical) {
+                            h.held.entry((dev, ino)).or_insert(pid);
+                        }
+                    }
+                }
+            }
+            Err(e) if gone(&e) => continue,
+            Err(_) => blind = true,
+        }
+        if blind {
+            h.blind.push(pid);
+        }
+    }
+    h
+}
+
+/// Whether a process of this PID namespace we could not look into might
+/// hold a file owned by `owner`: it runs as `owner` or may override file
+/// permissions (CAP_DAC_OVERRIDE, root). If its status cannot be read
+/// either, it might.
+fn could_hold(pid: u32, owner: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    let same_user = field("Uid:").is_none_or(|u| {
+        u.split_whitespace()
+            .any(|id| canonical(id) == Some(u64::from(owner)))
+    });
+    const CAP_DAC_OVERRIDE: u64 = 1 << 1;
+    let overrides = field("CapEff:")
+        .is_none_or(|c| u64::from_str_radix(c, 16).map_or(true, |c| c & CAP_DAC_OVERRIDE != 0));
+    same_user || overrides
+}
+
+/// This user's files in [`SHM_DIR`] a killed process may have left: fabkit
+/// segments whose creator does not run (or that cannot be judged from
+/// here), and, if `provider`, libfabric shm provider segments whose pid does
+/// not run. Segments of live makers are not listed; other users' files and
+/// other names never are.
+fn candidates(provider: bool) -> Result<Vec<Segment>> {
     let dir = Path::new(SHM_DIR);
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -482,26 +689,222 @@ pub fn reap_stale() -> Result<Vec<String>> {
             })
         }
     };
-    let mut removed = Vec::new();
+    // SAFETY: geteuid and getuid have no preconditions.
+    let (euid, uid) = unsafe { (libc::geteuid(), libc::getuid()) };
+    let mut found = Vec::new();
     for e in entries.flatten() {
-        let file = e.file_name();
-        let Some(file) = file.to_str() else { continue };
-        if !is_stale(dir, file) {
+        // fabkit's and the provider's names are ASCII: any other is neither.
+        let Ok(file) = e.file_name().into_string() else {
+            continue;
+        };
+        let maker = if let Some((creator, what)) = parse_name(&file) {
+            if creator.liveness() == Liveness::Alive {
+                continue;
+            }
+            Maker::Fabkit {
+                what: what.to_string(),
+                creator,
+            }
+        } else if let Some((pid, owner, _)) = parse_provider_name(&file) {
+            if !provider || (owner != uid && owner != euid) {
+                continue;
+            }
+            // A live job's: not a leftover. (Outside the initial PID
+            // namespace the pid says nothing: listed, and kept by `judge`.)
+            if pid_namespace() == Some(INIT_PID_NS) && pid_state(pid) != PidState::Gone {
+                continue;
+            }
+            Maker::Provider { pid }
+        } else {
+            continue;
+        };
+        // Not followed: a symlink is never a segment of ours.
+        let Ok(meta) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if !meta.file_type().is_file() || meta.uid() != euid {
             continue;
         }
-        match std::fs::remove_file(dir.join(file)) {
-            Ok(()) => removed.push(file.to_string()),
-            // Another rank reaped it first.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(Error::Io {
-                    what: format!("removing stale segment {SHM_DIR}/{file}"),
-                    source,
-                })
+        found.push(Segment {
+            file,
+            maker,
+            dev: meta.dev(),
+            ino: meta.ino(),
+        });
+    }
+    found.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(found)
+}
+
+/// Judges one candidate. `holders` is scanned on first need.
+fn judge(seg: &Segment, holders_of: &mut Option<Holders>) -> Verdict {
+    let maker = match &seg.maker {
+        Maker::Fabkit { creator, what } => {
+            match creator.liveness() {
+                Liveness::Alive => {
+                    return Verdict::Keep(format!("its creator pid {} runs", creator.pid))
+                }
+                Liveness::Foreign => {
+                    return Verdict::Keep(format!(
+                        "made in PID namespace {} (this is {}), whose pids cannot be \
+                         checked from here: run fabkit clean there, or remove it by hand \
+                         if that namespace is gone",
+                        creator.pid_ns,
+                        pid_namespace().map_or("unknown".into(), |n| n.to_string())
+                    ))
+                }
+                Liveness::Dead => {}
             }
+            format!(
+                "fabkit segment ({what}, job {}) of pid {}, which has exited",
+                creator.job, creator.pid
+            )
+        }
+        Maker::Provider { pid } => {
+            // Its name records a pid of some namespace and nothing else: only
+            // where every process is visible can "nobody holds it" be known.
+            if pid_namespace() != Some(INIT_PID_NS) {
+                return Verdict::Keep(
+                    "a libfabric shm segment can only be judged from the initial PID \
+                     namespace (its holders may run where this process cannot see)"
+                        .into(),
+                );
+            }
+            if pid_state(*pid) != PidState::Gone {
+                return Verdict::Keep(format!("its creator pid {pid} runs"));
+            }
+            format!("libfabric shm segment of pid {pid}, which has exited")
+        }
+    };
+    let h = holders_of.get_or_insert_with(|| holders(seg.dev));
+    if let Some(pid) = h.held.get(&(seg.dev, seg.ino)) {
+        return Verdict::Keep(format!(
+            "{maker}, but pid {pid} still has it open or mapped"
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let owner = unsafe { libc::geteuid() };
+    let blind: Vec<String> = h
+        .blind
+        .iter()
+        .filter(|&&p| could_hold(p, owner))
+        .map(u32::to_string)
+        .collect();
+    if blind.is_empty() {
+        return Verdict::Stale(maker);
+    }
+    // A process that could hold it cannot be looked into (a supervisor with
+    // more privilege than this one, a non-dumpable process, another user's
+    // while not root). Removing the name cannot harm it if it does: a
+    // mapping or an open file outlives the name, and the only process that
+    // would still open it by name is a late peer of a maker already proven
+    // gone (pid free in this namespace; for fabkit also by start time). So
+    // it is removed, and the line says who could not be seen.
+    let more = if blind.len() > 3 { ", ..." } else { "" };
+    Verdict::Stale(format!(
+        "{maker}; the open files of pid {}{more} could not be read (a mapping there \
+         would outlive the name)",
+        blind[..blind.len().min(3)].join(", ")
+    ))
+}
+
+/// Lists this user's segments in [`SHM_DIR`] that killed processes may have
+/// left, each with its verdict: [`Verdict::Stale`] only when its maker no
+/// longer runs in this PID namespace (its pid free or a zombie; for fabkit
+/// segments also not recycled: the start time differs) and no process this
+/// one can look into has it open or mapped. Processes that cannot be
+/// looked into are named in the reason, not waited for: a mapping outlives
+/// the name, so removing it harms only a late peer of a dead maker.
+/// With `provider`, libfabric shm provider segments are judged too (only
+/// from the initial PID namespace, which sees every process). fabkit
+/// segments of live creators and provider segments of live pids are not
+/// listed; other users' files and other names never are.
+pub fn survey(provider: bool) -> Result<Vec<(Segment, Verdict)>> {
+    let mut h = None;
+    Ok(candidates(provider)?
+        .into_iter()
+        .map(|s| {
+            let v = judge(&s, &mut h);
+            (s, v)
+        })
+        .collect())
+}
+
+/// What [`remove`] did.
+#[derive(Debug)]
+pub enum Removal {
+    /// Unlinked.
+    Removed,
+    /// Already gone (another start reaped it, or its job removed it).
+    Gone,
+    /// Kept after all: it changed or came back to life since the survey.
+    Kept(String),
+}
+
+/// Removes a segment [`survey`] judged stale, after judging it again just
+/// before: the name must still be the same file (device and inode), its
+/// maker still gone and nobody holding it. (A process opening it between
+/// that check and the unlink still could: no call unlinks a name only if
+/// it is a given inode. Its maker is gone, so only a late peer of a dead
+/// job could.)
+pub fn remove(seg: &Segment) -> std::io::Result<Removal> {
+    let path = Path::new(SHM_DIR).join(&seg.file);
+    let meta = match path.symlink_metadata() {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Removal::Gone),
+        Err(e) => return Err(e),
+    };
+    if (meta.dev(), meta.ino()) != (seg.dev, seg.ino) || !meta.file_type().is_file() {
+        return Ok(Removal::Kept(
+            "it was replaced by another file since it was looked at".into(),
+        ));
+    }
+    if let Verdict::Keep(why) = judge(seg, &mut None) {
+        return Ok(Removal::Kept(why));
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(Removal::Removed),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Removal::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+/// What [`reap_stale`] did.
+#[derive(Debug, Default)]
+pub struct Reaped {
+    /// Names removed, each with why.
+    pub removed: Vec<(String, String)>,
+    /// Names that could not be removed, or the listing that failed.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Removes this user's fabkit segments from [`SHM_DIR`] whose creating
+/// process no longer exists in this PID namespace and that no process
+/// holds (a rank killed before it could unlink), judged as [`survey`]
+/// judges. Segments of live processes, other users and other PID
+/// namespaces are left alone. A failure is noted and the rest still done:
+/// called at the start of every same-node transport, which must start
+/// whatever was left. `fabkit clean` does the same and more.
+pub fn reap_stale() -> Reaped {
+    let mut out = Reaped::default();
+    let found = match survey(false) {
+        Ok(f) => f,
+        Err(e) => {
+            out.failed.push((SHM_DIR.into(), e.to_string()));
+            return out;
+        }
+    };
+    for (seg, verdict) in found {
+        let Verdict::Stale(why) = verdict else {
+            continue;
+        };
+        match remove(&seg) {
+            Ok(Removal::Removed) => out.removed.push((seg.file, why)),
+            Ok(Removal::Gone | Removal::Kept(_)) => {}
+            Err(e) => out.failed.push((seg.file, e.to_string())),
         }
     }
-    Ok(removed)
+    out
 }
 
 #[cfg(test)]
@@ -629,11 +1032,147 @@ mod tests {
         let _g = (Unlink(dead.clone()), Unlink(live.clone()));
         std::fs::write(Path::new(SHM_DIR).join(&dead), [0u8; 8]).unwrap();
         let seg = SharedSegment::create(&live, 8).unwrap();
-        let removed = reap_stale().unwrap();
-        // (A rank starting elsewhere on this machine may have reaped it first.)
-        assert!(removed.iter().all(|r| r.starts_with(PREFIX)), "{removed:?}");
+        let reaped = reap_stale();
+        assert!(reaped.failed.is_empty(), "{reaped:?}");
+        // Removed by this call, or by a rank starting elsewhere on this
+        // machine just before: gone either way, and never the live one.
         assert!(!Path::new(SHM_DIR).join(&dead).exists());
         assert!(Path::new(SHM_DIR).join(&live[1..]).exists());
+        assert!(
+            reaped.removed.iter().all(|(r, _)| *r != live[1..]),
+            "{reaped:?}"
+        );
         drop(seg);
+    }
+
+    #[test]
+    fn a_dead_creators_segment_still_mapped_is_kept_and_a_replaced_one_is_not_removed() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let me = Creator::current();
+        let dead = format!("{PREFIX}{}.{}.{pid}.1.test-held-0", me.job, me.pid_ns);
+        let _g = Unlink(dead.clone());
+        let path = Path::new(SHM_DIR).join(&dead);
+        std::fs::write(&path, [0u8; 8]).unwrap();
+        let found = survey(false).unwrap();
+        let (seg, verdict) = found.iter().find(|(s, _)| s.file == dead).unwrap();
+        assert!(matches!(verdict, Verdict::Stale(_)), "{verdict:?}");
+        // The name now holds another file: the old judgement does not
+        // remove it.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, [0u8; 8]).unwrap();
+        // (A tmpfs may hand the freed inode number straight back.)
+        if std::fs::metadata(&path).unwrap().ino() != seg.ino {
+            assert!(matches!(remove(seg), Ok(Removal::Kept(_))));
+            assert!(path.exists());
+        }
+        // Open in a live process (a child holding it as its stdin, as a
+        // peer of the dead creator would hold it): kept, naming the holder.
+        struct Reap(std::process::Child);
+        impl Drop for Reap {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let mut holder = Reap(
+            std::process::Command::new("sleep")
+                .arg("600")
+                .stdin(std::fs::File::open(&path).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let verdict = |file: &str| {
+            survey(false)
+                .unwrap()
+                .into_iter()
+                .find(|(s, _)| s.file == file)
+                .unwrap()
+        };
+        let (seg, v) = verdict(&dead);
+        match &v {
+            Verdict::Keep(why) => assert!(
+                why.contains(&format!("pid {} still has it open", holder.0.id())),
+                "{why}"
+            ),
+            v => panic!("{v:?}"),
+        }
+        assert!(matches!(remove(&seg), Ok(Removal::Kept(_))));
+        assert!(path.exists());
+        holder.0.kill().unwrap();
+        holder.0.wait().unwrap();
+        let (seg, v) = verdict(&dead);
+        assert!(matches!(v, Verdict::Stale(_)), "{v:?}");
+        assert!(matches!(remove(&seg), Ok(Removal::Removed | Removal::Gone)));
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn numbers_in_names_are_canonical() {
+        assert_eq!(parse_provider_name("19403:0:0"), Some((19403, 0, 0)));
+        assert_eq!(
+            parse_provider_name("19403:1000:12"),
+            Some((19403, 1000, 12))
+        );
+        for bad in [
+            "0:0:0",
+            "+1:0:0",
+            "01:0:0",
+            "1:00:0",
+            "1:0:-0",
+            "1:0",
+            "1:0:0:1",
+            "x:0:0",
+            "4294967296:0:0",
+            "1: 0:0",
+        ] {
+            assert_eq!(parse_provider_name(bad), None, "{bad}");
+        }
+        for bad in [
+            "fabkit.j.1.+2.3.w",
+            "fabkit.j.1.02.3.w",
+            "fabkit.j.01.2.3.w",
+            "fabkit.j.1.2.03.w",
+            "fabkit.j.1.0.3.w",
+            "fabkit.j.1.4294967296.3.w",
+        ] {
+            assert!(parse_name(bad).is_none(), "{bad}");
+        }
+        assert!(parse_name("fabkit.j.1.2.0.w").is_some());
+    }
+
+    #[test]
+    fn a_zombie_creator_is_dead() {
+        // Exited but not waited for: kill(pid, 0) still succeeds.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // Waiting on the child's state, not sleeping for it: /proc says Z
+        // once it has exited.
+        while proc_stat(&format!("/proc/{pid}/stat")).map(|s| s.state) != Some(b'Z') {
+            assert!(std::time::Instant::now() < deadline, "`true` did not exit");
+            std::thread::yield_now();
+        }
+        let me = Creator::current();
+        let zombie = Creator {
+            pid,
+            start: process_start(pid).unwrap(),
+            ..me
+        };
+        assert_eq!(zombie.liveness(), Liveness::Dead);
+        assert_eq!(pid_state(pid), PidState::Gone);
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn this_process_is_judged_through_its_own_proc() {
+        let me = Creator::current();
+        assert_ne!(me.pid_ns, 0);
+        assert_eq!(Some(me.start), process_start(me.pid));
+        // A name recording no namespace (an unreadable /proc at its start)
+        // is never judged.
+        let unknown = Creator { pid_ns: 0, ..me };
+        assert_eq!(unknown.liveness(), Liveness::Foreign);
     }
 }

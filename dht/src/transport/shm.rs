@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fabkit_fabric::bootstrap::{host_id, Bootstrap};
-use fabkit_fabric::shm::SharedSegment;
+use fabkit_fabric::shm::{SharedSegment, SHM_DIR};
 use fabkit_fabric::{Error, Op, OpKind, Rank, RankConfig, Remote, Result};
 
 use super::local::{read_bytes, write_bytes};
@@ -78,8 +78,18 @@ impl ShmTransport {
         }
         // Segments of ranks killed before they could unlink theirs (their
         // process gone from this PID namespace) go first; see
-        // `fabkit_fabric::shm`. Live jobs' and other users' stay.
-        fabkit_fabric::shm::reap_stale()?;
+        // `fabkit_fabric::shm`. Live jobs' and other users' stay. What
+        // cannot be removed is said and left: it must not stop this start.
+        let reaped = fabkit_fabric::shm::reap_stale();
+        for (file, why) in &reaped.removed {
+            eprintln!("fabkit: removed stale segment {SHM_DIR}/{file}: {why}");
+        }
+        for (file, err) in &reaped.failed {
+            eprintln!(
+                "fabkit: warning: could not remove stale segment {SHM_DIR}/{file}: {err} \
+                 (`fabkit clean` retries)"
+            );
+        }
         // Named after this process (and a per-process count, for in-process
         // ranks), so a later start can tell whether its creator still runs.
         let mine = fabkit_fabric::shm::segment_name(&format!("dht-r{me}"))?;
