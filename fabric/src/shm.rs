@@ -254,7 +254,8 @@ impl Drop for SharedSegment {
 }
 
 /// Copies `out.len()` bytes at byte `offset` out of `words`, a word at a
-/// time: a concurrent writer may be seen half done (a torn read, as over
+/// time, in memory order (native byte order: byte `i` is the byte at
+/// address `i`, as the NIC and peers mapping it see it): a concurrent writer may be seen half done (a torn read, as over
 /// RDMA), which callers detect with checksums. Panics if the range is
 /// outside `words` (callers check bounds first).
 pub fn read_words(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
@@ -263,7 +264,7 @@ pub fn read_words(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
         let pos = offset + done;
         let (w, b) = (pos / 8, pos % 8);
         let n = (8 - b).min(out.len() - done);
-        let bytes = words[w].load(Ordering::Acquire).to_le_bytes();
+        let bytes = words[w].load(Ordering::Acquire).to_ne_bytes();
         out[done..done + n].copy_from_slice(&bytes[b..b + n]);
         done += n;
     }
@@ -282,13 +283,13 @@ pub fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
         if n == 8 {
             let mut v = [0u8; 8];
             v.copy_from_slice(&data[done..done + 8]);
-            words[w].store(u64::from_le_bytes(v), Ordering::Release);
+            words[w].store(u64::from_ne_bytes(v), Ordering::Release);
         } else {
             let part = &data[done..done + n];
             let _ = words[w].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-                let mut bytes = old.to_le_bytes();
+                let mut bytes = old.to_ne_bytes();
                 bytes[b..b + n].copy_from_slice(part);
-                Some(u64::from_le_bytes(bytes))
+                Some(u64::from_ne_bytes(bytes))
             });
         }
         done += n;

@@ -9,6 +9,8 @@
 //! its word stores are `Release` and precede any later op of this thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use fabkit_fabric::shm::{read_words, write_words};
 use std::sync::Arc;
 
 use fabkit_fabric::{Error, Op, OpKind, Remote, Result};
@@ -89,42 +91,6 @@ impl LocalTransport {
     }
 }
 
-/// Copies bytes out of words, a word at a time (torn reads possible, as
-/// over RDMA).
-pub(crate) fn read_bytes(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
-    let mut done = 0;
-    while done < out.len() {
-        let pos = offset + done;
-        let (w, b) = (pos / 8, pos % 8);
-        let n = (8 - b).min(out.len() - done);
-        let bytes = words[w].load(Ordering::Acquire).to_le_bytes();
-        out[done..done + n].copy_from_slice(&bytes[b..b + n]);
-        done += n;
-    }
-}
-
-/// Copies bytes into words, merging partial words atomically.
-pub(crate) fn write_bytes(words: &[AtomicU64], offset: usize, data: &[u8]) {
-    let mut done = 0;
-    while done < data.len() {
-        let pos = offset + done;
-        let (w, b) = (pos / 8, pos % 8);
-        let n = (8 - b).min(data.len() - done);
-        if n == 8 {
-            let v = u64::from_le_bytes(data[done..done + 8].try_into().unwrap());
-            words[w].store(v, Ordering::Release);
-        } else {
-            // A partial word: merge, without clobbering the other bytes.
-            let _ = words[w].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-                let mut bytes = old.to_le_bytes();
-                bytes[b..b + n].copy_from_slice(&data[done..done + n]);
-                Some(u64::from_le_bytes(bytes))
-            });
-        }
-        done += n;
-    }
-}
-
 impl Transport for LocalTransport {
     fn rank(&self) -> usize {
         self.rank
@@ -148,12 +114,12 @@ impl Transport for LocalTransport {
             match op {
                 Op::Read { from, into } => {
                     let r = self.region(kind, *from, into.len())?;
-                    read_bytes(r, from.offset as usize, into);
+                    read_words(r, from.offset as usize, into);
                 }
                 // Visible when execute returns: meets Delivery trivially.
                 Op::Write { to, from, .. } => {
                     let r = self.region(kind, *to, from.len())?;
-                    write_bytes(r, to.offset as usize, from);
+                    write_words(r, to.offset as usize, from);
                 }
                 Op::CompareAndSwap {
                     at,

@@ -22,10 +22,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fabkit_fabric::bootstrap::{host_id, Bootstrap};
-use fabkit_fabric::shm::{SharedSegment, SHM_DIR};
+use fabkit_fabric::shm::{read_words, write_words, SharedSegment, SHM_DIR};
 use fabkit_fabric::{Error, Op, OpKind, Rank, RankConfig, Remote, Result};
 
-use super::local::{read_bytes, write_bytes};
 use super::Transport;
 
 /// A fabric rank whose same-node peers' regions are mapped.
@@ -197,8 +196,8 @@ fn direct(seg: &SharedSegment, op: &mut Op<'_>) -> Result<()> {
         return Ok(());
     }
     match op {
-        Op::Read { into, .. } => read_bytes(words, bounds(seg, kind, at, into.len())?, into),
-        Op::Write { from, .. } => write_bytes(words, bounds(seg, kind, at, from.len())?, from),
+        Op::Read { into, .. } => read_words(words, bounds(seg, kind, at, into.len())?, into),
+        Op::Write { from, .. } => write_words(words, bounds(seg, kind, at, from.len())?, from),
         _ => unreachable!("reads and writes only"),
     }
     Ok(())
