@@ -3,6 +3,13 @@
 
 use std::time::Duration;
 
+/// A command-line mistake (exit status 2), formatted like `anyhow!`.
+macro_rules! usage {
+    ($($t:tt)*) => {
+        crate::bounds::usage(format!($($t)*))
+    };
+}
+
 use anyhow::{anyhow, Context, Result};
 use fabkit_fabric::bootstrap::{launched_by_mpi, Bootstrap, FileBootstrap, ThreadGroup};
 use serde::de::DeserializeOwned;
@@ -137,7 +144,7 @@ where
     F: Fn(&dyn Bootstrap) -> Result<T> + Sync,
 {
     if n == 0 {
-        return Err(anyhow!("--ranks must be at least 1"));
+        return Err(usage!("--ranks must be at least 1"));
     }
     let boots = ThreadGroup::members(n, timeout);
     let results: Vec<Result<T>> = std::thread::scope(|s| {
@@ -225,13 +232,13 @@ pub fn launch_processes(
         (k, None) if k > 0 => k,
         (k, Some(n)) if k == n && n > 0 => n,
         _ => {
-            return Err(anyhow!(
+            return Err(usage!(
                 "launch takes --netns a,b,... (one rank each) or -n RANKS, or both agreeing"
             ))
         }
     };
     let Some((prog, args)) = cmd.split_first() else {
-        return Err(anyhow!(
+        return Err(usage!(
             "launch needs a command after --, e.g. fabkit launch -n 2 -- fabkit check"
         ));
     };
@@ -311,24 +318,24 @@ pub fn launch_processes(
 pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<i32> {
     let hosts = netns.len();
     if hosts == 0 {
-        return Err(anyhow!(
+        return Err(usage!(
             "launch --mpi needs --netns a,b,... (the namespaces are the hosts)"
         ));
     }
     let size = n.unwrap_or(hosts);
     if size > MAX_MPI_RANKS {
-        return Err(anyhow!(
+        return Err(usage!(
             "launch --mpi: -n {size} is more than {MAX_MPI_RANKS} ranks on one machine"
         ));
     }
     if size == 0 || !size.is_multiple_of(hosts) {
-        return Err(anyhow!(
+        return Err(usage!(
             "launch --mpi: -n {size} does not split evenly over {hosts} namespaces; \
              give a multiple of {hosts}"
         ));
     }
     if cmd.is_empty() {
-        return Err(anyhow!(
+        return Err(usage!(
             "launch needs a command after --, e.g. fabkit launch --mpi --netns a,b -- fabkit check"
         ));
     }
@@ -343,18 +350,18 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
         if !hostname_like {
-            return Err(anyhow!(
+            return Err(usage!(
                 "launch --mpi: namespace `{ns}` cannot be a host name for mpirun: use 1-48 \
                  letters, digits, - or ."
             ));
         }
         if netns[..i].contains(ns) {
-            return Err(anyhow!(
+            return Err(usage!(
                 "launch --mpi: namespace {ns} is named twice; use -n for more ranks per namespace"
             ));
         }
         if !existing.contains(ns) {
-            return Err(anyhow!(
+            return Err(usage!(
                 "launch --mpi: there is no network namespace {ns} (see `ip netns list`)"
             ));
         }
@@ -364,7 +371,7 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
             .map(|o| String::from_utf8_lossy(&o.stdout).contains("inet "))
             .unwrap_or(false);
         if !addr {
-            return Err(anyhow!(
+            return Err(usage!(
                 "namespace {ns} has no management link `{mgmt}` with an IPv4 address, so \
                  mpirun cannot reach its daemon there: bring the testbed up with \
                  `ipoib-eval testbed up --mgmt`"
