@@ -350,6 +350,39 @@ fn perf_threads_share_or_own_endpoints_and_run_for_a_duration() {
     }
 }
 
+/// The depth of shm's transmit queue, as `perf` reports it when refusing a
+/// thread count it cannot hold (fi_info's tx_attr->size, not a guess here).
+fn shm_tx_size() -> usize {
+    let out = run_bounded(&["perf", "-p", "shm", "-T", "1024", "-n", "1"], 60);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let tail = err
+        .split("(tx_size ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{err}"));
+    tail.split(')').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn perf_threads_on_one_endpoint_are_refused_past_the_transmit_queue() {
+    // Threads sharing one endpoint overran its transmit queue: libfabric's
+    // shm crashed (-T 32 with -w 64 over tx_size 1024).
+    let tx = shm_tx_size();
+    let over = (tx / 64 + 1).to_string();
+    let args = ["perf", "-p", "shm", "-w", "64", "-T", &over, "-n", "10"];
+    assert_refused(&args, 2, &format!("(tx_size {tx})"));
+    assert_refused(&args, 2, "--ep-per-thread");
+    // A moderate count within it runs and measures every thread.
+    let v = perf_json(
+        fabkit(),
+        &[
+            "-p", "shm", "-T", "8", "-s", "184", "-n", "200", "--warmup", "10",
+        ],
+    );
+    assert_sane(&v, "write", &[184], 8 * 200);
+    assert_eq!(v["points"][0]["threads"], 8);
+}
+
 #[test]
 fn perf_runs_across_processes_under_mpirun() {
     let v = perf_json(

@@ -535,6 +535,21 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
             a.window, a.provider
         )));
     }
+    // Threads sharing one endpoint share its transmit queue: more operations
+    // in flight than it holds make libfabric fail (or, with shm, crash).
+    let per_thread = sizes.iter().map(|&b| a.window_for(b)).max().unwrap_or(1);
+    let shared = a.threads.saturating_mul(per_thread);
+    if !a.ep_per_thread && a.threads > 1 && tx > 0 && shared > tx {
+        return Err(bounds::usage(format!(
+            "-T {} threads x window {per_thread} = {shared} operations in flight on one shared \
+             endpoint exceed provider `{}`'s transmit queue depth (tx_size {tx}); use \
+             --ep-per-thread, -T {} or fewer, or -w {} or less",
+            a.threads,
+            a.provider,
+            (tx / per_thread).max(1),
+            (tx / a.threads).max(1)
+        )));
+    }
     let max_msg = eps[0].info().max_msg_size();
     if let Some(&s) = sizes.iter().find(|&&s| s > max_msg) {
         return Err(bounds::usage(format!(
