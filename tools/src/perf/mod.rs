@@ -6,6 +6,7 @@
 pub mod report;
 pub mod stats;
 
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -396,7 +397,16 @@ fn step(
 }
 
 /// Runs `iters` timed operations (after warm-up) in `role` on one thread.
-fn run_thread(rank: &Rank, job: &Job<'_>, role: Role, iters: u64, warmup: u64) -> Result<Raw> {
+///
+/// It stops between steps once `stop` is set (another thread failed), so
+/// that no thread keeps posting to an endpoint about to be closed.
+fn run_thread(
+    rank: &Rank,
+    job: &Job<'_>,
+    role: Role,
+    (iters, warmup): (u64, u64),
+    stop: &AtomicBool,
+) -> Result<Raw> {
     let mut init = rank.initiator()?;
     let w = job.window;
     // Sends need a receive buffer per window slot too (exchange, pingpong).
@@ -405,6 +415,9 @@ fn run_thread(rank: &Rank, job: &Job<'_>, role: Role, iters: u64, warmup: u64) -
     let mut go = |n: u64, timed: bool, samples: &mut Vec<u64>| -> Result<()> {
         let mut k = 0;
         while k < n {
+            if stop.load(AtomicOrdering::Relaxed) {
+                return Err(Stopped.into());
+            }
             let count = (n - k).min(w as u64) as usize;
             let t = Instant::now();
             step(&mut init, job, role, count, &mut bufs)?;
@@ -431,7 +444,22 @@ fn run_thread(rank: &Rank, job: &Job<'_>, role: Role, iters: u64, warmup: u64) -
     })
 }
 
+/// A thread that ended because another failed: never the error reported.
+#[derive(Debug)]
+struct Stopped;
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped: another thread of this rank failed")
+    }
+}
+
+impl std::error::Error for Stopped {}
+
 /// Runs every thread of this rank for one size; sums their results.
+///
+/// The first error (a worker's, or a tick that could not be sent) stops
+/// every worker before anything is closed, and is the one reported.
 ///
 /// This thread tells the idle ranks it is alive while the workers run, and
 /// not a worker: a worker that finishes first would fall silent while the
@@ -443,14 +471,19 @@ fn run_threads(eps: &[Rank], job: &Job<'_>, role: Role, iters: u64, warmup: u64)
     let threads = job.a.threads;
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let mut tick_error = None;
+    let stop = AtomicBool::new(false);
     let raws: Vec<Result<Raw>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let rank = &eps[t % eps.len()];
                 let job = Job { tick: &[], ..*job };
                 let done = done_tx.clone();
+                let stop = &stop;
                 s.spawn(move || {
-                    let r = run_thread(rank, &job, role, iters, warmup);
+                    let r = run_thread(rank, &job, role, (iters, warmup), stop);
+                    if r.is_err() {
+                        stop.store(true, AtomicOrdering::Relaxed);
+                    }
                     let _ = done.send(());
                     r
                 })
@@ -469,8 +502,12 @@ fn run_threads(eps: &[Rank], job: &Job<'_>, role: Role, iters: u64, warmup: u64)
             }
             if last_tick.elapsed() >= TICK_EVERY {
                 for &p in job.tick {
+                    if tick_error.is_some() {
+                        break;
+                    }
                     if let Err(e) = eps[0].send(p, TICK) {
-                        tick_error.get_or_insert(e);
+                        stop.store(true, AtomicOrdering::Relaxed);
+                        tick_error = Some(e);
                     }
                 }
                 last_tick = Instant::now();
@@ -484,10 +521,18 @@ fn run_threads(eps: &[Rank], job: &Job<'_>, role: Role, iters: u64, warmup: u64)
             })
             .collect()
     });
-    let raws = raws.into_iter().collect::<Result<Vec<Raw>>>()?;
     if let Some(e) = tick_error {
         return Err(e).context("telling the idle ranks rank 0 is alive");
     }
+    // The first real error, not a thread that stopped because of it.
+    let mut raws = raws;
+    if let Some(i) = raws
+        .iter()
+        .position(|r| r.as_ref().is_err_and(|e| !e.is::<Stopped>()))
+    {
+        return raws.swap_remove(i);
+    }
+    let raws = raws.into_iter().collect::<Result<Vec<Raw>>>()?;
     let mut sum = raws[0].clone();
     for r in &raws[1..] {
         sum.iters += r.iters;
@@ -587,23 +632,50 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
             Some(d) => calibrate(&eps, &job, role, d.as_secs_f64(), boot)?,
         };
         boot.barrier()?;
-        match role {
+        let measured = match role {
             Some(role) => {
-                out.push(run_threads(&eps, &job, role, iters, a.warmup)?);
-                if me == 0 {
-                    for &p in &idle {
-                        eps[0].send(p, DONE)?;
-                    }
-                }
+                let raw = run_threads(&eps, &job, role, iters, a.warmup);
+                // The idle ranks are told even after a failure, so that they
+                // reach the agreement below at once.
+                let told: Result<()> = if me == 0 {
+                    idle.iter()
+                        .try_for_each(|&p| eps[0].send(p, DONE))
+                        .context("telling the idle ranks a size is done")
+                } else {
+                    Ok(())
+                };
+                raw.and_then(|raw| told.map(|()| Some(raw)))
             }
-            None => wait_for_done(&eps[0], a.timeout)?,
-        }
-        boot.barrier()?;
+            None => wait_for_done(&eps[0], a.timeout).map(|()| None),
+        };
+        // Every rank's threads have stopped posting; only now may a rank
+        // that failed drop (close) its endpoints, and every rank learns of it.
+        out.extend(agree(boot, measured)?);
     }
     for r in eps {
         r.finish(boot)?;
     }
     Ok(out.into_iter().filter(|r| r.iters > 0).collect())
+}
+
+/// Every rank's outcome, agreed before any rank goes on or closes: `mine`
+/// if every rank succeeded, else this rank's error or the first failed
+/// rank's message. No rank waits for a peer that has given up.
+fn agree<T>(boot: &dyn Bootstrap, mine: Result<T>) -> Result<T> {
+    // A leading byte: 0 for success, 1 before an error's text (never an
+    // empty contribution, which an MPI allgather of nothing refuses).
+    let word = match &mine {
+        Ok(_) => vec![0],
+        Err(e) => [&[1][..], bounds::one_line(e).as_bytes()].concat(),
+    };
+    let all = boot.allgather(&word);
+    let v = mine?;
+    let all = all.context("agreeing with the other ranks that a size was measured")?;
+    if let Some((r, m)) = all.iter().enumerate().find(|(_, m)| m.first() != Some(&0)) {
+        let text = String::from_utf8_lossy(m.get(1..).unwrap_or_default());
+        bail!("rank {r} failed: {text}");
+    }
+    Ok(v)
 }
 
 /// -t: times growing probe runs until one lasts a tenth of `secs`, then
@@ -621,9 +693,10 @@ fn calibrate(
     loop {
         boot.barrier()?;
         let took = match role {
-            Some(role) => run_threads(eps, &quiet, role, probe, 0)?.secs,
-            None => 0.0,
+            Some(role) => run_threads(eps, &quiet, role, probe, 0).map(|r| r.secs),
+            None => Ok(0.0),
         };
+        let took = agree(boot, took)?;
         // Rank 0's verdict: 0 = probe more (4x), else the iteration count,
         // never more than -n takes.
         let verdict = if took >= secs / 10.0 || probe >= bounds::MAX_ITERS {
