@@ -61,11 +61,18 @@ fn number<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, String> {
     s.trim().parse().map_err(|_| format!("`{s}` is not {what}"))
 }
 
-/// Seconds, more than 0 and at most a day (`--timeout`, `-t`).
+/// The shortest wait or run a duration flag takes: a millisecond (shorter
+/// ones round to nothing in the waits and in FABKIT_BOOT_TIMEOUT).
+pub const MIN_SECS: f64 = 0.001;
+
+/// Seconds, at least a millisecond and at most a day (`--timeout`, `-t`).
 pub fn secs(s: &str) -> Result<Duration, String> {
     let v: f64 = number(s, "a number of seconds")?;
     if !(v.is_finite() && v > 0.0) {
         return Err("must be a positive number of seconds".into());
+    }
+    if v < MIN_SECS {
+        return Err(format!("at least {MIN_SECS} seconds (a millisecond)"));
     }
     if v > MAX_SECS {
         return Err(format!("at most {MAX_SECS} seconds (a day)"));
@@ -220,8 +227,10 @@ pub fn clap_exit(e: clap::Error, subcommands: &[String]) -> std::process::ExitCo
         .find(|l| !l.trim().is_empty())
         .unwrap_or("bad command line");
     let first = first.strip_prefix("error: ").unwrap_or(first);
-    let help = match std::env::args().nth(1) {
-        Some(sub) if subcommands.contains(&sub) => format!("fabkit {sub} --help"),
+    // args_os: an argument that is not UTF-8 is a usage error, not a panic.
+    let sub = std::env::args_os().nth(1);
+    let help = match sub.as_ref().and_then(|s| s.to_str()) {
+        Some(sub) if subcommands.iter().any(|s| s == sub) => format!("fabkit {sub} --help"),
         _ => "fabkit --help".into(),
     };
     eprintln!("fabkit: error: {first} (see `{help}`)");
@@ -239,6 +248,8 @@ mod tests {
             assert!(secs(bad).is_err(), "{bad}");
         }
         assert!(secs("86401").unwrap_err().contains("at most 86400"));
+        assert!(secs("1e-300").unwrap_err().contains("at least 0.001"));
+        assert_eq!(secs("0.001"), Ok(Duration::from_millis(1)));
         assert!(ranks("18446744073709551615")
             .unwrap_err()
             .contains("mpirun"));

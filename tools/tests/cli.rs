@@ -608,6 +608,23 @@ fn assert_refused(args: &[&str], code: i32, needle: &str) {
 const U64_MAX: &str = "18446744073709551615";
 
 #[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let cases: [&[&[u8]]; 2] = [&[b"\xff"], &[b"check", b"-p", b"\xff"]];
+    for args in cases {
+        let mut c = Command::new("timeout");
+        c.arg("60").arg(env!("CARGO_BIN_EXE_fabkit"));
+        c.args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)));
+        let out = run(&mut c);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(err.lines().filter(|l| !l.is_empty()).count(), 1, "{err}");
+        assert!(err.starts_with("fabkit: error: "), "{err}");
+    }
+}
+
+#[test]
 fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
     let day = "at most 86400 seconds";
     let cases: &[(&[&str], &str)] = &[
@@ -622,6 +639,13 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         (&["mpi-perf", "--timeout", "1e300"], day),
         (&["perf", "-t", "1e300"], day),
         (&["check", "--timeout", "nan"], "positive number of seconds"),
+        // Below a millisecond became 0 ns: "waited 0ns", or children that
+        // refused FABKIT_BOOT_TIMEOUT=0.
+        (&["check", "--timeout", "1e-300"], "at least 0.001 seconds"),
+        (
+            &["launch", "-n", "2", "--timeout", "1e-300", "--", "true"],
+            "at least 0.001 seconds",
+        ),
         (&["check", "--timeout", "-1"], "unexpected argument '-1'"),
         (&["check", "--timeout", "soon"], "not a number of seconds"),
         // Rank counts: a capacity overflow panic before.
