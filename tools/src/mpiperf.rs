@@ -49,8 +49,72 @@ pub enum WinArg {
     Create,
 }
 
+/// The operations mpi-perf measures: MPI one-sided, so no two-sided send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MpiOp {
+    /// MPI_Put.
+    Write,
+    /// MPI_Get.
+    Read,
+    /// u64 MPI_Compare_and_swap.
+    Cas,
+    /// u64 MPI_Fetch_and_op with MPI_SUM.
+    Fadd,
+}
+
+impl From<MpiOp> for PerfOp {
+    fn from(o: MpiOp) -> PerfOp {
+        match o {
+            MpiOp::Write => PerfOp::Write,
+            MpiOp::Read => PerfOp::Read,
+            MpiOp::Cas => PerfOp::Cas,
+            MpiOp::Fadd => PerfOp::Fadd,
+        }
+    }
+}
+
+/// `-o` of mpi-perf: [`MpiOp`]'s values and help, into the shared
+/// [`PerfOp`]; `send` is refused naming what measures two-sided messages.
+#[derive(Clone)]
+struct MpiOpParser;
+
+impl clap::builder::TypedValueParser for MpiOpParser {
+    type Value = PerfOp;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<PerfOp, clap::Error> {
+        if value == "send" {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                "mpi-perf measures MPI one-sided RMA (-o write, read, cas or fadd); for \
+                 two-sided messages use `fabkit perf -o send` (libfabric) or OSU's \
+                 osu_latency/osu_bw (MPI)",
+            )
+            .with_cmd(cmd));
+        }
+        clap::builder::EnumValueParser::<MpiOp>::new()
+            .parse_ref(cmd, arg, value)
+            .map(PerfOp::from)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            MpiOp::value_variants()
+                .iter()
+                .filter_map(|v| v.to_possible_value()),
+        ))
+    }
+}
+
 /// `fabkit mpi-perf` options.
 #[derive(Args, Debug, Clone)]
+#[command(mut_arg("op", |a| a.value_parser(MpiOpParser)))]
 pub struct MpiPerfArgs {
     /// What to measure (same flags as `fabkit perf`).
     #[command(flatten)]

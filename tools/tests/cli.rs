@@ -608,6 +608,25 @@ fn assert_refused(args: &[&str], code: i32, needle: &str) {
 const U64_MAX: &str = "18446744073709551615";
 
 #[test]
+fn mpi_perf_help_offers_only_mpi_one_sided_operations() {
+    let out = run(fabkit().args(["mpi-perf", "--help"]));
+    assert!(out.status.success());
+    let help = stdout(&out);
+    let ops = help.split("--pattern").next().unwrap();
+    for want in [
+        "MPI_Put",
+        "MPI_Get",
+        "MPI_Compare_and_swap",
+        "MPI_Fetch_and_op",
+    ] {
+        assert!(ops.contains(want), "{ops}");
+    }
+    for unwanted in ["send:", "fi_write", "fi_compare_atomic"] {
+        assert!(!ops.contains(unwanted), "{unwanted}: {ops}");
+    }
+}
+
+#[test]
 fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
     use std::os::unix::ffi::OsStrExt;
     let cases: [&[&[u8]]; 2] = [&[b"\xff"], &[b"check", b"-p", b"\xff"]];
