@@ -221,12 +221,30 @@ pub fn clap_exit(e: clap::Error, subcommands: &[String]) -> std::process::ExitCo
         let _ = e.print();
         return std::process::ExitCode::from(if e.use_stderr() { 2 } else { 0 });
     }
+    // clap's message, its tip and the possible values on one line; the
+    // usage synopsis and the pointer to --help are replaced by ours below.
     let text = e.render().to_string();
-    let first = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("bad command line");
-    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let mut parts = Vec::new();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    while let Some(l) = lines.next() {
+        if l.starts_with("Usage:") {
+            // The synopsis can run over several indented lines: skip it.
+            lines
+                .by_ref()
+                .take_while(|l| !l.starts_with("For more"))
+                .for_each(drop);
+            continue;
+        }
+        if l.starts_with("For more information") {
+            continue;
+        }
+        parts.push(l.strip_prefix("error: ").unwrap_or(l));
+    }
+    let first = if parts.is_empty() {
+        "bad command line".to_string()
+    } else {
+        parts.join("; ")
+    };
     // args_os: an argument that is not UTF-8 is a usage error, not a panic.
     let sub = std::env::args_os().nth(1);
     let help = match sub.as_ref().and_then(|s| s.to_str()) {

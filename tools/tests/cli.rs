@@ -657,6 +657,9 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         ),
         (&["mpi-perf", "--timeout", "1e300"], day),
         (&["perf", "-t", "1e300"], day),
+        // clap's possible values and tips stay on the one line.
+        (&["perf", "-o", "sned"], "possible values: write, read"),
+        (&["chek"], "a similar subcommand exists: 'check'"),
         (&["check", "--timeout", "nan"], "positive number of seconds"),
         // Below a millisecond became 0 ns: "waited 0ns", or children that
         // refused FABKIT_BOOT_TIMEOUT=0.
