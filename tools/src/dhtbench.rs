@@ -474,7 +474,10 @@ pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
 /// a whole phase behind, each batch of a phase may take up to --timeout, and
 /// the longest phase (reading every rank's keys, then as many absent ones)
 /// has (ranks + 1) x ceil(keys / batch) batches; plus one --timeout for the
-/// exchange itself. Saturates rather than overflows.
+/// exchange itself. Saturates rather than overflows, and is capped at
+/// [`MAX_PHASE_WAIT`] (or --timeout, if longer): the product grew to
+/// thousands of seconds for a rank that was merely stopped (`-k 2000 -b 1`)
+/// and to centuries for a million keys.
 pub fn phase_bound(a: &DhtArgs, ranks: usize) -> Duration {
     let batches = a
         .keys
@@ -483,7 +486,12 @@ pub fn phase_bound(a: &DhtArgs, ranks: usize) -> Duration {
         .saturating_add(1);
     a.timeout
         .saturating_mul(u32::try_from(batches).unwrap_or(u32::MAX))
+        .min(a.timeout.max(MAX_PHASE_WAIT))
 }
+
+/// The longest a rank waits for the others at a phase barrier unless
+/// --timeout is longer: an hour, as `perf`'s idle ranks wait for a size.
+pub const MAX_PHASE_WAIT: Duration = Duration::from_secs(3600);
 
 /// Runs the chosen variants on this rank over MPI windows.
 #[cfg(feature = "mpi")]
@@ -577,4 +585,37 @@ pub fn print(runs: &[DhtRun], launch: &str) -> bool {
          round, of all (then f: foreign, c: corrupt, m: missing)"
     );
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        a: DhtArgs,
+    }
+
+    fn args(extra: &[&str]) -> DhtArgs {
+        Cmd::parse_from(["dht"].iter().chain(extra)).a
+    }
+
+    #[test]
+    fn the_phase_barrier_waits_at_most_an_hour_unless_the_timeout_is_longer() {
+        let s = Duration::from_secs;
+        // 2000 batches x 3 ranks' worth: 6001 s before, an hour now.
+        let a = args(&["--timeout", "1", "-k", "2000", "-b", "1"]);
+        assert_eq!(phase_bound(&a, 2), MAX_PHASE_WAIT);
+        // Saturated to centuries before.
+        let a = args(&["--timeout", "1", "-k", "1000000", "-b", "1"]);
+        assert_eq!(phase_bound(&a, 2), MAX_PHASE_WAIT);
+        // Short phases keep their own bound: (2 + 1) x 1 batch + 1.
+        let a = args(&["--timeout", "2", "-k", "10", "-b", "10"]);
+        assert_eq!(phase_bound(&a, 2), s(8));
+        // A timeout longer than the cap is kept.
+        let a = args(&["--timeout", "7200", "-k", "10", "-b", "1"]);
+        assert_eq!(phase_bound(&a, 2), s(7200));
+    }
 }
