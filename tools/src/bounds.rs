@@ -39,9 +39,10 @@ pub(crate) use ensure_usage;
 /// The longest wait or run a duration flag takes: a day.
 pub const MAX_SECS: f64 = 86_400.0;
 
-/// In-process ranks at most: each is a thread with its own endpoint, and
-/// providers serve a few hundred endpoints per domain.
-pub const MAX_RANKS: usize = 1024;
+/// Ranks (and threads per rank) at most. An in-process rank of `check`
+/// costs about 100 MB here (mostly the shm provider's region: `check -n
+/// 300` peaked at 14 GB), so 1024 needed about 100 GB; 128 fit in 13 GB.
+pub const MAX_RANKS: usize = 128;
 
 /// Timed (and warm-up) transfers per size and thread at most: 10^9 is
 /// minutes at the fastest rates measured here, never days.
@@ -179,6 +180,19 @@ pub fn record(s: &str) -> Result<Record, String> {
     })
 }
 
+/// This machine's memory in bytes (MemTotal), if /proc says.
+pub fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = text
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    kb.checked_mul(1024)
+}
+
 /// The exit status for an error: 2 when the command line asked for
 /// something impossible (a usage error, a provider, domain or table that
 /// cannot be had), 1 when a run failed.
@@ -274,7 +288,8 @@ mod tests {
         assert!(ranks("0")
             .unwrap_err()
             .contains("--ranks must be at least 1"));
-        assert_eq!(ranks("1024"), Ok(1024));
+        assert_eq!(ranks("128"), Ok(128));
+        assert!(ranks("129").is_err());
         assert!(iters("18446744073709551615")
             .unwrap_err()
             .contains("at most"));

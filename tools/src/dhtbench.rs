@@ -287,7 +287,7 @@ pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize) -> Result<()> {
 /// rank's region, would not fit in this machine's memory: allocation
 /// failure aborts, so it is checked before anything is allocated.
 fn check_memory(a: &DhtArgs, cfg: &Config, in_process: u64) -> Result<()> {
-    let Some(mem) = physical_memory() else {
+    let Some(mem) = bounds::physical_memory() else {
         return Ok(());
     };
     // Each rank holds its written keys and values, one batch of others',
@@ -304,18 +304,6 @@ fn check_memory(a: &DhtArgs, cfg: &Config, in_process: u64) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    kb.checked_mul(1024)
 }
 
 fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {

@@ -353,7 +353,10 @@ fn perf_threads_share_or_own_endpoints_and_run_for_a_duration() {
 /// The depth of shm's transmit queue, as `perf` reports it when refusing a
 /// thread count it cannot hold (fi_info's tx_attr->size, not a guess here).
 fn shm_tx_size() -> usize {
-    let out = run_bounded(&["perf", "-p", "shm", "-T", "1024", "-n", "1"], 60);
+    let out = run_bounded(
+        &["perf", "-p", "shm", "-T", "2", "-w", "1048576", "-n", "1"],
+        60,
+    );
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     let tail = err
@@ -671,9 +674,9 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         (&["check", "--timeout", "-1"], "unexpected argument '-1'"),
         (&["check", "--timeout", "soon"], "not a number of seconds"),
         // Rank counts: a capacity overflow panic before.
-        (&["check", "-n", U64_MAX], "--ranks must be at most 1024"),
-        (&["dht", "-n", U64_MAX], "--ranks must be at most 1024"),
-        (&["demo", "-n", U64_MAX], "--ranks must be at most 1024"),
+        (&["check", "-n", U64_MAX], "--ranks must be at most 128"),
+        (&["dht", "-n", U64_MAX], "--ranks must be at most 128"),
+        (&["demo", "-n", U64_MAX], "--ranks must be at most 128"),
         (
             &["launch", "-n", U64_MAX, "--", "true"],
             "--ranks must be at most",
@@ -718,6 +721,21 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         (&["perf", "-w", U64_MAX], "--window must be at most"),
         (&["perf", "-s", U64_MAX], "transfer size must be at most"),
         (&["perf", "--sizes", "8,0"], "at least 1 byte"),
+        // Each thread's buffers: 1 GiB x 2 x 8 threads aborted the process.
+        (
+            &[
+                "perf",
+                "-s",
+                "1073741824",
+                "-T",
+                "8",
+                "-n",
+                "1",
+                "--warmup",
+                "0",
+            ],
+            "of memory",
+        ),
         (&["perf", "-T", U64_MAX], "--threads must be at most"),
         (
             &["perf", "-p", "shm", "-d", "nosuch", "-n", "10"],

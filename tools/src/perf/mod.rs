@@ -565,6 +565,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         .clamp(1 << 16, MAX_STAGING);
     cfg.timeout = a.timeout;
     cfg.busy_poll = a.busy_poll;
+    check_memory(a, &sizes, cfg.staging_len, boot)?;
     // Every endpoint is established collectively, in the same order on all
     // ranks, so thread t's endpoint pairs with the peer's endpoint t.
     let n_eps = if a.ep_per_thread { a.threads } else { 1 };
@@ -676,6 +677,38 @@ fn agree<T>(boot: &dyn Bootstrap, mine: Result<T>) -> Result<T> {
         bail!("rank {r} failed: {text}");
     }
     Ok(v)
+}
+
+/// Refuses a sweep whose buffers this machine cannot hold, before any is
+/// allocated (an allocation that fails aborts the process): each thread
+/// holds 2 x window buffers of the size and its own staging buffer, each
+/// endpoint a region and a staging buffer, for every rank on this host.
+fn check_memory(a: &PerfArgs, sizes: &[usize], staging: usize, boot: &dyn Bootstrap) -> Result<()> {
+    let me = fabkit_fabric::bootstrap::host_id();
+    let here = boot.allgather(me.as_bytes())?;
+    let local = here.iter().filter(|h| **h == me.as_bytes()).count() as u128;
+    let Some(mem) = bounds::physical_memory() else {
+        return Ok(());
+    };
+    let bufs = sizes
+        .iter()
+        .map(|&b| 2 * a.window_for(b) as u128 * b as u128)
+        .max()
+        .unwrap_or(0);
+    let max = sizes.iter().copied().max().unwrap_or(0) as u128;
+    let eps = if a.ep_per_thread { a.threads } else { 1 } as u128;
+    let per_rank = a.threads as u128 * (bufs + staging as u128)
+        + eps * (max.next_multiple_of(4096) + staging as u128);
+    let need = per_rank * local;
+    if need > u128::from(mem) {
+        return Err(bounds::usage(format!(
+            "-T {} with sizes up to {max} B needs about {need} B for {local} rank(s) on this \
+             host, more than its {mem} B of memory; use fewer threads, smaller sizes or a \
+             smaller -w",
+            a.threads
+        )));
+    }
+    Ok(())
 }
 
 /// -t: times growing probe runs until one lasts a tenth of `secs`, then
