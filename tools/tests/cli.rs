@@ -847,5 +847,11 @@ fn dht_keys_shorter_than_the_old_generator_stay_distinct() {
         assert_eq!(lost, r["stats"]["evictions"].as_u64().unwrap(), "{r:#}");
         assert_eq!(r["stats"]["hits"], 2 * (200 - lost), "{record}: {r:#}");
         assert_eq!(r["false_hits"], 0, "{record}: {r:#}");
+        // Folded keys were found by a read of the same (folded) key, so the
+        // checks above held; occupancy tells: every write made a new entry
+        // (none updated an earlier key), and every absent key missed.
+        assert_eq!(r["stats"]["inserts"], 200, "{record}: {r:#}");
+        assert_eq!(r["stats"]["updates"], 0, "{record}: {r:#}");
+        assert_eq!(r["stats"]["misses"], 200 + 2 * lost, "{record}: {r:#}");
     }
 }
