@@ -193,20 +193,38 @@ pub fn physical_memory() -> Option<u64> {
     kb.checked_mul(1024)
 }
 
+/// Checks, before any rank is set up, that `provider` exists here with
+/// `caps` and offers `domain` (an interface, device or network the user
+/// named): a domain it does not have is a usage error listing the ones it
+/// has. Run failures (libfabric out of memory) stay run failures.
+pub fn check_domain(
+    provider: &str,
+    domain: Option<&str>,
+    caps: fabkit_fabric::Caps,
+) -> anyhow::Result<()> {
+    let mut hints = fabkit_fabric::Hints::new(provider.to_string(), caps);
+    hints.domain = domain.map(str::to_string);
+    match fabkit_fabric::info::find(&hints, true) {
+        Ok(_) => Ok(()),
+        Err(fabkit_fabric::Error::InvalidArgument(m)) if !m.starts_with("fi_allocinfo") => {
+            Err(usage(m))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The exit status for an error: 2 when the command line asked for
-/// something impossible (a usage error, a provider, domain or table that
-/// cannot be had), 1 when a run failed.
+/// something impossible (a usage error, a provider or capability that
+/// cannot be had), 1 when a run failed. Library errors that may come from
+/// a user's input (a domain, a table's sizes) are made [`Usage`] where the
+/// tool validates that input, not classified here by their variant.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use fabkit_fabric::Error as F;
     let usage = e.chain().any(|c| {
         c.is::<Usage>()
             || matches!(
                 c.downcast_ref::<F>(),
-                Some(F::UnknownProvider { .. } | F::Unsupported { .. } | F::InvalidArgument(_))
-            )
-            || matches!(
-                c.downcast_ref::<fabkit_dht::Error>(),
-                Some(fabkit_dht::Error::Config(_))
+                Some(F::UnknownProvider { .. } | F::Unsupported { .. })
             )
     });
     if usage {

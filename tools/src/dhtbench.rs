@@ -268,7 +268,8 @@ fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
         })?,
     }
     .max(64);
-    cfg.validate()?;
+    // The table's sizes come from the command line: a bad one is usage.
+    cfg.validate().map_err(|e| bounds::usage(format!("{e}")))?;
     Ok(cfg)
 }
 
@@ -276,6 +277,8 @@ fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
 /// of them in this process, before anything is set up: every variant's
 /// table, the memory it needs and keys distinct in the key length.
 pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize) -> Result<()> {
+    let caps = fabkit_fabric::Caps::ALL;
+    bounds::check_domain(&a.provider, a.domain.as_deref(), caps)?;
     for v in variants(a) {
         let cfg = config(a, v)?;
         check_memory(a, &cfg, in_process as u64)?;

@@ -180,6 +180,14 @@ fn run_check(args: &CheckArgs) -> Result<bool> {
     } else {
         args.providers.clone()
     };
+    // Every provider and domain is checked before any runs, so a bad one
+    // does not end the command after others' results were measured.
+    if mpi_kind.is_none() {
+        for prov in &providers {
+            let caps = fabkit_fabric::Caps::RMA;
+            bounds::check_domain(prov, args.domain.as_deref(), caps)?;
+        }
+    }
     for prov in &providers {
         let provider = prov.clone();
         let domain = args.domain.clone();

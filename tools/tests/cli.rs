@@ -630,6 +630,15 @@ fn mpi_perf_help_offers_only_mpi_one_sided_operations() {
 }
 
 #[test]
+fn check_refuses_a_bad_provider_before_measuring_any() {
+    // shm ran first and its JSON was discarded when nosuch failed.
+    let args = ["check", "-p", "shm", "-p", "nosuch", "--json", "-"];
+    assert_refused(&args, 2, "provider `nosuch` is not available");
+    let out = run_bounded(&args, 60);
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
+}
+
+#[test]
 fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
     use std::os::unix::ffi::OsStrExt;
     let cases: [&[&[u8]]; 2] = [&[b"\xff"], &[b"check", b"-p", b"\xff"]];

@@ -565,6 +565,12 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         .clamp(1 << 16, MAX_STAGING);
     cfg.timeout = a.timeout;
     cfg.busy_poll = a.busy_poll;
+    let caps = if cfg.atomics {
+        fabkit_fabric::Caps::ALL
+    } else {
+        fabkit_fabric::Caps::RMA
+    };
+    bounds::check_domain(&a.provider, a.domain.as_deref(), caps)?;
     check_memory(a, &sizes, cfg.staging_len, boot)?;
     // Every endpoint is established collectively, in the same order on all
     // ranks, so thread t's endpoint pairs with the peer's endpoint t.
