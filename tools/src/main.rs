@@ -439,6 +439,14 @@ fn set_default_env() {
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so a reader that closes early (`fabkit info |
+    // head -1`) made println! panic; like other command-line tools, fabkit
+    // ends quietly by the signal instead.
+    // SAFETY: still single-threaded, before anything writes; SIG_DFL is a
+    // valid disposition for SIGPIPE and no handler of ours is replaced.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     set_default_env();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

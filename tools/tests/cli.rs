@@ -864,3 +864,26 @@ fn dht_keys_shorter_than_the_old_generator_stay_distinct() {
         assert_eq!(r["stats"]["misses"], 200 + 2 * lost, "{record}: {r:#}");
     }
 }
+
+#[test]
+fn a_reader_that_closes_early_ends_fabkit_quietly() {
+    // `fabkit info | head -1` panicked on the broken pipe (exit 101). The
+    // reading end is closed before fabkit writes anything, so every write
+    // meets a pipe without readers, whatever the timing.
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    for args in [&["info"][..], &["info", "--json"]] {
+        let mut child = fabkit()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let done = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        // Ended by SIGPIPE, as a shell pipeline's writer does.
+        assert_eq!(done.status.signal(), Some(libc::SIGPIPE), "{args:?}: {err}");
+    }
+}
