@@ -119,13 +119,14 @@ fn child_holds_segments() {
     drop((own, prov));
 }
 
-/// Starts `child_holds_segments`; returns it and the two names it made.
-fn spawn_holder() -> (Killed, String, String) {
-    let mut child = Killed(
+/// Starts this test binary's ignored test `name` as a child process, with
+/// its stdin (which it waits on) and stdout piped to the test.
+fn child(name: &str) -> Killed {
+    Killed(
         Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "child_holds_segments",
+                name,
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
@@ -135,7 +136,12 @@ fn spawn_holder() -> (Killed, String, String) {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
-    );
+    )
+}
+
+/// Starts `child_holds_segments`; returns it and the two names it made.
+fn spawn_holder() -> (Killed, String, String) {
+    let mut child = child("child_holds_segments");
     let mut out = BufReader::new(child.0.stdout.take().unwrap()).lines();
     for line in out.by_ref() {
         let line = line.unwrap();
@@ -303,21 +309,7 @@ fn child_rank_in_setup() {
 fn a_rank_killed_in_setup_leaves_dev_shm_as_it_was_after_clean() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = listing();
-    let mut child = Killed(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_rank_in_setup",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = child("child_rank_in_setup");
     let pid = child.0.id();
     let related = |names: &[String]| -> Vec<String> {
         names
