@@ -48,6 +48,18 @@ pub const MAX_RANKS: usize = 128;
 /// minutes at the fastest rates measured here, never days.
 pub const MAX_ITERS: u64 = 1_000_000_000;
 
+/// Says on stderr that `-t secs` would take `wanted` iterations (at `per`
+/// seconds each), more than [`MAX_ITERS`], so the run is shorter than asked.
+pub fn note_iters_cut(secs: f64, wanted: f64, per: f64) {
+    if wanted > MAX_ITERS as f64 {
+        eprintln!(
+            "fabkit: note: -t {secs} s would take about {wanted:.0} iterations at this size; \
+             {MAX_ITERS} are run (the most -n takes), about {:.1} s",
+            per * MAX_ITERS as f64
+        );
+    }
+}
+
 /// The largest transfer `perf` and `mpi-perf` measure: 1 GiB.
 pub const MAX_SIZE: usize = 1 << 30;
 
@@ -81,78 +93,105 @@ pub fn secs(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
-/// An integer in `lo..=hi`, named by `what` in the error.
-fn within<T>(s: &str, lo: T, hi: T, what: &str) -> Result<T, String>
+/// An integer in `lo..=hi`, named by `what` in the error; `more` follows
+/// the upper bound (where to go for more). A number that overflows the type
+/// is too large, and a negative one too small, like any other out of range.
+fn within<T>(s: &str, lo: T, hi: T, what: &str, more: &str) -> Result<T, String>
 where
     T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
 {
-    let v: T = number(s, "a whole number")?;
+    let t = s.trim();
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let v: T = match t.parse() {
+        Ok(v) => v,
+        Err(_) if t.strip_prefix('-').is_some_and(digits) => {
+            return Err(format!("{what} must be at least {lo}"));
+        }
+        Err(_) if digits(t.strip_prefix('+').unwrap_or(t)) => {
+            return Err(format!("{what} {t} is too large (at most {hi}){more}"));
+        }
+        Err(_) => return Err(format!("`{s}` is not a whole number")),
+    };
     if v < lo {
         return Err(format!("{what} must be at least {lo}"));
     }
     if v > hi {
-        return Err(format!("{what} must be at most {hi}"));
+        return Err(format!("{what} must be at most {hi}{more}"));
     }
     Ok(v)
 }
 
-/// In-process ranks (`-n` of check, dht, demo, launch).
+/// In-process ranks (`-n` of check, dht, demo).
 pub fn ranks(s: &str) -> Result<usize, String> {
-    within(s, 1, MAX_RANKS, "--ranks").map_err(|e| {
-        if e.contains("at most") {
-            format!("{e} (threads of one process); run more under mpirun")
-        } else {
-            e
-        }
-    })
+    within(
+        s,
+        1,
+        MAX_RANKS,
+        "--ranks",
+        " (in-process ranks are threads of one process); run more under mpirun",
+    )
+}
+
+/// Rank processes `fabkit launch` starts on this machine (`launch -n`).
+pub fn processes(s: &str) -> Result<usize, String> {
+    within(
+        s,
+        1,
+        MAX_RANKS,
+        "--ranks",
+        " (processes on this machine); run more over several hosts under mpirun",
+    )
 }
 
 /// Timed iterations (`perf -n`).
 pub fn iters(s: &str) -> Result<u64, String> {
-    within(s, 1, MAX_ITERS, "--iters")
+    within(s, 1, MAX_ITERS, "--iters", "")
 }
 
 /// Warm-up iterations (`--warmup`; 0 allowed).
 pub fn warmup(s: &str) -> Result<u64, String> {
-    within(s, 0, MAX_ITERS, "--warmup")
+    within(s, 0, MAX_ITERS, "--warmup", "")
 }
 
 /// A transfer size in bytes.
 pub fn size(s: &str) -> Result<usize, String> {
-    within(s, 1, MAX_SIZE, "a transfer size")
-        .map_err(|e| e.replace("must be at least 1", "must be at least 1 byte"))
+    within(s, 1, MAX_SIZE, "a transfer size in bytes", " (1 GiB)")
 }
 
 /// Operations in flight (`-w`).
 pub fn window(s: &str) -> Result<usize, String> {
-    within(s, 1, MAX_WINDOW, "--window")
+    within(s, 1, MAX_WINDOW, "--window", "")
 }
 
 /// Initiating threads per rank (`-T`); the provider's own limits are
 /// checked once it is open.
 pub fn threads(s: &str) -> Result<usize, String> {
-    within(s, 1, MAX_RANKS, "--threads")
+    within(s, 1, MAX_RANKS, "--threads", "")
 }
 
 /// Keys per batch (`dht --batch`).
 pub fn batch(s: &str) -> Result<usize, String> {
-    within(s, 1, 1 << 20, "--batch")
+    within(s, 1, 1 << 20, "--batch", "")
 }
 
 /// Hot-key rounds (`dht --hot-rounds`; 0 skips the check).
 pub fn rounds(s: &str) -> Result<u64, String> {
-    within(s, 0, MAX_ROUNDS, "--hot-rounds")
+    within(s, 0, MAX_ROUNDS, "--hot-rounds", "")
 }
 
 /// Keys written per rank (`dht --keys`): the table and the generated keys
 /// must fit in memory, which `dht` checks against the machine.
 pub fn keys(s: &str) -> Result<u64, String> {
-    within(s, 1, u64::MAX / 4, "--keys")
+    within(s, 1, u64::MAX / 4, "--keys", "")
 }
+
+/// The fewest buckets per rank a table is given: smaller tables were
+/// silently grown to this, so a smaller `--buckets` is refused instead.
+pub const MIN_BUCKETS: u64 = 64;
 
 /// Buckets per rank (`dht --buckets`).
 pub fn buckets(s: &str) -> Result<u64, String> {
-    within(s, 1, u64::MAX / 4, "--buckets")
+    within(s, MIN_BUCKETS, u64::MAX / 4, "--buckets", "")
 }
 
 /// Key and value lengths of a DHT record.
@@ -175,8 +214,8 @@ pub fn record(s: &str) -> Result<Record, String> {
         ));
     };
     Ok(Record {
-        key: within(k, 1, MAX_FIELD, "the key length")?,
-        value: within(v, 1, MAX_FIELD, "the value length")?,
+        key: within(k, 1, MAX_FIELD, "the key length", " bytes")?,
+        value: within(v, 1, MAX_FIELD, "the value length", " bytes")?,
     })
 }
 
@@ -312,7 +351,15 @@ mod tests {
             .unwrap_err()
             .contains("at most"));
         assert_eq!(warmup("0"), Ok(0));
-        assert!(size("0").unwrap_err().contains("at least 1 byte"));
+        assert!(size("0")
+            .unwrap_err()
+            .contains("in bytes must be at least 1"));
+        // Overflow and negative numbers are out of range, not "not a number".
+        let big = iters("18446744073709551616").unwrap_err();
+        assert!(big.contains("too large (at most 1000000000)"), "{big}");
+        assert!(ranks("-1").unwrap_err().contains("at least 1"));
+        assert!(!processes("129").unwrap_err().contains("threads"));
+        assert!(buckets("1").unwrap_err().contains("at least 64"));
         assert_eq!(record("16,32"), Ok(Record { key: 16, value: 32 }));
         for bad in ["16", "16,", ",32", "0,8", "8,0", "16,32,48", "2000000,8"] {
             assert!(record(bad).is_err(), "{bad}");

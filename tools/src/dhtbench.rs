@@ -196,12 +196,22 @@ impl Keys {
             .checked_mul(a.keys)
             .and_then(|x| x.checked_mul(2))
             .and_then(|x| x.checked_add(1));
-        let room = 1u128 << (8 * len.min(8));
-        if needed.is_none_or(|n| u128::from(n) > room) {
+        let room = |len: usize| 1u128 << (8 * len.min(8));
+        let fits = |len: usize| needed.is_some_and(|n| u128::from(n) <= room(len));
+        if !fits(len) {
+            // Every key count a u64 holds fits in 8 bytes; past that, only
+            // fewer keys help.
+            let need = needed.map_or("more than 2^64".to_string(), |n| n.to_string());
+            let longer = (len + 1..=8).find(|&l| fits(l)).map_or(String::new(), |l| {
+                format!(
+                    "keys of at least {l} bytes (--record {l},{}) or ",
+                    a.record.value
+                )
+            });
             return Err(bounds::usage(format!(
-                "{len}-byte keys hold {room} distinct keys, and {ranks} ranks with --keys {} \
-                 need 2 x ranks x keys + 1 of them (written, absent, hot); use longer keys \
-                 (--record) or fewer --keys",
+                "{len}-byte keys hold {} distinct keys, but {ranks} ranks with --keys {} need \
+                 {need} (written and absent per rank, and the hot key); use {longer}fewer --keys",
+                room(len),
                 a.keys
             )));
         }
@@ -267,7 +277,7 @@ fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
             bounds::usage(format!("--keys {} is too many to size a table for", a.keys))
         })?,
     }
-    .max(64);
+    .max(bounds::MIN_BUCKETS);
     // The table's sizes come from the command line: a bad one is usage.
     cfg.validate().map_err(|e| bounds::usage(format!("{e}")))?;
     Ok(cfg)

@@ -104,7 +104,7 @@ enum Cmd {
         netns: Vec<String>,
         /// Ranks: without --netns, plain processes; with --mpi, spread evenly
         /// over the namespaces.
-        #[arg(short = 'n', long, value_parser = bounds::ranks)]
+        #[arg(short = 'n', long, value_parser = bounds::processes)]
         ranks: Option<usize>,
         /// Seconds a rank waits for the others at each bootstrap exchange
         /// (the file bootstrap; under --mpi, each rank's command's own
@@ -448,15 +448,20 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     set_default_env();
-    let cli = match Cli::try_parse() {
+    // A negative number is a value, so `-n -1` meets its bound's message
+    // rather than "unexpected argument '-1'".
+    let command = <Cli as clap::CommandFactory>::command()
+        .mut_subcommands(|c| c.allow_negative_numbers(true));
+    let subs: Vec<String> = command
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let parsed = command
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
-        Err(e) => {
-            let subs: Vec<String> = <Cli as clap::CommandFactory>::command()
-                .get_subcommands()
-                .map(|c| c.get_name().to_string())
-                .collect();
-            return bounds::clap_exit(e, &subs);
-        }
+        Err(e) => return bounds::clap_exit(e, &subs),
     };
     // MCA parameters are read at MPI_Init: set the one-sided components
     // before it, unless the user or mpirun --mca chose already.

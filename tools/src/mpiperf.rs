@@ -260,8 +260,11 @@ fn calibrate(
         boot.barrier()?;
         let took = run(win, c, bytes, probe, 0)?.secs;
         let verdict = if took >= secs / 10.0 || probe >= crate::bounds::MAX_ITERS {
-            ((secs / took.max(1e-9)) * probe as f64).clamp(1.0, crate::bounds::MAX_ITERS as f64)
-                as u64
+            let wanted = (secs / took.max(1e-9)) * probe as f64;
+            if boot.rank() == 0 {
+                crate::bounds::note_iters_cut(secs, wanted, took / probe as f64);
+            }
+            wanted.clamp(1.0, crate::bounds::MAX_ITERS as f64) as u64
         } else {
             0
         };

@@ -680,7 +680,26 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
             &["launch", "-n", "2", "--timeout", "1e-300", "--", "true"],
             "at least 0.001 seconds",
         ),
-        (&["check", "--timeout", "-1"], "unexpected argument '-1'"),
+        // Negative numbers meet their bound, not "unexpected argument".
+        (&["check", "--timeout", "-1"], "positive number of seconds"),
+        (&["check", "-n", "-1"], "--ranks must be at least 1"),
+        (&["perf", "-n", "-5"], "--iters must be at least 1"),
+        // A number past 2^64 is too large, not "not a whole number".
+        (
+            &["check", "-n", "18446744073709551616"],
+            "too large (at most 128)",
+        ),
+        (
+            &["perf", "-n", "99999999999999999999999"],
+            "too large (at most 1000000000)",
+        ),
+        // launch ranks are processes, not threads.
+        (
+            &["launch", "-n", "1025", "--", "true"],
+            "(processes on this machine)",
+        ),
+        // --buckets 1 became 64 silently.
+        (&["dht", "--buckets", "1"], "--buckets must be at least 64"),
         (&["check", "--timeout", "soon"], "not a number of seconds"),
         // Rank counts: a capacity overflow panic before.
         (&["check", "-n", U64_MAX], "--ranks must be at most 128"),
@@ -719,7 +738,11 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         // Keys too short to hold the run's keys distinct.
         (
             &["dht", "-n", "2", "--record", "1,8", "--keys", "100"],
-            "1-byte keys hold 256 distinct keys",
+            "1-byte keys hold 256 distinct keys, but 2 ranks with --keys 100 need 401",
+        ),
+        (
+            &["dht", "-n", "2", "--record", "1,8", "--keys", "100"],
+            "keys of at least 2 bytes (--record 2,8)",
         ),
         // perf: ran for ever or overflowed.
         (
@@ -728,8 +751,11 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         ),
         (&["perf", "--warmup", U64_MAX], "--warmup must be at most"),
         (&["perf", "-w", U64_MAX], "--window must be at most"),
-        (&["perf", "-s", U64_MAX], "transfer size must be at most"),
-        (&["perf", "--sizes", "8,0"], "at least 1 byte"),
+        (
+            &["perf", "-s", U64_MAX],
+            "transfer size in bytes must be at most",
+        ),
+        (&["perf", "--sizes", "8,0"], "in bytes must be at least 1"),
         // Each thread's buffers: 1 GiB x 2 x 8 threads aborted the process.
         (
             &[

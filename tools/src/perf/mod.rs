@@ -739,8 +739,11 @@ fn calibrate(
         // Rank 0's verdict: 0 = probe more (4x), else the iteration count,
         // never more than -n takes.
         let verdict = if took >= secs / 10.0 || probe >= bounds::MAX_ITERS {
-            ((secs / took.max(1e-9)) * probe as f64)
-                .clamp(job.window as f64, bounds::MAX_ITERS as f64) as u64
+            let wanted = (secs / took.max(1e-9)) * probe as f64;
+            if boot.rank() == 0 {
+                bounds::note_iters_cut(secs, wanted, took / probe as f64);
+            }
+            wanted.clamp(job.window as f64, bounds::MAX_ITERS as f64) as u64
         } else {
             0
         };
