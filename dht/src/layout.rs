@@ -199,9 +199,13 @@ impl Layout {
         (region_len.saturating_sub(self.header_len) / self.bucket_len) as u64
     }
 
-    /// Region bytes for `buckets` buckets.
-    pub fn region_len(&self, buckets: u64) -> usize {
-        self.header_len + buckets as usize * self.bucket_len
+    /// Region bytes for `buckets` buckets, or `None` when that size does
+    /// not fit a `usize` (`buckets` comes from anyone's configuration).
+    pub fn region_len(&self, buckets: u64) -> Option<usize> {
+        usize::try_from(buckets)
+            .ok()?
+            .checked_mul(self.bucket_len)?
+            .checked_add(self.header_len)
     }
 
     /// Byte offset of bucket `index` in its region.
@@ -330,8 +334,12 @@ mod tests {
         let l = Layout::new(Variant::Coarse, 80, 104);
         assert_eq!(l.offset(0), 8);
         assert_eq!(l.offset(3), 8 + 3 * 185);
-        assert_eq!(l.buckets_in(l.region_len(1000)), 1000);
+        assert_eq!(l.buckets_in(l.region_len(1000).unwrap()), 1000);
         assert_eq!(l.buckets_in(100), 0);
+        // A bucket count past what a region can hold is None, not a
+        // wrapped, small region.
+        assert_eq!(l.region_len(u64::MAX), None);
+        assert_eq!(l.region_len(u64::MAX / 185 + 1), None);
         for v in [
             Variant::Coarse,
             Variant::Fine,

@@ -64,9 +64,12 @@ impl Config {
         Layout::new(self.variant, self.key_len, self.value_len)
     }
 
-    /// Bytes of region each rank must expose.
+    /// Bytes of region each rank must expose, for a configuration that
+    /// [`Config::validate`] passed; one whose size overflows (which validate
+    /// refuses) gives `usize::MAX`, which no allocation serves, rather than
+    /// a wrapped, too small region.
     pub fn region_len(&self) -> usize {
-        self.layout().region_len(self.buckets)
+        self.layout().region_len(self.buckets).unwrap_or(usize::MAX)
     }
 
     fn candidates(&self) -> u32 {
@@ -109,19 +112,14 @@ impl Config {
             )));
         }
         let layout = self.layout();
-        let region = self
-            .buckets
-            .checked_mul(layout.bucket_len as u64)
-            .and_then(|b| b.checked_add(layout.header_len as u64))
-            .filter(|&b| usize::try_from(b).is_ok());
-        let Some(region) = region else {
+        let Some(region) = layout.region_len(self.buckets) else {
             return Err(Error::Config(format!(
                 "{} buckets of {} B per rank overflow a region's size; use fewer buckets",
                 self.buckets, layout.bucket_len
             )));
         };
         if let Some(mem) = physical_memory() {
-            let need = u128::from(region);
+            let need = region as u128;
             if need > mem as u128 {
                 return Err(Error::Config(format!(
                     "{} buckets of {} B need {need} B per rank, more than this machine's {mem} B \
@@ -149,7 +147,9 @@ impl Config {
     }
 }
 
-fn physical_memory() -> Option<u64> {
+/// This machine's memory in bytes (MemTotal), if /proc says; the one
+/// figure both the table and the `fabkit` tool check sizes against.
+pub fn physical_memory() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb: u64 = text
         .lines()
@@ -158,7 +158,7 @@ fn physical_memory() -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()?;
-    Some(kb * 1024)
+    kb.checked_mul(1024)
 }
 
 /// A distributed hash table over a transport.

@@ -203,8 +203,8 @@ pub struct Record {
     pub value: usize,
 }
 
-/// The longest key or value `dht` takes: 1 MiB.
-pub const MAX_FIELD: usize = 1 << 20;
+/// The longest key or value `dht` takes: the table's own bound (1 MiB).
+pub use fabkit_dht::MAX_FIELD;
 
 /// `KEY,VALUE` in bytes, e.g. `80,104` (`dht --record`).
 pub fn record(s: &str) -> Result<Record, String> {
@@ -219,18 +219,8 @@ pub fn record(s: &str) -> Result<Record, String> {
     })
 }
 
-/// This machine's memory in bytes (MemTotal), if /proc says.
-pub fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    kb.checked_mul(1024)
-}
+/// This machine's memory in bytes, as the DHT's table checks it.
+pub use fabkit_dht::physical_memory;
 
 /// Checks, before any rank is set up, that `provider` exists here with
 /// `caps` and offers `domain` (an interface, device or network the user

@@ -279,7 +279,14 @@ fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
     }
     .max(bounds::MIN_BUCKETS);
     // The table's sizes come from the command line: a bad one is usage.
-    cfg.validate().map_err(|e| bounds::usage(format!("{e}")))?;
+    cfg.validate().map_err(|e| match a.buckets {
+        Some(_) => bounds::usage(format!("{e}")),
+        // The user gave --keys, not the buckets it sized.
+        None => bounds::usage(format!(
+            "--keys {} sizes the table at 2 buckets per key: {e}; lower --keys",
+            a.keys
+        )),
+    })?;
     Ok(cfg)
 }
 

@@ -717,7 +717,8 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         ),
         (
             &["dht", "-n", "1", "--keys", "4611686018427387903"],
-            "overflow",
+            // Named --keys, which sized the table, not only "buckets".
+            "--keys 4611686018427387903 sizes the table",
         ),
         (&["dht", "-n", "1", "--keys", "1000000000000"], "memory"),
         (&["dht", "--buckets", U64_MAX], "--buckets must be at most"),
