@@ -44,8 +44,10 @@ pub const MAX_SECS: f64 = 86_400.0;
 /// 300` peaked at 14 GB), so 1024 needed about 100 GB; 128 fit in 13 GB.
 pub const MAX_RANKS: usize = 128;
 
-/// Timed (and warm-up) transfers per size and thread at most: 10^9 is
-/// minutes at the fastest rates measured here, never days.
+/// Timed (and warm-up) transfers per size and thread at most. This bounds
+/// the count, not the time: 10^9 small transfers take minutes at the rates
+/// measured here, but 10^9 of 1 GiB would take years, so a large -n with a
+/// large size is the user's to choose (use -t to run for a duration).
 pub const MAX_ITERS: u64 = 1_000_000_000;
 
 /// Says on stderr that `-t secs` would take `wanted` iterations (at `per`
@@ -67,7 +69,8 @@ pub const MAX_SIZE: usize = 1 << 30;
 /// provider's own depth is checked once it is open).
 pub const MAX_WINDOW: usize = 1 << 20;
 
-/// Rounds of the DHT's hot-key check at most.
+/// Rounds of the DHT's hot-key check at most (each round is a collective,
+/// so 10^6 rounds can take hours).
 pub const MAX_ROUNDS: u64 = 1_000_000;
 
 fn number<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, String> {
