@@ -483,15 +483,17 @@ fn main() -> ExitCode {
     }
     let result = match &cli.cmd {
         Cmd::Info { provider, json } => info::gather(provider.as_deref()).and_then(|r| {
-            if *json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                info::print(&r);
-            }
+            // Refused before anything is printed: an empty table on stdout
+            // read as "this provider has nothing".
             if let (Some(p), true) = (provider, r.providers.is_empty()) {
                 return Err(bounds::usage(format!(
                     "provider `{p}` is not available here (run `fabkit info` for the list)"
                 )));
+            }
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                info::print(&r);
             }
             Ok(true)
         }),

@@ -42,6 +42,11 @@ impl Metric {
 
 /// `fabkit plot` options.
 #[derive(Args, Debug, Clone)]
+#[command(after_help = "\
+Exit status: 0 when drawn; 2 when an input file is missing, unreadable or \
+not perf/mpi-perf JSON (plot measures nothing: its inputs are part of the \
+command line, so both are usage errors to fix there); 1 when the chart or \
+table cannot be written.")]
 pub struct PlotArgs {
     /// Result files written with --json by perf or mpi-perf.
     #[arg(required = true)]
@@ -52,10 +57,11 @@ pub struct PlotArgs {
     /// Chart title.
     #[arg(long, default_value = "fabkit")]
     pub title: String,
-    /// Output SVG file.
+    /// Output SVG file (`-`: standard output).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Also write a markdown table of every point to FILE.
+    /// Also write a markdown table of every point to FILE (`-`: standard
+    /// output).
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
 }
@@ -101,8 +107,10 @@ pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Valu
     let mut series = Vec::new();
     let mut docs = Vec::new();
     for path in inputs {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        // An input the command line names that cannot be read is a usage
+        // error, like one that is not perf JSON (see the help's exit status).
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
         let v: Value = serde_json::from_str(&text).map_err(|e| {
             usage(format!(
                 "{} is not a fabkit perf JSON file: {e}",
@@ -345,15 +353,27 @@ pub fn markdown(docs: &[Value]) -> String {
     s
 }
 
+/// Writes `text` to `path`, or to standard output when it is `-`.
+fn write(path: &std::path::Path, text: &str) -> Result<()> {
+    if path.as_os_str() == "-" {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("writing to standard output")
+    } else {
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
 /// Runs `fabkit plot`.
 pub fn run(a: &PlotArgs) -> Result<()> {
     let (series, docs) = load(&a.inputs, a.metric)?;
     if let Some(out) = &a.output {
-        std::fs::write(out, svg(&series, &a.title, a.metric.label()))
-            .with_context(|| format!("writing {}", out.display()))?;
+        write(out, &svg(&series, &a.title, a.metric.label()))?;
     }
     if let Some(md) = &a.markdown {
-        std::fs::write(md, markdown(&docs)).with_context(|| format!("writing {}", md.display()))?;
+        write(md, &markdown(&docs))?;
     }
     if a.output.is_none() && a.markdown.is_none() {
         print!("{}", markdown(&docs));

@@ -791,7 +791,7 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
 }
 
 #[test]
-fn plot_refuses_a_point_of_0_bytes_and_a_missing_file_is_a_failed_run() {
+fn plot_refuses_a_point_of_0_bytes_and_missing_or_garbage_inputs_alike() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("zero.json");
     let doc = json!({
@@ -810,8 +810,60 @@ fn plot_refuses_a_point_of_0_bytes_and_a_missing_file_is_a_failed_run() {
         "point 1 has 0 bytes",
     );
     assert!(!svg.exists(), "nothing is drawn from a refused file");
+    // Missing and garbage inputs are both usage (exit 2), as plot's help
+    // says; a missing one exited 1 and a garbage one 2.
     let missing = dir.path().join("missing.json");
-    assert_refused(&["plot", missing.to_str().unwrap()], 1, "reading");
+    assert_refused(&["plot", missing.to_str().unwrap()], 2, "reading");
+    let garbage = dir.path().join("garbage.json");
+    std::fs::write(&garbage, "not json").unwrap();
+    assert_refused(
+        &["plot", garbage.to_str().unwrap()],
+        2,
+        "not a fabkit perf JSON",
+    );
+    let help = stdout(&run(fabkit().args(["plot", "--help"])));
+    assert!(help.contains("Exit status"), "{help}");
+}
+
+#[test]
+fn plot_writes_its_markdown_table_to_stdout_for_dash() {
+    // `--markdown -` wrote a file named `-`.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.json");
+    let doc = json!({
+        "meta": {"method": "libfabric shm on shm, threads 1", "commit": "c0ffee"},
+        "points": [{"op": "write", "pattern": "bw", "bytes": 8,
+                    "rates": {"mxfers_per_sec": 1.5, "mb_per_sec": 12.0}}]
+    });
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let svg = dir.path().join("out.svg");
+    let out = run(fabkit().current_dir(dir.path()).args([
+        "plot",
+        file.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+        "--markdown",
+        "-",
+    ]));
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(text.starts_with("| run |"), "{text}");
+    assert!(text.contains("c0ffee"), "{text}");
+    assert!(!dir.path().join("-").exists(), "a file named - was written");
+    assert!(svg.exists());
+}
+
+#[test]
+fn info_for_an_unknown_provider_prints_nothing_before_its_error() {
+    // An empty table went to stdout before the error.
+    for args in [
+        &["info", "-p", "nonexist"][..],
+        &["info", "-p", "nonexist", "--json"],
+    ] {
+        assert_refused(args, 2, "provider `nonexist` is not available");
+        let out = run_bounded(args, 60);
+        assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
+    }
 }
 
 #[test]
