@@ -408,7 +408,10 @@ fn perf_runs_across_processes_under_mpirun() {
 #[test]
 fn perf_refuses_bad_input_with_one_line() {
     let cases: &[(&[&str], &str)] = &[
-        (&["perf", "-s", "0"], "at least 1 byte"),
+        (
+            &["perf", "-s", "0"],
+            "a transfer size in bytes must be at least 1",
+        ),
         (&["perf", "-w", "0"], "--window must be at least 1"),
         (&["perf", "-n", "0"], "--iters must be at least 1"),
         (&["perf", "-p", "net", "-o", "cas"], "atomics"),
