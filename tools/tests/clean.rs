@@ -142,19 +142,38 @@ fn child(name: &str) -> Killed {
 /// Starts `child_holds_segments`; returns it and the two names it made.
 fn spawn_holder() -> (Killed, String, String) {
     let mut child = child("child_holds_segments");
-    let mut out = BufReader::new(child.0.stdout.take().unwrap()).lines();
-    for line in out.by_ref() {
-        let line = line.unwrap();
-        // libtest's "test child_holds_segments ... " may precede it.
-        if let Some((_, rest)) = line.split_once("READY ") {
-            let (own, prov) = rest.split_once(' ').unwrap();
-            // Keep reading what libtest prints after, so the child can end
-            // normally (a closed pipe would fail it).
-            std::thread::spawn(move || out.for_each(drop));
-            return (child, own.to_string(), prov.to_string());
+    let line = ready_line(&mut child).expect("the holder child ended before making its segments");
+    let (_, rest) = line.split_once("READY ").unwrap();
+    let (own, prov) = rest.split_once(' ').unwrap();
+    (child, own.to_string(), prov.to_string())
+}
+
+/// The first line of `child`'s stdout that says READY, or `None` if it
+/// ended first. Bounded: a child stuck before it fails the test (and is
+/// killed by its guard) instead of hanging it. What the child prints after
+/// is read on, so it can end normally (a closed pipe would fail it).
+fn ready_line(child: &mut Killed) -> Option<String> {
+    let out = BufReader::new(child.0.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in out.lines().map_while(Result::ok) {
+            // libtest's "test child_... " may precede it on the line.
+            if line.contains("READY") {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(line);
+                }
+            }
+        }
+    });
+    let limit = fabkit_fabric::env::scaled(std::time::Duration::from_secs(60));
+    match rx.recv_timeout(limit) {
+        Ok(line) => Some(line),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the child printed no READY line within {limit:?}")
         }
     }
-    panic!("the holder child ended before making its segments");
 }
 
 #[test]
@@ -211,7 +230,9 @@ fn live_segments_are_kept_and_a_killed_processs_go() {
     assert_removed(&text, &prov);
 
     // Nothing of ours is left: the next clean does not name it, and says
-    // "nothing to remove" exactly when it removed nothing.
+    // "nothing to remove" only when it listed nothing. (It may list nothing
+    // and still not say so: an entry found may be gone before its turn, as
+    // any DHT start also reaps.)
     let (out, text) = clean(&[]);
     assert!(out.status.success());
     assert!(
@@ -221,7 +242,7 @@ fn live_segments_are_kept_and_a_killed_processs_go() {
     let listed = text
         .lines()
         .any(|l| l.starts_with("removed /") || l.starts_with("kept /"));
-    assert_eq!(text.contains("nothing to remove"), !listed, "{text}");
+    assert!(!(text.contains("nothing to remove") && listed), "{text}");
 }
 
 #[test]
@@ -322,11 +343,7 @@ fn a_rank_killed_in_setup_leaves_dev_shm_as_it_was_after_clean() {
             .collect()
     };
     // The child says when it is in setup: its segment made, not unlinked.
-    let out = BufReader::new(child.0.stdout.take().unwrap());
-    let ready = out
-        .lines()
-        .map_while(|l| l.ok())
-        .any(|l| l.contains("READY"));
+    let ready = ready_line(&mut child).is_some();
     assert!(ready, "the rank ended before its setup's barrier");
     sigkill(&mut child);
     let left = related(&listing());
