@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -78,6 +79,19 @@ fn mpi_restore_rank() {
     std::process::exit(if failed { 3 } else { 0 });
 }
 
+/// Kills a process group (mpirun and its ranks) when dropped.
+struct Group(u32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // A finished group is gone already: nothing to report.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0)])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 #[test]
 fn a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,8 +112,12 @@ fn a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun() {
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
+        .process_group(0)
         .spawn()
         .expect("running mpirun (is openmpi-bin installed?)");
+    // However the test ends, mpirun and its ranks (its process group) go:
+    // SIGKILL to mpirun alone would orphan ranks waiting in a collective.
+    let _group = Group(child.id());
     // Bounded: a rank left waiting in a collective would hang the job.
     let limit = fabkit_fabric::env::scaled(Duration::from_secs(120));
     let start = Instant::now();
