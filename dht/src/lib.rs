@@ -48,6 +48,6 @@ mod variant;
 
 pub use dump::{Dumped, Restored, FORMAT_VERSION, MAX_SHARDS};
 pub use layout::Variant;
-pub use outcome::{Error, FindOrPut, Read, Result, Stats, Write};
+pub use outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
 pub use table::{physical_memory, Config, Dht, MAX_DEADLINE, MAX_FIELD};
 pub use transport::Transport;

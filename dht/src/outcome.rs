@@ -176,6 +176,19 @@ pub enum Read {
     Corrupt,
 }
 
+/// What a read found, its value (on a hit) having gone into the caller's
+/// buffer: the allocation-free form of [`Read`], from [`crate::Dht::read_into`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Found {
+    /// The key's value is in the caller's buffer.
+    Hit,
+    /// Not in the table.
+    #[default]
+    Miss,
+    /// The key's bucket kept failing its checksum (see [`Read::Corrupt`]).
+    Corrupt,
+}
+
 /// What a write did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Write {
@@ -227,6 +240,11 @@ pub struct Stats {
     pub remote_ops: u64,
     /// Batches (post/complete cycles) issued.
     pub batches: u64,
+    /// Bytes the remote operations carried: read and written data, and
+    /// the operand and result words of atomics (a region lock taken with
+    /// the transport's own mechanism counts as one word).
+    #[serde(default)]
+    pub remote_bytes: u64,
 }
 
 impl Stats {
@@ -245,6 +263,7 @@ impl Stats {
         self.lock_retries += o.lock_retries;
         self.remote_ops += o.remote_ops;
         self.batches += o.batches;
+        self.remote_bytes += o.remote_bytes;
     }
 
     /// Remote operations per DHT operation.

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, SystemClock};
 use crate::layout::{Layout, Variant};
-use crate::outcome::{Error, FindOrPut, Read, Result, Stats, Write};
+use crate::outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
 use crate::placement::{default_candidates, Placement, MAX_CANDIDATES};
 use crate::transport::{Op, Transport};
 use crate::variant::{
@@ -387,33 +387,75 @@ impl<T: Transport> Dht<T> {
     /// Reads many keys with their remote operations overlapped: each round
     /// advances every unresolved key by one step in one batch.
     pub fn read_many(&self, keys: &[&[u8]]) -> Result<Vec<Read>> {
+        let vl = self.cfg.value_len;
+        let mut values = vec![0; keys.len().saturating_mul(vl)];
+        let mut found = vec![Found::Miss; keys.len()];
+        self.read_into(keys, &mut values, &mut found)?;
+        Ok(found
+            .iter()
+            .enumerate()
+            .map(|(i, f)| match f {
+                Found::Hit => Read::Hit(values[i * vl..(i + 1) * vl].to_vec()),
+                Found::Miss => Read::Miss,
+                Found::Corrupt => Read::Corrupt,
+            })
+            .collect())
+    }
+
+    /// [`Dht::read_many`] into the caller's buffers, allocating nothing once
+    /// the table is warm: key `i`'s value lands in
+    /// `values[i * value_len..(i + 1) * value_len]` when `found[i]` is a
+    /// hit (the bytes of a miss are left as they were). `values` and `found`
+    /// must be exactly as long as `keys` needs.
+    pub fn read_into(&self, keys: &[&[u8]], values: &mut [u8], found: &mut [Found]) -> Result<()> {
+        let vl = self.cfg.value_len;
+        self.check_buffers(keys.len(), values.len(), found.len())?;
         for k in keys {
             self.check_key(k)?;
         }
-        let vl = self.cfg.value_len;
-        let out = self.with_work(|w| {
+        let (mut hits, mut misses, mut corrupt) = (0u64, 0u64, 0u64);
+        self.with_work(|w| {
             self.run(Mode::Read, keys, &[], w)?;
-            Ok(w.out
-                .iter()
-                .enumerate()
-                .map(|(i, o)| match o {
-                    Outcome::Hit => Read::Hit(w.found[i * vl..(i + 1) * vl].to_vec()),
-                    Outcome::Corrupt => Read::Corrupt,
-                    _ => Read::Miss,
-                })
-                .collect::<Vec<Read>>())
+            for (i, o) in w.out.iter().enumerate() {
+                found[i] = match o {
+                    Outcome::Hit => {
+                        hits += 1;
+                        values[i * vl..(i + 1) * vl]
+                            .copy_from_slice(&w.found[i * vl..(i + 1) * vl]);
+                        Found::Hit
+                    }
+                    Outcome::Corrupt => {
+                        corrupt += 1;
+                        Found::Corrupt
+                    }
+                    _ => {
+                        misses += 1;
+                        Found::Miss
+                    }
+                };
+            }
+            Ok(())
         })?;
         self.count(|s| {
             s.reads += keys.len() as u64;
-            for r in &out {
-                match r {
-                    Read::Hit(_) => s.hits += 1,
-                    Read::Miss => s.misses += 1,
-                    Read::Corrupt => s.corrupt += 1,
-                }
-            }
+            s.hits += hits;
+            s.misses += misses;
+            s.corrupt += corrupt;
         });
-        Ok(out)
+        Ok(())
+    }
+
+    /// Refuses caller buffers of other lengths than `keys` keys need.
+    fn check_buffers(&self, keys: usize, values: usize, out: usize) -> Result<()> {
+        let need = keys.checked_mul(self.cfg.value_len);
+        if need != Some(values) || out != keys {
+            return Err(Error::Config(format!(
+                "buffers for {keys} keys: values of {values} B (need {} B) and {out} outcomes \
+                 (need {keys})",
+                need.map_or_else(|| "more than usize".into(), |n| n.to_string())
+            )));
+        }
+        Ok(())
     }
 
     /// Chunked only: returns the key's value if present, else inserts it;
@@ -464,34 +506,57 @@ impl<T: Transport> Dht<T> {
 
     /// Writes many keys with their remote operations overlapped.
     pub fn write_many(&self, items: &[(&[u8], &[u8])]) -> Result<Vec<Write>> {
-        for (k, v) in items {
+        let keys: Vec<&[u8]> = items.iter().map(|(k, _)| *k).collect();
+        let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
+        let mut out = vec![Write::Inserted; items.len()];
+        self.write_into(&keys, &values, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Dht::write_many`] with keys and values in two slices of the same
+    /// length and the outcomes into the caller's `out` (as long as `keys`),
+    /// allocating nothing once the table is warm.
+    pub fn write_into(&self, keys: &[&[u8]], values: &[&[u8]], out: &mut [Write]) -> Result<()> {
+        if values.len() != keys.len() || out.len() != keys.len() {
+            return Err(Error::Config(format!(
+                "{} keys need as many values and outcomes, not {} and {}",
+                keys.len(),
+                values.len(),
+                out.len()
+            )));
+        }
+        for (k, v) in keys.iter().zip(values) {
             self.check_key(k)?;
             self.check_value(v)?;
         }
-        let keys: Vec<&[u8]> = items.iter().map(|(k, _)| *k).collect();
-        let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
-        let out = self.with_work(|w| {
-            self.run(Mode::Write, &keys, &values, w)?;
-            Ok(w.out
-                .iter()
-                .map(|o| match o {
-                    Outcome::Updated => Write::Updated,
-                    Outcome::Evicted => Write::Evicted,
-                    _ => Write::Inserted,
-                })
-                .collect::<Vec<Write>>())
+        let (mut inserts, mut updates, mut evictions) = (0u64, 0u64, 0u64);
+        self.with_work(|w| {
+            self.run(Mode::Write, keys, values, w)?;
+            for (o, r) in out.iter_mut().zip(&w.out) {
+                *o = match r {
+                    Outcome::Updated => {
+                        updates += 1;
+                        Write::Updated
+                    }
+                    Outcome::Evicted => {
+                        evictions += 1;
+                        Write::Evicted
+                    }
+                    _ => {
+                        inserts += 1;
+                        Write::Inserted
+                    }
+                };
+            }
+            Ok(())
         })?;
         self.count(|s| {
-            s.writes += items.len() as u64;
-            for w in &out {
-                match w {
-                    Write::Inserted => s.inserts += 1,
-                    Write::Updated => s.updates += 1,
-                    Write::Evicted => s.evictions += 1,
-                }
-            }
+            s.writes += keys.len() as u64;
+            s.inserts += inserts;
+            s.updates += updates;
+            s.evictions += evictions;
         });
-        Ok(out)
+        Ok(())
     }
 
     /// Runs `f` on the table's reusable buffers, or on fresh ones while
@@ -568,7 +633,7 @@ impl<T: Transport> Dht<T> {
         batch: &mut Batch,
         ops: &mut Vec<Op<'static>>,
     ) -> Result<()> {
-        let (mut remote_ops, mut batches) = (0u64, 0u64);
+        let (mut remote_ops, mut batches, mut remote_bytes) = (0u64, 0u64, 0u64);
         let mut step = m.start(batch, self.clock.now());
         loop {
             step = match step {
@@ -581,6 +646,7 @@ impl<T: Transport> Dht<T> {
                         Ok(())
                     } else {
                         remote_ops += batch.len() as u64;
+                        remote_bytes += batch.payload();
                         batches += 1;
                         let mut v = recycle(std::mem::take(ops));
                         batch.as_ops(&mut v);
@@ -602,6 +668,7 @@ impl<T: Transport> Dht<T> {
                         Ok(native) => {
                             batch.native = native;
                             remote_ops += u64::from(native);
+                            remote_bytes += 8 * u64::from(native);
                             m.on_complete(batch, now)
                         }
                         Err(e) => m.on_error(Error::Transport(e), batch, now),
@@ -610,6 +677,7 @@ impl<T: Transport> Dht<T> {
                 Step::UnlockRegion { rank } => {
                     batch.clear();
                     remote_ops += 1;
+                    remote_bytes += 8;
                     let r = self.t.unlock_region(rank);
                     let now = self.clock.now();
                     match r {
@@ -622,6 +690,7 @@ impl<T: Transport> Dht<T> {
         let mut st = Stats {
             remote_ops,
             batches,
+            remote_bytes,
             ..Stats::default()
         };
         let r = m.finish(&mut st);
@@ -631,7 +700,7 @@ impl<T: Transport> Dht<T> {
 }
 
 fn stats_to_bytes(s: &Stats) -> Vec<u8> {
-    // A fixed binary form: no serde format crate needed for 13 counters.
+    // A fixed binary form: no serde format crate needed for 14 counters.
     [
         s.reads,
         s.writes,
@@ -646,6 +715,7 @@ fn stats_to_bytes(s: &Stats) -> Vec<u8> {
         s.lock_retries,
         s.remote_ops,
         s.batches,
+        s.remote_bytes,
     ]
     .iter()
     .flat_map(|x| x.to_le_bytes())
@@ -668,5 +738,6 @@ fn stats_from_bytes(b: &[u8]) -> Stats {
         lock_retries: w(10),
         remote_ops: w(11),
         batches: w(12),
+        remote_bytes: w(13),
     }
 }

@@ -274,6 +274,22 @@ impl Batch {
         });
     }
 
+    /// Bytes the batch's operations carry across the fabric: the data of
+    /// reads and writes, and the operand and result words of atomics (a
+    /// compare-and-swap sends two and gets one back, a fetch gets one).
+    pub(crate) fn payload(&self) -> u64 {
+        let words: usize = self
+            .ops
+            .iter()
+            .map(|p| match p.plan {
+                Plan::Cas { .. } => 3,
+                Plan::Fetch => 1,
+                Plan::Read { .. } | Plan::Write { .. } => 0,
+            })
+            .sum();
+        (self.data.len() + 8 * words) as u64
+    }
+
     /// The bytes op `i` read.
     pub(crate) fn bytes(&self, i: usize) -> &[u8] {
         match self.ops[i].plan {
