@@ -198,7 +198,7 @@ pub fn buckets(s: &str) -> Result<u64, String> {
 }
 
 /// Key and value lengths of a DHT record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     /// Key bytes.
     pub key: usize,
@@ -209,17 +209,81 @@ pub struct Record {
 /// The longest key or value `dht` takes: the table's own bound (1 MiB).
 pub use fabkit_dht::MAX_FIELD;
 
-/// `KEY,VALUE` in bytes, e.g. `80,104` (`dht --record`).
+/// The record classes of the RED-SEA key-value evaluation (YCSB with
+/// Facebook's sizes): small, medium and large pairs of 33, 123 and 1023
+/// bytes. The split into key and value is ours: YCSB-like 24-byte keys.
+pub const RECORD_CLASSES: [(&str, Record); 3] = [
+    ("S", Record { key: 24, value: 9 }),
+    ("M", Record { key: 24, value: 99 }),
+    (
+        "L",
+        Record {
+            key: 24,
+            value: 999,
+        },
+    ),
+];
+
+/// `KEY,VALUE` in bytes, e.g. `80,104`, or a class of
+/// [`RECORD_CLASSES`] (`S`, `M`, `L`) (`dht --record`).
 pub fn record(s: &str) -> Result<Record, String> {
+    if let Some((_, r)) = RECORD_CLASSES
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(s.trim()))
+    {
+        return Ok(*r);
+    }
     let Some((k, v)) = s.split_once(',') else {
         return Err(format!(
-            "`{s}` is not KEY,VALUE: give both lengths in bytes, e.g. --record 80,104"
+            "`{s}` is not KEY,VALUE nor a class: give both lengths in bytes, e.g. --record \
+             80,104, or S, M or L (33, 123 or 1023 B pairs)"
         ));
     };
     Ok(Record {
         key: within(k, 1, MAX_FIELD, "the key length", " bytes")?,
         value: within(v, 1, MAX_FIELD, "the value length", " bytes")?,
     })
+}
+
+/// Operations per rank of a timed mixed or YCSB run phase (`dht --ops`).
+pub fn ops(s: &str) -> Result<u64, String> {
+    within(s, 1, MAX_ITERS, "--ops", "")
+}
+
+/// Repetitions of each measurement (`dht --reps`).
+pub fn reps(s: &str) -> Result<u32, String> {
+    within(s, 1, 1000, "--reps", "")
+}
+
+/// Percent of reads in the paper's mixed phase (`dht --read-pct`).
+pub fn percent(s: &str) -> Result<u32, String> {
+    within(s, 0, 100, "--read-pct", "")
+}
+
+/// Single operations of the closed-loop latency pass (`dht --latency-ops`;
+/// 0 skips it).
+pub fn latency_ops(s: &str) -> Result<u64, String> {
+    within(s, 0, MAX_ITERS, "--latency-ops", "")
+}
+
+/// The zipfian skew (`dht --zipf-theta`), strictly between 0 and 1 as the
+/// generator (Gray et al.) needs.
+pub fn theta(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number: give a skew such as 0.99"))?;
+    if !(v > 0.0 && v < 1.0) {
+        return Err(format!(
+            "--zipf-theta {s} is out of range: give a skew strictly between 0 and 1 (YCSB's is 0.99)"
+        ));
+    }
+    Ok(v)
+}
+
+/// The zipfian key range of the paper's workload (`dht --zipf-range`).
+pub fn zipf_range(s: &str) -> Result<u64, String> {
+    within(s, 1, 1 << 40, "--zipf-range", " keys")
 }
 
 /// This machine's memory in bytes, as the DHT's table checks it.

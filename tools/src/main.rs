@@ -256,7 +256,7 @@ fn keep_stdout_for_data(cmd: &Cmd) -> Result<()> {
         Cmd::Perf(a) => (is_dash(&a.sweep.json), is_dash(&a.sweep.csv)),
         #[cfg(feature = "mpi")]
         Cmd::MpiPerf(a) => (is_dash(&a.sweep.json), is_dash(&a.sweep.csv)),
-        Cmd::Dht(a) => (is_dash(&a.json), false),
+        Cmd::Dht(a) => (is_dash(&a.json), is_dash(&a.csv)),
         _ => (false, false),
     };
     bounds::ensure_usage!(
@@ -390,7 +390,11 @@ fn emit(
 fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
     let launch = Launch::detect(args.ranks)?;
     let (ranks, in_process) = launch.ranks();
-    dhtbench::validate(args, ranks, in_process)?;
+    #[cfg(feature = "mpi")]
+    let mpi = args.mpi.is_some();
+    #[cfg(not(feature = "mpi"))]
+    let mpi = false;
+    dhtbench::validate(args, ranks, in_process, mpi)?;
     // The bootstrap's waits are phase barriers: bounded by a phase, not by
     // one operation's --timeout.
     let to = dhtbench::phase_bound(args, ranks);
@@ -406,27 +410,92 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
             mpiperf::WinArg::Create => fabkit_fabric::mpi_rma::WindowKind::Create,
         };
         boot.set_timeout(to);
-        let runs = dhtbench::run_rank_mpi(args, kind, boot)?;
+        let samples = dhtbench::run_rank_mpi(args, kind, boot)?;
         if fabkit_fabric::bootstrap::Bootstrap::rank(boot) != 0 {
             return Ok(true);
         }
-        let ok = dhtbench::print(
-            &runs,
-            &launch.describe(fabkit_fabric::bootstrap::Bootstrap::size(boot)),
-        );
-        if let Some(p) = &args.json {
-            write_out(p, &(serde_json::to_string_pretty(&runs)? + "\n"))?;
-        }
-        return Ok(ok);
+        let size = fabkit_fabric::bootstrap::Bootstrap::size(boot);
+        let provider =
+            format!("mpi osc={}, window {win:?}", mpiperf::osc_in_force()).to_lowercase();
+        return report_dht(args, &samples, &launch.describe(size), &provider);
     }
     let runs = launch.run(to, |boot| dhtbench::run_rank(args, boot))?;
-    let Some(runs) = runs else { return Ok(true) };
-    // Every rank reports the same sums; rank 0's are printed.
-    let ok = dhtbench::print(&runs[0], &launch.describe(runs.len()));
-    if let Some(p) = &args.json {
-        write_out(p, &(serde_json::to_string_pretty(&runs[0])? + "\n"))?;
+    let Some(mut runs) = runs else {
+        return Ok(true);
+    };
+    // Every rank holds the same combined samples; rank 0's are reported.
+    let n = runs.len();
+    let provider = if args.shm {
+        format!(
+            "libfabric {} with the same-node shortcut (--shm)",
+            args.provider
+        )
+    } else {
+        format!("libfabric {}", args.provider)
+    };
+    report_dht(args, &runs.swap_remove(0), &launch.describe(n), &provider)
+}
+
+/// Prints `fabkit dht`'s table and writes its JSON and CSV; whether every
+/// run was sound.
+fn report_dht(
+    args: &dhtbench::DhtArgs,
+    samples: &[dhtbench::Sample],
+    launch: &str,
+    provider: &str,
+) -> Result<bool> {
+    use dhtbench::report;
+    let runs = report::runs(samples, args.record);
+    let mut notes = vec![format!(
+        "cycles are busy CPU time at the nominal clock ({}), not counted: this machine \
+         has no hardware counters",
+        report::nominal_ghz().map_or("unknown".into(), |g| format!("{g:.2} GHz"))
+    )];
+    if runs.iter().any(|r| r.system == "redis") {
+        notes.push(format!(
+            "redis: one redis-server per rank on loopback, the keys sharded by the DHT's \
+             placement, MGET/MSET per batch; the servers share this machine's {} cores with the \
+             ranks",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        ));
     }
-    Ok(ok)
+    let rep = report::Report {
+        meta: report::Meta {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            commit: option_env!("FABKIT_COMMIT").unwrap_or("unknown").into(),
+            host: fabkit_fabric::bootstrap::hostname(),
+            machine: machine(),
+            launch: launch.into(),
+            provider: provider.into(),
+            notes,
+        },
+        runs,
+    };
+    print!("{}", report::table(&rep));
+    if let Some(p) = &args.json {
+        write_out(p, &(serde_json::to_string_pretty(&rep)? + "\n"))?;
+    }
+    if let Some(p) = &args.csv {
+        write_out(p, &report::csv(&rep)?)?;
+    }
+    Ok(report::sound(&rep.runs))
+}
+
+/// This machine in one line: CPU model, cores, memory, kernel.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = bounds::physical_memory().map_or("?".into(), |m| format!("{} GiB", m >> 30));
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or("?".into(), |k| k.trim().to_string());
+    format!("{cpu}, {cores} cores, {mem}, Linux {kernel}")
 }
 
 fn set_default_env() {
@@ -542,25 +611,9 @@ fn main() -> ExitCode {
             let mut ok = checked;
             for provider in ["shm", "tcp;ofi_rxm"] {
                 println!();
-                ok &= run_dht(&dhtbench::DhtArgs {
-                    provider: provider.into(),
-                    domain: None,
-                    ranks: *ranks,
-                    variant: dhtbench::VariantArg::All,
-                    keys: 1000,
-                    buckets: None,
-                    batch: 64,
-                    record: bounds::Record {
-                        key: 80,
-                        value: 104,
-                    },
-                    hot_rounds: 20,
-                    timeout: Duration::from_secs(10),
-                    shm: false,
-                    json: None,
-                    #[cfg(feature = "mpi")]
-                    mpi: None,
-                })?;
+                let mut a = dhtbench::DhtArgs::defaults(provider, *ranks);
+                a.keys = 1000;
+                ok &= run_dht(&a)?;
             }
             Ok(ok)
         }),

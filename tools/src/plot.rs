@@ -48,7 +48,8 @@ not perf/mpi-perf JSON (plot measures nothing: its inputs are part of the \
 command line, so both are usage errors to fix there); 1 when the chart or \
 table cannot be written.")]
 pub struct PlotArgs {
-    /// Result files written with --json by perf or mpi-perf.
+    /// Result files written with --json by perf or mpi-perf (drawn against
+    /// the transfer size), or by dht (drawn against the rank count).
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
     /// What to plot.
@@ -366,8 +367,86 @@ fn write(path: &std::path::Path, text: &str) -> Result<()> {
     }
 }
 
+/// Reads `fabkit dht` reports (JSON with `meta` and `runs`), or `None`
+/// when the first input is not one (then they are perf results).
+fn load_dht(inputs: &[PathBuf]) -> Result<Option<Vec<crate::dhtbench::report::Report>>> {
+    let mut out = Vec::new();
+    for (i, path) in inputs.iter().enumerate() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            usage(format!(
+                "{} is not a fabkit perf JSON file nor a dht report: {e}",
+                path.display()
+            ))
+        })?;
+        if !v["runs"].is_array() {
+            if i == 0 {
+                return Ok(None);
+            }
+            return Err(usage(format!(
+                "{} is not a fabkit dht report, unlike {}: plot one kind at a time",
+                path.display(),
+                inputs[0].display()
+            )));
+        }
+        out.push(serde_json::from_value(v).map_err(|e| {
+            usage(format!(
+                "{} is not a fabkit dht report: {e}",
+                path.display()
+            ))
+        })?);
+    }
+    Ok(Some(out))
+}
+
+/// A markdown table of `fabkit dht` runs: one row each, with its source.
+fn dht_markdown(reports: &[crate::dhtbench::report::Report]) -> String {
+    let mut t = String::from(
+        "| system | variant | transport | workload | dist | phase | ranks | batch | Mops/s | min-max | p50 us | p99 us | commit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for rep in reports {
+        for r in &rep.runs {
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {:.3}-{:.3} | {:.2} | {:.2} | {} |",
+                r.system,
+                r.variant.as_deref().unwrap_or("-"),
+                r.transport,
+                r.workload,
+                r.distribution,
+                r.phase,
+                r.ranks,
+                r.batch,
+                r.ops_per_sec / 1e6,
+                r.ops_per_sec_min / 1e6,
+                r.ops_per_sec_max / 1e6,
+                r.latency_us.p50,
+                r.latency_us.p99,
+                rep.meta.commit
+            );
+        }
+    }
+    t
+}
+
 /// Runs `fabkit plot`.
 pub fn run(a: &PlotArgs) -> Result<()> {
+    if let Some(reports) = load_dht(&a.inputs)? {
+        // fabkit dht reports: throughput against the rank count.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(out) = &a.output {
+            let svg = crate::dhtbench::report::ranks_chart(&reports, cores, &a.title);
+            write(out, &svg)?;
+        }
+        let md = dht_markdown(&reports);
+        if let Some(p) = &a.markdown {
+            write(p, &md)?;
+        } else if a.output.is_none() {
+            print!("{md}");
+        }
+        return Ok(());
+    }
     let (series, docs) = load(&a.inputs, a.metric)?;
     if let Some(out) = &a.output {
         write(out, &svg(&series, &a.title, a.metric.label()))?;

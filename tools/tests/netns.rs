@@ -169,14 +169,23 @@ fn launched(launch: &[&str], args: &[&str]) -> Value {
 /// Every rank of a chunked DHT run found every key written (none lost, none
 /// corrupt, no false hits).
 fn assert_dht_exact(v: &Value, ranks: u64) {
-    let r = &v[0];
-    assert_eq!(r["variant"], "chunked", "{r:#}");
+    let row = |phase: &str| {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["variant"] == "chunked" && r["phase"] == phase)
+            .unwrap_or_else(|| panic!("no chunked {phase} run: {v:#}"))
+            .clone()
+    };
+    let (w, r) = (row("write"), row("read"));
     assert_eq!(r["ranks"], ranks, "{r:#}");
-    let st = &r["stats"];
-    assert_eq!(st["corrupt"], 0, "{r:#}");
-    assert_eq!(r["false_hits"], 0, "{r:#}");
-    assert_eq!(r["lost"], 0, "{r:#}");
-    assert_eq!(st["inserts"], st["writes"], "{r:#}");
+    let (wc, rc) = (&w["counters"], &r["counters"]);
+    assert_eq!(rc["corrupt"], 0, "{r:#}");
+    assert_eq!(rc["false_hits"], 0, "{r:#}");
+    assert_eq!(rc["wrong"], 0, "{r:#}");
+    assert_eq!(rc["lost"], 0, "{r:#}");
+    assert_eq!(wc["inserts"], ranks * 200, "{w:#}");
 }
 
 #[test]
@@ -187,7 +196,16 @@ fn ranks_run_across_namespaces_with_and_without_mpirun() {
     })
     .unwrap();
     let hosts = format!("{},{}", tb.a.netns, tb.b.netns);
-    let dht = ["dht", "-p", "tcp;ofi_rxm", "-v", "chunked", "-k", "200"];
+    let dht = [
+        "dht",
+        "-p",
+        "tcp;ofi_rxm",
+        "-v",
+        "chunked",
+        "-k",
+        "200",
+        "--no-redis",
+    ];
     // Without MPI, over the file bootstrap: one rank per namespace.
     assert_dht_exact(&launched(&["--netns", &hosts], &dht), 2);
     // Under mpirun, two ranks per namespace: the daemons are started by
@@ -218,7 +236,16 @@ fn ranks_run_across_namespaces_with_and_without_mpirun() {
         "{e}"
     );
     // MPI one-sided RMA across the namespaces (osc pt2pt over the TCP BTL).
-    let mpi_dht = ["dht", "--mpi", "create", "-v", "chunked", "-k", "200"];
+    let mpi_dht = [
+        "dht",
+        "--mpi",
+        "create",
+        "-v",
+        "chunked",
+        "-k",
+        "200",
+        "--no-redis",
+    ];
     assert_dht_exact(&launched(&mpi, &mpi_dht), 4);
 }
 

@@ -1,13 +1,33 @@
-//! `fabkit dht`: the DHT as an application uses it, as a cache of
-//! fixed-size records (POET's 80 B keys and 104 B values by default): every
-//! rank writes its share of the keys in batches, then reads all keys back
-//! (hits) plus as many absent ones (misses), and the throughput and the
-//! DHT's own counters are reported per variant. Then every rank updates
-//! one hot key at once, round after round, and reads it back: a round whose
-//! key reads torn, foreign or corrupt is counted (and fails the run, except
-//! the lock-free variant's corrupt and lost rounds, which it allows).
+//! `fabkit dht`: the benchmark a user chooses a cache by. The DHT runs as an
+//! application uses it, in the workloads of the MPI-DHT paper (`paper`:
+//! write-only, read-only and mixed phases, each timed between barriers) and
+//! of YCSB's core set (`load-a`, `a`, `b`, `c`, `d`, `f`: the records loaded
+//! first, untimed, then the run phase), with Redis beside it in the same
+//! run: one server per rank on loopback, the same keys sharded over the
+//! servers by the DHT's own placement, driven to the same batch depth.
+//!
+//! Per phase: throughput summed over ranks (median and spread of the
+//! repetitions), latency percentiles from HDR histograms merged over ranks
+//! (per batch, and per single operation from a closed-loop pass), busy CPU
+//! time per operation, bytes moved per application byte and the DHT's
+//! counters (checksum mismatches, lock retries, evictions). Then the hot-key
+//! check: every rank updates one key at once, round after round, and reads
+//! it back; a round whose key reads torn, foreign or corrupt is counted (and
+//! fails the run, except the lock-free variant's corrupt and lost rounds,
+//! which it allows).
+//!
+//! Files: [`workload`] makes the operations (pure), [`phase`] lays them out
+//! and times them on a store, [`redis`] runs the servers and the client,
+//! [`report`] merges the ranks and repetitions and writes the table, CSV,
+//! JSON and chart, [`progress`] draws the bar.
 
-use std::time::{Duration, Instant};
+pub mod phase;
+pub mod progress;
+pub mod redis;
+pub mod report;
+pub mod workload;
+
+use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
@@ -17,6 +37,9 @@ use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::bounds::{self, Record};
+use phase::{Checks, DhtStore, Prepared, RedisStore, Shape, Store};
+use progress::Progress;
+use workload::{Dist, Workload};
 
 /// Variant choice on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -43,26 +66,75 @@ pub struct DhtArgs {
     /// share (10.77.1.0/24). Default: chosen, `lo` when all ranks share a host.
     #[arg(short, long)]
     pub domain: Option<String>,
-    /// In-process ranks (ignored under mpirun, where each process is one).
+    /// In-process ranks (ignored under mpirun or fabkit launch, where each
+    /// process is one).
     #[arg(short = 'n', long, default_value = "4", value_parser = bounds::ranks)]
     pub ranks: usize,
     /// Which variant(s).
     #[arg(short, long, value_enum, default_value = "all")]
     pub variant: VariantArg,
-    /// Keys written per rank (as many as fit in memory and, distinct, in
-    /// the key length).
+    /// Workloads, comma-separated: paper (the MPI-DHT paper's write, read
+    /// and mixed phases), load-a (YCSB: 100 % inserts), a (50 % reads, 50 %
+    /// updates), b (95/5), c (100 % reads), d (95 % reads, 5 % inserts,
+    /// latest), f (50 % reads, 50 % read-modify-writes).
+    #[arg(
+        short,
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "paper"
+    )]
+    pub workload: Vec<Workload>,
+    /// Key distribution: uniform, zipf (paper: plain zipfian over
+    /// --zipf-range; YCSB: scrambled zipfian over the records) or latest.
+    /// Default: uniform for paper, zipf for YCSB, latest for d.
+    #[arg(long, value_enum)]
+    pub distribution: Option<Dist>,
+    /// The zipfian skew.
+    #[arg(long, value_name = "THETA", default_value = "0.99", value_parser = bounds::theta)]
+    pub zipf_theta: f64,
+    /// Keys the paper's zipfian draws from (shared by all ranks).
+    #[arg(long, value_name = "KEYS", default_value = "712500", value_parser = bounds::zipf_range)]
+    pub zipf_range: u64,
+    /// Keys written per rank (paper), records loaded per rank (YCSB).
     #[arg(short, long, default_value = "2000", value_parser = bounds::keys)]
     pub keys: u64,
+    /// Operations per rank of the paper's mixed phase and of YCSB's run
+    /// phases (default: --keys).
+    #[arg(long, value_parser = bounds::ops)]
+    pub ops: Option<u64>,
+    /// Reads in the paper's mixed phase, percent (the rest are updates).
+    #[arg(long, value_name = "PCT", default_value = "95", value_parser = bounds::percent)]
+    pub read_pct: u32,
     /// Buckets per rank (default: keys per rank x 2, a load of 50 %).
     #[arg(long, value_parser = bounds::buckets)]
     pub buckets: Option<u64>,
-    /// Keys per batch (read_many / write_many); 1 = one blocking op at a
+    /// Allow more records than the table has buckets (they evict others);
+    /// without it such a run is refused.
+    #[arg(long)]
+    pub evict: bool,
+    /// Keys per batch (read_into / write_into); 1 = one blocking op at a
     /// time, like the MPI-DHT.
     #[arg(short, long, default_value = "64", value_parser = bounds::batch)]
     pub batch: usize,
-    /// Key and value lengths in bytes, as KEY,VALUE (each 1 B to 1 MiB).
+    /// Key and value lengths in bytes, as KEY,VALUE (each 1 B to 1 MiB), or
+    /// a class of the RED-SEA evaluation: S (24,9: 33 B pairs), M (24,99),
+    /// L (24,999).
     #[arg(long, value_name = "KEY,VALUE", default_value = "80,104", value_parser = bounds::record)]
     pub record: Record,
+    /// Repetitions of every measurement (median and spread reported).
+    #[arg(long, default_value = "1", value_parser = bounds::reps)]
+    pub reps: u32,
+    /// Single operations of the closed-loop latency pass that follows each
+    /// batched phase (0: skip it). At batch 1 the phase itself is that pass.
+    #[arg(long, value_name = "OPS", default_value = "10000", value_parser = bounds::latency_ops)]
+    pub latency_ops: u64,
+    /// Seed of the key draws (the same seed, the same operations).
+    #[arg(long, default_value = "1")]
+    pub seed: u64,
+    /// Skip the Redis rows (they run when redis-server is installed).
+    #[arg(long)]
+    pub no_redis: bool,
     /// Rounds of the hot-key check: every rank updates one key at once,
     /// then reads it back (0: skip; at most 10^6).
     #[arg(long, default_value = "20", value_parser = bounds::rounds)]
@@ -75,9 +147,13 @@ pub struct DhtArgs {
     /// only when every rank is on this node.
     #[arg(long)]
     pub shm: bool,
-    /// Also write the per-variant results as JSON to FILE (`-` for stdout).
+    /// Also write the results as JSON to FILE (`-` for stdout), in the
+    /// schema `{meta, runs: [...]}` README's benchmark section describes.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
+    /// Also write one CSV row per run to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<std::path::PathBuf>,
     /// Run over MPI one-sided RMA on a window of this kind instead of
     /// libfabric (under mpirun): the MPI-DHT's own setting, same algorithms.
     #[cfg(feature = "mpi")]
@@ -85,34 +161,26 @@ pub struct DhtArgs {
     pub mpi: Option<crate::mpiperf::WinArg>,
 }
 
-/// One variant's run, summed over ranks.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DhtRun {
-    /// Variant.
-    pub variant: Variant,
-    /// Provider.
-    pub provider: String,
-    /// Ranks.
-    pub ranks: usize,
-    /// Keys per batch.
-    pub batch: usize,
-    /// Writes per second (all ranks).
-    pub writes_per_sec: f64,
-    /// Reads per second (all ranks).
-    pub reads_per_sec: f64,
-    /// Counters, summed.
-    pub stats: Stats,
-    /// Written keys that no read found (evicted, or lost to a racing
-    /// lock-free writer).
-    pub lost: u64,
-    /// Reads of absent keys that hit (must be 0).
-    pub false_hits: u64,
-    /// Hot-key check: rank-rounds run, and those whose read-back was not a
-    /// whole value of that round (`hot_foreign`, must be 0), corrupt, or a
-    /// miss (both must be 0 but for lockfree, which may lose or tear a
-    /// racing write).
-    #[serde(default)]
-    pub hot: HotKey,
+impl DhtArgs {
+    /// The benchmark's defaults with the given provider and ranks (the demo
+    /// starts from them).
+    pub fn defaults(provider: &str, ranks: usize) -> DhtArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            a: DhtArgs,
+        }
+        let mut a = Cmd::parse_from(["dht"]).a;
+        a.provider = provider.into();
+        a.ranks = ranks;
+        a
+    }
+
+    /// Operations per rank of a run phase.
+    pub fn ops(&self) -> u64 {
+        self.ops.unwrap_or(self.keys)
+    }
 }
 
 /// The hot-key check's counts, summed over ranks.
@@ -128,141 +196,56 @@ pub struct HotKey {
     pub missing: u64,
 }
 
-impl HotKey {
-    /// Whether `variant` kept its promise under the hot key.
-    pub fn sound(&self, variant: Variant) -> bool {
-        self.foreign == 0 && (variant == Variant::Lockfree || self.corrupt + self.missing == 0)
-    }
-}
-
-/// The value rank `writer` writes to the hot key `k` in `round`: every byte
-/// depends on all three, so a mix of two writes is not any of them.
-fn hot_value(k: &[u8], writer: u64, round: u64, len: usize) -> Vec<u8> {
-    stream(
-        fabkit_dht::placement::hash_key(k) ^ writer.rotate_left(32) ^ round,
-        len,
-    )
-}
-
-/// Every rank writes the hot key at once, then every rank reads it.
-fn hot_key<T: Transport>(
-    d: &Dht<T>,
-    a: &DhtArgs,
-    klen: usize,
-    vlen: usize,
-    boot: &dyn Bootstrap,
-) -> Result<HotKey> {
+/// Every rank writes the hot key at once, then every rank reads it; the
+/// value a rank writes in a round is tagged with both, so a read that is
+/// not a whole value of that round is foreign.
+fn hot_key<T: Transport>(d: &Dht<T>, a: &DhtArgs, id: u64, boot: &dyn Bootstrap) -> Result<HotKey> {
     let (me, n) = (boot.rank() as u64, boot.size() as u64);
-    let k = Keys::new(a, n, klen)?.hot();
+    let (klen, vlen) = (a.record.key, a.record.value);
+    let mut k = vec![0; klen];
+    workload::key_bytes(id, &mut k);
+    let value = |writer: u64, round: u64| {
+        let mut v = vec![0; vlen];
+        workload::fill_value(id, workload::tag(writer, HOT_VERSION + round), &mut v);
+        v
+    };
     let mut hot = HotKey::default();
     for round in 0..a.hot_rounds {
         boot.barrier()?;
-        d.write(&k, &hot_value(&k, me, round, vlen))?;
+        d.write(&k, &value(me, round))?;
         boot.barrier()?;
         hot.reads += 1;
         match d.read(&k)? {
             Read::Hit(v) => {
-                hot.foreign += u64::from(!(0..n).any(|w| v == hot_value(&k, w, round, vlen)));
+                hot.foreign += u64::from(!(0..n).any(|w| v == value(w, round)));
             }
             Read::Corrupt => hot.corrupt += 1,
             Read::Miss => hot.missing += 1,
         }
     }
-    Ok(hot)
+    let all = gather(boot, &[hot.reads, hot.foreign, hot.corrupt, hot.missing])?;
+    let sum = |i: usize| all.iter().map(|c| c[i]).sum();
+    Ok(HotKey {
+        reads: sum(0),
+        foreign: sum(1),
+        corrupt: sum(2),
+        missing: sum(3),
+    })
 }
 
-/// The keys a run writes and looks up: each rank's written keys, as many
-/// absent ones, and the hot key, all distinct. A key is its number in
-/// big-endian in the first min(key length, 8) bytes, then `#`s, so a key of
-/// any length down to 1 byte holds as many distinct keys as it can.
-#[derive(Clone, Copy, Debug)]
-struct Keys {
-    len: usize,
-    per_rank: u64,
-    ranks: u64,
-}
+/// Versions of the hot key's values start here, above every phase's.
+const HOT_VERSION: u64 = 1 << 32;
 
-impl Keys {
-    /// The keys of a job of `ranks` ranks; refuses a key length that cannot
-    /// hold them all distinct.
-    fn new(a: &DhtArgs, ranks: u64, len: usize) -> Result<Keys> {
-        let k = Keys {
-            len,
-            per_rank: a.keys,
-            ranks,
-        };
-        // Written and absent keys of every rank, and the hot key.
-        let needed = ranks
-            .checked_mul(a.keys)
-            .and_then(|x| x.checked_mul(2))
-            .and_then(|x| x.checked_add(1));
-        let room = |len: usize| 1u128 << (8 * len.min(8));
-        let fits = |len: usize| needed.is_some_and(|n| u128::from(n) <= room(len));
-        if !fits(len) {
-            // Every key count a u64 holds fits in 8 bytes; past that, only
-            // fewer keys help.
-            let need = needed.map_or("more than 2^64".to_string(), |n| n.to_string());
-            let longer = (len + 1..=8).find(|&l| fits(l)).map_or(String::new(), |l| {
-                format!(
-                    "keys of at least {l} bytes (--record {l},{}) or ",
-                    a.record.value
-                )
-            });
-            return Err(bounds::usage(format!(
-                "{len}-byte keys hold {} distinct keys, but {ranks} ranks with --keys {} need \
-                 {need} (written and absent per rank, and the hot key); use {longer}fewer --keys",
-                room(len),
-                a.keys
-            )));
-        }
-        Ok(k)
-    }
-
-    fn make(&self, id: u64) -> Vec<u8> {
-        let w = self.len.min(8);
-        let mut k = id.to_be_bytes()[8 - w..].to_vec();
-        k.resize(self.len, b'#');
-        k
-    }
-
-    /// Key `i` that rank `rank` writes.
-    fn written(&self, rank: u64, i: u64) -> Vec<u8> {
-        self.make(rank * self.per_rank + i)
-    }
-
-    /// Key `i` of rank `rank`'s absent keys, which nobody writes.
-    fn absent(&self, rank: u64, i: u64) -> Vec<u8> {
-        self.make((self.ranks + rank) * self.per_rank + i)
-    }
-
-    /// The key every rank updates at once.
-    fn hot(&self) -> Vec<u8> {
-        self.make(2 * self.ranks * self.per_rank)
-    }
-}
-
-fn value(k: &[u8], len: usize) -> Vec<u8> {
-    stream(fabkit_dht::placement::hash_key(k), len)
-}
-
-/// `len` bytes drawn from `seed`: the same seed, the same bytes.
-fn stream(mut x: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|_| {
-            x = fabkit_dht::placement::mix(x);
-            x as u8
-        })
-        .collect()
-}
-
-/// Every rank's pair of u64s.
-fn gather(boot: &dyn Bootstrap, mine: [u64; 2]) -> Result<Vec<[u64; 2]>> {
-    let all = boot.allgather(&[mine[0].to_le_bytes(), mine[1].to_le_bytes()].concat())?;
-    Ok(all
+/// Every rank's words.
+fn gather(boot: &dyn Bootstrap, mine: &[u64]) -> Result<Vec<Vec<u64>>> {
+    let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_le_bytes()).collect();
+    Ok(boot
+        .allgather(&bytes)?
         .iter()
         .map(|b| {
-            let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
-            [w(0), w(1)]
+            b.chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                .collect()
         })
         .collect())
 }
@@ -290,40 +273,186 @@ fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
     Ok(cfg)
 }
 
-/// Checks what the command line asks of a job of `ranks` ranks, `in_process`
-/// of them in this process, before anything is set up: every variant's
-/// table, the memory it needs and keys distinct in the key length.
-pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize) -> Result<()> {
-    let caps = fabkit_fabric::Caps::ALL;
-    bounds::check_domain(&a.provider, a.domain.as_deref(), caps)?;
-    for v in variants(a) {
-        let cfg = config(a, v)?;
-        check_memory(a, &cfg, in_process as u64)?;
+/// The workload of `w` for rank `rank` of `ranks`, repetition `rep`.
+fn spec(a: &DhtArgs, w: Workload, ranks: usize, rank: usize, rep: u32) -> workload::Spec {
+    workload::Spec {
+        workload: w,
+        dist: a.distribution,
+        ranks: ranks as u64,
+        rank: rank as u64,
+        keys: a.keys,
+        ops: a.ops(),
+        read_pct: a.read_pct,
+        zipf_theta: a.zipf_theta,
+        zipf_range: a.zipf_range,
+        seed: fabkit_dht::placement::mix(a.seed ^ u64::from(rep).rotate_left(40)),
     }
-    Keys::new(a, ranks as u64, a.record.key).map(|_| ())
 }
 
-/// Refuses a run whose generated keys and values, with every in-process
-/// rank's region, would not fit in this machine's memory: allocation
-/// failure aborts, so it is checked before anything is allocated.
-fn check_memory(a: &DhtArgs, cfg: &Config, in_process: u64) -> Result<()> {
-    let Some(mem) = bounds::physical_memory() else {
-        return Ok(());
-    };
-    // Each rank holds its written keys and values, one batch of others',
-    // and its region; in-process ranks share this machine.
-    let per_key = (cfg.key_len as u128) + (cfg.value_len as u128) + 64;
-    let need =
-        (u128::from(a.keys) * per_key + cfg.region_len() as u128) * u128::from(in_process.max(1));
-    if need > u128::from(mem) {
-        return Err(bounds::usage(format!(
-            "--keys {} with --record {},{} and {} buckets per rank need about {need} B \
-             ({in_process} in-process ranks), more than this machine's {mem} B of memory; \
-             lower --keys or --buckets",
-            a.keys, cfg.key_len, cfg.value_len, cfg.buckets
-        )));
+/// The distribution `w` runs with.
+fn dist_of(a: &DhtArgs, w: Workload) -> Dist {
+    a.distribution.unwrap_or(w.default_dist())
+}
+
+/// Checks what the command line asks of a job of `ranks` ranks, `in_process`
+/// of them in this process, before anything is set up: the provider has
+/// what the variants need, every variant's table and workload is valid, the
+/// records fit the table (or --evict), the keys are distinct in the key
+/// length and everything fits in the memory this process may use.
+pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize, mpi: bool) -> Result<()> {
+    if !mpi {
+        bounds::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::RMA)?;
+        if let Some(v) = variants(a).into_iter().find(|v| v.needs_atomics()) {
+            bounds::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::ALL)
+                .map_err(|_| {
+                    bounds::usage(format!(
+                        "the {} variant needs remote atomics, which provider `{}` does not offer \
+                         here; use -v lockfree (no atomics) or a provider with atomics (fabkit info)",
+                        format!("{v:?}").to_lowercase(),
+                        a.provider
+                    ))
+                })?;
+        }
+    }
+    for v in variants(a) {
+        let cfg = config(a, v)?;
+        check_memory(a, &cfg, ranks as u64, in_process as u64)?;
+    }
+    for &w in &a.workload {
+        let s = spec(a, w, ranks, 0, 0);
+        workload::phases(&s).map_err(bounds::usage)?;
+        let ids = workload::key_space(&s).ok_or_else(|| {
+            bounds::usage(format!(
+                "{ranks} ranks with --keys {} and --ops {} need more than 2^64 keys; lower them",
+                a.keys,
+                a.ops()
+            ))
+        })?;
+        check_fit(a, w, ranks as u64)?;
+        let len = a.record.key;
+        if !workload::keys_fit(len, ids) {
+            let longer =
+                (len + 1..=8)
+                    .find(|&l| workload::keys_fit(l, ids))
+                    .map_or(String::new(), |l| {
+                        format!(
+                            "keys of at least {l} bytes (--record {l},{}) or ",
+                            a.record.value
+                        )
+                    });
+            return Err(bounds::usage(format!(
+                "{len}-byte keys hold {} distinct keys, but {ranks} ranks with --keys {} need \
+                 {ids} (the workload's and the hot key); use {longer}fewer --keys",
+                1u128 << (8 * len.min(8)),
+                a.keys
+            )));
+        }
     }
     Ok(())
+}
+
+/// Refuses a workload that writes more records than the table has
+/// buckets, unless --evict allows them to evict each other.
+fn check_fit(a: &DhtArgs, w: Workload, ranks: u64) -> Result<()> {
+    if a.evict {
+        return Ok(());
+    }
+    let buckets = config(a, Variant::Lockfree)?.buckets;
+    let per_rank = match (w, dist_of(a, w)) {
+        (Workload::Paper, Dist::Zipf) => a.zipf_range.div_ceil(ranks).min(a.keys),
+        // YCSB d inserts about 5 % of its operations.
+        (Workload::D, _) => a.keys.saturating_add(a.ops().div_ceil(20)),
+        _ => a.keys,
+    };
+    bounds::ensure_usage!(
+        per_rank <= buckets,
+        "the {w:?} workload writes about {per_rank} records per rank into {buckets} buckets per \
+         rank: raise --buckets to at least {per_rank}, lower --keys, or give --evict to let \
+         records evict each other"
+    );
+    Ok(())
+}
+
+/// Refuses a run whose laid-out operations, with every in-process rank's
+/// region, would not fit in this machine's memory or in what this process
+/// may map (`ulimit -v`): an allocation that fails aborts, so it is checked
+/// before anything is allocated (and the large ones are fallible too).
+fn check_memory(a: &DhtArgs, cfg: &Config, ranks: u64, in_process: u64) -> Result<()> {
+    let rec = (cfg.key_len as u128) + (cfg.value_len as u128);
+    // The largest phase: reading every rank's keys and as many absent ones,
+    // or a run phase; each operation lays out a key, a value and two
+    // references.
+    let ops = (u128::from(a.keys) * (u128::from(ranks) + 1)).max(u128::from(a.ops()));
+    let per_rank = ops * (rec + 64) + cfg.region_len() as u128;
+    let need = per_rank * u128::from(in_process.max(1));
+    if let Some(mem) = bounds::physical_memory() {
+        ensure_fits(
+            a,
+            cfg,
+            need,
+            u128::from(mem),
+            "this machine's memory",
+            in_process,
+        )?;
+    }
+    if let Some(room) = address_space_left() {
+        // Every in-process rank also maps its provider's segments, a thread
+        // stack and a malloc arena: about 128 MiB of address space.
+        let need = need + u128::from(in_process.max(1)) * (128 << 20);
+        ensure_fits(
+            a,
+            cfg,
+            need,
+            room,
+            "what this process may map (ulimit -v)",
+            in_process,
+        )?;
+    }
+    Ok(())
+}
+
+fn ensure_fits(
+    a: &DhtArgs,
+    cfg: &Config,
+    need: u128,
+    have: u128,
+    what: &str,
+    n: u64,
+) -> Result<()> {
+    bounds::ensure_usage!(
+        need <= have,
+        "--keys {} (--ops {}) with --record {},{} and {} buckets per rank need about {need} B \
+         ({n} ranks in this process), more than {what}, {have} B; lower --keys, --ops or --buckets",
+        a.keys,
+        a.ops(),
+        cfg.key_len,
+        cfg.value_len,
+        cfg.buckets
+    );
+    Ok(())
+}
+
+/// Bytes of address space this process may still map under RLIMIT_AS, if
+/// it is limited.
+fn address_space_left() -> Option<u128> {
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    let lim = unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        (libc::getrlimit(libc::RLIMIT_AS, &mut r) == 0).then_some(r)
+    }?;
+    if lim.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let used_kb: u128 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(u128::from(lim.rlim_cur).saturating_sub(used_kb * 1024))
 }
 
 fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {
@@ -334,102 +463,6 @@ fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {
     rc.timeout = a.timeout;
     rc.window = a.batch.clamp(1, 256);
     rc
-}
-
-fn fabric_transport(a: &DhtArgs, cfg: &Config, boot: &dyn Bootstrap) -> Result<Rank> {
-    Rank::establish(rank_config(a, cfg), boot)
-        .with_context(|| format!("setting up `{}`", a.provider))
-}
-
-fn run_variant<T: Transport>(
-    a: &DhtArgs,
-    cfg: Config,
-    t: T,
-    boot: &dyn Bootstrap,
-) -> Result<(DhtRun, T)> {
-    let (klen, vlen) = (cfg.key_len, cfg.value_len);
-    let variant = cfg.variant;
-    let n = boot.size() as u64;
-    let keys = Keys::new(a, n, klen)?;
-    let provider = t.name();
-    let d = Dht::create(t, cfg, boot)?;
-    let me = boot.rank() as u64;
-
-    let mine: Vec<Vec<u8>> = (0..a.keys).map(|i| keys.written(me, i)).collect();
-    let vals: Vec<Vec<u8>> = mine.iter().map(|k| value(k, vlen)).collect();
-    boot.barrier()?;
-    let t = Instant::now();
-    for (ks, vs) in mine.chunks(a.batch).zip(vals.chunks(a.batch)) {
-        let items: Vec<(&[u8], &[u8])> = ks.iter().zip(vs).map(|(k, v)| (&k[..], &v[..])).collect();
-        d.write_many(&items)?;
-    }
-    let wsecs = t.elapsed().as_secs_f64();
-    boot.barrier()?;
-    // Read everyone's keys (hits expected) and as many absent ones.
-    let (mut lost, mut false_hits) = (0u64, 0u64);
-    let t = Instant::now();
-    for r in 0..n {
-        let present: Vec<Vec<u8>> = (0..a.keys).map(|i| keys.written((me + r) % n, i)).collect();
-        for ks in present.chunks(a.batch) {
-            let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
-            for (k, got) in ks.iter().zip(d.read_many(&refs)?) {
-                match got {
-                    Read::Hit(v) => ensure!(v == value(k, vlen), "a wrong value for a key"),
-                    _ => lost += 1,
-                }
-            }
-        }
-    }
-    let absent: Vec<Vec<u8>> = (0..a.keys).map(|i| keys.absent(me, i)).collect();
-    for ks in absent.chunks(a.batch) {
-        let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
-        false_hits += d
-            .read_many(&refs)?
-            .iter()
-            .filter(|r| matches!(r, Read::Hit(_)))
-            .count() as u64;
-    }
-    let rsecs = t.elapsed().as_secs_f64();
-    boot.barrier()?;
-    let stats = d.stats_all(boot)?;
-    // Slowest rank's times decide the job's rate; counts add up.
-    let times = gather(boot, [wsecs.to_bits(), rsecs.to_bits()])?;
-    let slow = |i: usize| {
-        times
-            .iter()
-            .map(|t| f64::from_bits(t[i]))
-            .fold(0.0, f64::max)
-    };
-    let counts = gather(boot, [lost, false_hits])?;
-    let sum = |i: usize| -> u64 { counts.iter().map(|c| c[i]).sum() };
-    let mine = hot_key(&d, a, klen, vlen, boot)?;
-    let (reads, bad) = (
-        gather(boot, [mine.reads, mine.foreign])?,
-        gather(boot, [mine.corrupt, mine.missing])?,
-    );
-    let hot = HotKey {
-        reads: reads.iter().map(|c| c[0]).sum(),
-        foreign: reads.iter().map(|c| c[1]).sum(),
-        corrupt: bad.iter().map(|c| c[0]).sum(),
-        missing: bad.iter().map(|c| c[1]).sum(),
-    };
-    let t = d.free(boot)?;
-    let run = DhtRun {
-        variant,
-        provider,
-        ranks: n as usize,
-        batch: a.batch,
-        // As floats: the counts only feed rates (n x keys fits u64, n x keys
-        // x (n + 1) need not).
-        writes_per_sec: n as f64 * a.keys as f64 / slow(0),
-        reads_per_sec: n as f64 * a.keys as f64 * (n + 1) as f64 / slow(1),
-        stats,
-        // Every rank reads every key: count each missing key once.
-        lost: sum(0) / n,
-        false_hits: sum(1),
-        hot,
-    };
-    Ok((run, t))
 }
 
 fn variants(a: &DhtArgs) -> Vec<Variant> {
@@ -447,35 +480,489 @@ fn variants(a: &DhtArgs) -> Vec<Variant> {
     }
 }
 
-/// Runs the chosen variants on this rank over libfabric.
-pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
-    ensure!(
-        a.keys > 0 && a.batch > 0,
-        "--keys and --batch must be at least 1"
-    );
-    variants(a)
-        .into_iter()
-        .map(|v| {
-            let cfg = config(a, v)?;
-            if a.shm {
-                let t =
-                    fabkit_dht::transport::shm::ShmTransport::establish(rank_config(a, &cfg), boot)
-                        .with_context(|| {
-                            format!(
-                                "setting up `{}` with the shared-memory shortcut",
-                                a.provider
-                            )
-                        })?;
-                let (run, t) = run_variant(a, cfg, t, boot)?;
-                t.finish(boot)?;
-                return Ok(run);
-            }
-            let rank = fabric_transport(a, &cfg, boot)?;
-            let (run, rank) = run_variant(a, cfg, rank, boot)?;
-            rank.finish(boot)?;
-            Ok(run)
-        })
+/// One timed phase of one repetition, measured on every rank and combined:
+/// every rank holds the same copy.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sample {
+    /// `fabkit` or `redis`.
+    pub system: String,
+    /// The DHT variant (none for Redis).
+    pub variant: Option<Variant>,
+    /// What carried the operations ("fabric shm", "mpi", "redis loopback").
+    pub transport: String,
+    /// The workload.
+    pub workload: Workload,
+    /// Its key distribution.
+    pub distribution: Dist,
+    /// Phase name (write, read, mixed; load, run).
+    pub phase: String,
+    /// Repetition, from 0.
+    pub rep: u32,
+    /// Ranks.
+    pub ranks: usize,
+    /// Operations per batch.
+    pub batch: usize,
+    /// The slowest rank's time for its share, seconds.
+    pub secs: f64,
+    /// Operations, reads and writes of all ranks.
+    pub ops: u64,
+    /// See `ops`.
+    pub reads: u64,
+    /// See `ops`.
+    pub writes: u64,
+    /// Busy CPU time of every process of the job (and of the Redis
+    /// servers, for Redis) over the phase, ns.
+    pub cpu_ns: u64,
+    /// Key and value bytes the operations asked for.
+    pub app_bytes: u64,
+    /// Bytes the remote operations (the DHT) or the RESP messages (Redis)
+    /// carried.
+    pub wire_bytes: u64,
+    /// What the reads returned, summed.
+    pub checks: Checks,
+    /// The DHT's counters over the phase, summed (zero for Redis).
+    pub stats: Stats,
+    /// Latency histogram (ns, as value/count pairs) of the timed pass.
+    pub latency: Vec<(u64, u64)>,
+    /// Of the closed-loop pass of single operations, when one ran.
+    pub single: Vec<(u64, u64)>,
+    /// The hot-key check, on the variant's first sample.
+    pub hot: Option<HotKey>,
+}
+
+/// What one rank measured of a phase, before it is combined.
+#[derive(Debug, Serialize, Deserialize)]
+struct Local {
+    secs: f64,
+    pid: u32,
+    cpu_ns: u64,
+    server_cpu_ns: u64,
+    wire_bytes: u64,
+    checks: Checks,
+    stats: Stats,
+    latency: Vec<(u64, u64)>,
+    single: Vec<(u64, u64)>,
+}
+
+/// A histogram as value/count pairs, to send to the other ranks.
+fn pairs(h: &hdrhistogram::Histogram<u64>) -> Vec<(u64, u64)> {
+    h.iter_recorded()
+        .map(|v| (v.value_iterated_to(), v.count_at_value()))
         .collect()
+}
+
+/// Combines every rank's `mine` into the phase's sample (collective).
+fn combine(boot: &dyn Bootstrap, mine: &Local, mut s: Sample) -> Result<Sample> {
+    let all = boot.allgather(&serde_json::to_vec(mine)?)?;
+    let all: Vec<Local> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<std::result::Result<_, _>>()
+        .context("a rank's phase report")?;
+    s.secs = all.iter().map(|l| l.secs).fold(0.0, f64::max);
+    // In-process ranks share a process: its CPU time once (the longest
+    // view of it), then every process's and every server's.
+    let mut by_pid = std::collections::BTreeMap::<u32, u64>::new();
+    for l in &all {
+        let e = by_pid.entry(l.pid).or_default();
+        *e = (*e).max(l.cpu_ns);
+    }
+    s.cpu_ns = by_pid.values().sum::<u64>() + all.iter().map(|l| l.server_cpu_ns).sum::<u64>();
+    s.wire_bytes = all.iter().map(|l| l.wire_bytes).sum();
+    let merge = |f: fn(&Local) -> &Vec<(u64, u64)>| {
+        let mut h = std::collections::BTreeMap::<u64, u64>::new();
+        for l in &all {
+            for &(v, n) in f(l) {
+                *h.entry(v).or_default() += n;
+            }
+        }
+        h.into_iter().collect::<Vec<_>>()
+    };
+    s.latency = merge(|l| &l.latency);
+    s.single = merge(|l| &l.single);
+    for l in &all {
+        s.stats.add(&l.stats);
+        let c = &mut s.checks;
+        c.wrong += l.checks.wrong;
+        c.lost += l.checks.lost;
+        c.false_hits += l.checks.false_hits;
+        c.hits += l.checks.hits;
+        c.misses += l.checks.misses;
+        c.corrupt += l.checks.corrupt;
+    }
+    if s.system == "fabkit" {
+        s.wire_bytes = s.stats.remote_bytes;
+    }
+    Ok(s)
+}
+
+/// Stats `b` minus `a`, field by field.
+fn stats_since(a: &Stats, b: &Stats) -> Stats {
+    let d = |x: u64, y: u64| y.saturating_sub(x);
+    Stats {
+        reads: d(a.reads, b.reads),
+        writes: d(a.writes, b.writes),
+        hits: d(a.hits, b.hits),
+        misses: d(a.misses, b.misses),
+        corrupt: d(a.corrupt, b.corrupt),
+        inserts: d(a.inserts, b.inserts),
+        updates: d(a.updates, b.updates),
+        evictions: d(a.evictions, b.evictions),
+        checksum_retries: d(a.checksum_retries, b.checksum_retries),
+        invalidations: d(a.invalidations, b.invalidations),
+        lock_retries: d(a.lock_retries, b.lock_retries),
+        remote_ops: d(a.remote_ops, b.remote_ops),
+        batches: d(a.batches, b.batches),
+        remote_bytes: d(a.remote_bytes, b.remote_bytes),
+    }
+}
+
+/// The shape of `w`'s phase number `i` on this rank.
+fn shape(a: &DhtArgs, s: &workload::Spec, i: usize, rep: u32) -> Shape {
+    let total = s.ranks.saturating_mul(s.keys);
+    let paper_uniform = s.workload == Workload::Paper && dist_of(a, s.workload) == Dist::Uniform;
+    Shape {
+        klen: a.record.key,
+        vlen: a.record.value,
+        batch: a.batch,
+        rank: s.rank,
+        ranks: s.ranks as u32,
+        version: u64::from(rep) * 64 + i as u64,
+        // The paper's read phase looks up as many keys nobody writes.
+        absent_from: if paper_uniform { total } else { u64::MAX },
+        absent_end: if paper_uniform {
+            total.saturating_mul(2)
+        } else {
+            u64::MAX
+        },
+        singles: if a.batch > 1 { a.latency_ops } else { 0 },
+    }
+}
+
+/// A timed phase measured on this rank, waiting for its latency pass and
+/// for the ranks' measurements to be combined.
+struct Pending {
+    mine: Local,
+    sample: Sample,
+    /// Which phase of the workload.
+    index: usize,
+}
+
+/// Runs one phase on `store` between barriers. `counters` reads the store's
+/// counters (the DHT's stats, or Redis's bytes and server CPU time) before
+/// and after. An untimed phase (YCSB's load) only loads.
+fn run_phase<S: Store>(
+    a: &DhtArgs,
+    boot: &dyn Bootstrap,
+    store: &mut S,
+    (ph, index): (&workload::Phase, usize),
+    shape: &Shape,
+    counters: &mut dyn FnMut(&S) -> (Stats, u64, u64),
+    sample: Sample,
+) -> Result<Option<Pending>> {
+    let p = Prepared::new(ph, shape)?;
+    let label = format!(
+        "{} {} {}",
+        sample.system,
+        report::name(sample.workload),
+        ph.name
+    );
+    let mut progress = Progress::new(boot.rank() == 0, label, p.windows());
+    let (st0, wire0, srv0) = counters(store);
+    boot.barrier()?;
+    let t = phase::timed(store, &p, a.batch, &mut progress)?;
+    drop(progress);
+    boot.barrier()?;
+    let (st1, wire1, srv1) = counters(store);
+    if !ph.timed {
+        return Ok(None);
+    }
+    let (reads, writes) = p.reads_writes();
+    let mine = Local {
+        secs: t.secs,
+        pid: std::process::id(),
+        cpu_ns: t.cpu.as_nanos() as u64,
+        server_cpu_ns: srv1.saturating_sub(srv0),
+        wire_bytes: wire1.saturating_sub(wire0),
+        checks: t.checks,
+        stats: stats_since(&st0, &st1),
+        latency: pairs(&t.hist),
+        single: Vec::new(),
+    };
+    let sample = Sample {
+        ops: p.ops(),
+        reads,
+        writes,
+        app_bytes: p
+            .ops()
+            .saturating_mul((a.record.key + a.record.value) as u64),
+        ..sample
+    };
+    Ok(Some(Pending {
+        mine,
+        sample,
+        index,
+    }))
+}
+
+/// After every timed phase of a workload ran on `store`: each one's
+/// closed-loop latency pass (its first operations again, one at a time:
+/// run only now, so that its writes cannot restore what a timed phase
+/// evicted before the next phase looked), then the ranks' measurements
+/// combined (collective).
+fn finish_phases<S: Store>(
+    boot: &dyn Bootstrap,
+    store: &mut S,
+    phases: &[workload::Phase],
+    shapes: &dyn Fn(usize) -> Shape,
+    pending: Vec<Pending>,
+) -> Result<Vec<Sample>> {
+    let mut out = Vec::with_capacity(pending.len());
+    for Pending {
+        mut mine,
+        sample,
+        index,
+    } in pending
+    {
+        let sh = shapes(index);
+        if sh.singles > 0 {
+            let p = Prepared::new(&phases[index], &sh)?;
+            boot.barrier()?;
+            mine.single = pairs(&phase::singles(store, &p)?);
+        }
+        let mut s = sample;
+        // Counts of operations add up over ranks.
+        let all = gather(boot, &[s.ops, s.reads, s.writes, s.app_bytes])?;
+        let sum = |i: usize| all.iter().map(|c| c[i]).sum::<u64>();
+        (s.ops, s.reads, s.writes, s.app_bytes) = (sum(0), sum(1), sum(2), sum(3));
+        let s = combine(boot, &mine, s)?;
+        ensure!(
+            s.checks.wrong == 0,
+            "{} {:?} {} {}: {} reads returned a value no writer wrote for their key",
+            s.system,
+            s.variant,
+            report::name(s.workload),
+            s.phase,
+            s.checks.wrong
+        );
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Runs every variant and workload on this rank over transports `make`
+/// builds (and `finish` ends), then Redis: the samples of the whole run.
+fn bench_rank<T: Transport>(
+    a: &DhtArgs,
+    boot: &dyn Bootstrap,
+    make: &dyn Fn(&Config) -> Result<T>,
+    finish: &dyn Fn(T) -> Result<()>,
+) -> Result<Vec<Sample>> {
+    let (me, n) = (boot.rank(), boot.size());
+    let mut out = Vec::new();
+    for v in variants(a) {
+        let cfg = config(a, v)?;
+        for (wi, &w) in a.workload.iter().enumerate() {
+            for rep in 0..a.reps {
+                let s = spec(a, w, n, me, rep);
+                let phases = workload::phases(&s).map_err(bounds::usage)?;
+                let t = make(&cfg)?;
+                let transport = t.name();
+                let d = Dht::create(t, cfg, boot)?;
+                let mut store = DhtStore {
+                    dht: &d,
+                    out: vec![fabkit_dht::Write::Inserted; a.batch],
+                };
+                let mut pending = Vec::new();
+                for (i, ph) in phases.iter().enumerate() {
+                    let base = Sample {
+                        system: "fabkit".into(),
+                        variant: Some(v),
+                        transport: transport.clone(),
+                        workload: w,
+                        distribution: dist_of(a, w),
+                        phase: ph.name.into(),
+                        rep,
+                        ranks: n,
+                        batch: a.batch,
+                        ..Sample::default()
+                    };
+                    let mut counters = |st: &DhtStore<'_, T>| (st.dht.stats(), 0, 0);
+                    let sh = shape(a, &s, i, rep);
+                    let p = run_phase(a, boot, &mut store, (ph, i), &sh, &mut counters, base)?;
+                    pending.extend(p);
+                }
+                let shapes = |i: usize| shape(a, &s, i, rep);
+                out.extend(finish_phases(boot, &mut store, &phases, &shapes, pending)?);
+                // The hot-key check once per variant, on a loaded table.
+                if wi == 0 && rep == 0 && a.hot_rounds > 0 {
+                    let hot = hot_key(&d, a, workload::hot_key(&s), boot)?;
+                    if let Some(last) = out.last_mut() {
+                        last.hot = Some(hot);
+                    }
+                }
+                drop(store);
+                finish(d.free(boot)?)?;
+            }
+        }
+    }
+    if !a.no_redis {
+        out.extend(redis_rank(a, boot)?);
+    }
+    Ok(out)
+}
+
+/// `e`, or what ended this rank's server if it is no longer running.
+fn died(server: &mut redis::Server, e: anyhow::Error) -> anyhow::Error {
+    match server.check_alive() {
+        Err(dead) => dead.context(e.to_string()),
+        Ok(()) => e,
+    }
+}
+
+/// The same workloads on Redis: one server per rank, every rank a client of
+/// all of them. Without redis-server, one line says how to install it (on
+/// the reporting rank) and nothing runs.
+fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
+    let (me, n) = (boot.rank(), boot.size());
+    // Every rank must agree to run: one without the binary stops all.
+    let have = redis::available().is_some();
+    let all = gather(boot, &[u64::from(have)])?;
+    if all.iter().any(|h| h[0] == 0) {
+        if me == 0 {
+            eprintln!("fabkit: note: {}", redis::INSTALL_HINT);
+        }
+        return Ok(Vec::new());
+    }
+    let started = redis::Server::start(a.timeout);
+    let ports = gather(boot, &[started.as_ref().map_or(0, |s| u64::from(s.port()))])?;
+    let mut server = started.context("starting this rank's redis-server")?;
+    if let Some(r) = ports.iter().position(|p| p[0] == 0) {
+        anyhow::bail!("rank {r} could not start its redis-server");
+    }
+    let ports: Vec<u16> = ports.iter().map(|p| p[0] as u16).collect();
+    let mut client = redis::Client::connect(&ports, a.timeout)?;
+    let mut out = Vec::new();
+    for &w in &a.workload {
+        for rep in 0..a.reps {
+            if me == 0 {
+                client.flush_all()?;
+            }
+            boot.barrier()?;
+            let s = spec(a, w, n, me, rep);
+            let phases = workload::phases(&s).map_err(bounds::usage)?;
+            let mut store = RedisStore {
+                client: &mut client,
+                vlen: a.record.value,
+                hit: vec![false; a.batch],
+            };
+            let mut pending = Vec::new();
+            for (i, ph) in phases.iter().enumerate() {
+                let base = Sample {
+                    system: "redis".into(),
+                    variant: None,
+                    transport: "redis loopback".into(),
+                    workload: w,
+                    distribution: dist_of(a, w),
+                    phase: ph.name.into(),
+                    rep,
+                    ranks: n,
+                    batch: a.batch,
+                    ..Sample::default()
+                };
+                let srv = &mut server;
+                let mut counters = |st: &RedisStore<'_>| {
+                    let (tx, rx) = st.client.bytes();
+                    let cpu = srv.cpu_time().map_or(0, |c| c.as_nanos() as u64);
+                    (Stats::default(), tx + rx, cpu)
+                };
+                let sh = shape(a, &s, i, rep);
+                let r = run_phase(a, boot, &mut store, (ph, i), &sh, &mut counters, base);
+                pending.extend(r.map_err(|e| died(&mut server, e))?);
+            }
+            let shapes = |i: usize| shape(a, &s, i, rep);
+            let r = finish_phases(boot, &mut store, &phases, &shapes, pending);
+            out.extend(r.map_err(|e| died(&mut server, e))?);
+        }
+    }
+    drop(client);
+    boot.barrier()?;
+    Ok(out)
+}
+
+impl Default for Sample {
+    fn default() -> Sample {
+        Sample {
+            system: String::new(),
+            variant: None,
+            transport: String::new(),
+            workload: Workload::Paper,
+            distribution: Dist::Uniform,
+            phase: String::new(),
+            rep: 0,
+            ranks: 0,
+            batch: 0,
+            secs: 0.0,
+            ops: 0,
+            reads: 0,
+            writes: 0,
+            cpu_ns: 0,
+            app_bytes: 0,
+            wire_bytes: 0,
+            checks: Checks::default(),
+            stats: Stats::default(),
+            latency: Vec::new(),
+            single: Vec::new(),
+            hot: None,
+        }
+    }
+}
+
+/// Runs the benchmark on this rank over libfabric (or the same-node
+/// shortcut with --shm).
+pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
+    if a.shm {
+        use fabkit_dht::transport::shm::ShmTransport;
+        let make = |cfg: &Config| {
+            ShmTransport::establish(rank_config(a, cfg), boot).with_context(|| {
+                format!(
+                    "setting up `{}` with the shared-memory shortcut",
+                    a.provider
+                )
+            })
+        };
+        let finish = |t: ShmTransport| Ok(t.finish(boot)?);
+        return bench_rank(a, boot, &make, &finish);
+    }
+    let make = |cfg: &Config| {
+        Rank::establish(rank_config(a, cfg), boot)
+            .with_context(|| format!("setting up `{}`", a.provider))
+    };
+    let finish = |t: Rank| Ok(t.finish(boot)?);
+    bench_rank(a, boot, &make, &finish)
+}
+
+/// Runs the benchmark on this rank over MPI windows.
+#[cfg(feature = "mpi")]
+pub fn run_rank_mpi(
+    a: &DhtArgs,
+    kind: fabkit_fabric::mpi_rma::WindowKind,
+    boot: &fabkit_fabric::bootstrap::MpiBootstrap,
+) -> Result<Vec<Sample>> {
+    use fabkit_dht::transport::mpi::MpiTransport;
+    // Coarse locks each target's window per operation (MPI_Win_lock); the
+    // others share one lock_all epoch.
+    let make = |cfg: &Config| {
+        Ok(MpiTransport::new(
+            boot,
+            cfg.region_len(),
+            kind,
+            cfg.variant == Variant::Coarse,
+        )?)
+    };
+    // MPI_Win_free: collective, every rank here.
+    let finish = |t: MpiTransport<'_>| Ok(t.free()?);
+    bench_rank(a, boot, &make, &finish)
 }
 
 /// How long a rank waits for the others at a phase barrier: a rank may be
@@ -489,6 +976,7 @@ pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<DhtRun>> {
 pub fn phase_bound(a: &DhtArgs, ranks: usize) -> Duration {
     let batches = a
         .keys
+        .max(a.ops())
         .div_ceil(a.batch.max(1) as u64)
         .saturating_mul(ranks as u64 + 1)
         .saturating_add(1);
@@ -501,118 +989,22 @@ pub fn phase_bound(a: &DhtArgs, ranks: usize) -> Duration {
 /// --timeout is longer: an hour, as `perf`'s idle ranks wait for a size.
 pub const MAX_PHASE_WAIT: Duration = Duration::from_secs(3600);
 
-/// Runs the chosen variants on this rank over MPI windows.
-#[cfg(feature = "mpi")]
-pub fn run_rank_mpi(
-    a: &DhtArgs,
-    kind: fabkit_fabric::mpi_rma::WindowKind,
-    boot: &fabkit_fabric::bootstrap::MpiBootstrap,
-) -> Result<Vec<DhtRun>> {
-    use fabkit_dht::transport::mpi::MpiTransport;
-    ensure!(
-        a.keys > 0 && a.batch > 0,
-        "--keys and --batch must be at least 1"
-    );
-    variants(a)
-        .into_iter()
-        .map(|v| {
-            let cfg = config(a, v)?;
-            // Coarse locks each target's window per operation (MPI_Win_lock);
-            // the others share one lock_all epoch.
-            let t = MpiTransport::new(boot, cfg.region_len(), kind, v == Variant::Coarse)?;
-            let (run, t) = run_variant(a, cfg, t, boot)?;
-            t.free()?; // MPI_Win_free: collective, every rank here
-            Ok(run)
-        })
-        .collect()
-}
-
-/// The hot-key column: `good/reads`, and the bad kinds if any.
-fn hot_cell(h: &HotKey) -> String {
-    if h.reads == 0 {
-        return "-".into();
-    }
-    let good = h.reads - h.foreign - h.corrupt - h.missing;
-    let mut c = format!("{good}/{}", h.reads);
-    for (n, tag) in [(h.foreign, 'f'), (h.corrupt, 'c'), (h.missing, 'm')] {
-        if n > 0 {
-            c.push_str(&format!(" {n}{tag}"));
-        }
-    }
-    c
-}
-
-/// Prints the results as a table; returns whether the runs were sound (no
-/// wrong value, no false hit, the hot key kept within its variant's promise).
-pub fn print(runs: &[DhtRun], launch: &str) -> bool {
-    let Some(first) = runs.first() else {
-        return true;
-    };
-    println!(
-        "fabkit dht: provider {}, {launch}, batch {}",
-        first.provider, first.batch
-    );
-    println!(
-        "{:<9} {:>12} {:>12} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>10} {:>12}",
-        "variant",
-        "writes/s",
-        "reads/s",
-        "hits",
-        "lost",
-        "evicted",
-        "retries",
-        "lockwait",
-        "corrupt",
-        "ops/op",
-        "hot-key"
-    );
-    let mut ok = true;
-    for r in runs {
-        let s = &r.stats;
-        println!(
-            "{:<9} {:>12.0} {:>12.0} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>10.2} {:>12}",
-            format!("{:?}", r.variant).to_lowercase(),
-            r.writes_per_sec,
-            r.reads_per_sec,
-            s.hits,
-            r.lost,
-            s.evictions,
-            s.checksum_retries,
-            s.lock_retries,
-            s.corrupt,
-            s.ops_per_op(),
-            hot_cell(&r.hot)
-        );
-        ok &= r.false_hits == 0 && r.hot.sound(r.variant);
-    }
-    println!(
-        "lost: written keys not found (evicted, or a lock-free insert lost to a racing writer)"
-    );
-    println!(
-        "hot-key: reads of one key every rank updates at once that were whole values of their \
-         round, of all (then f: foreign, c: corrupt, m: missing)"
-    );
-    ok
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cmd {
-        #[command(flatten)]
-        a: DhtArgs,
-    }
-
-    fn args(extra: &[&str]) -> DhtArgs {
-        Cmd::parse_from(["dht"].iter().chain(extra)).a
-    }
 
     #[test]
     fn the_phase_barrier_waits_at_most_an_hour_unless_the_timeout_is_longer() {
         let s = Duration::from_secs;
+        let args = |extra: &[&str]| {
+            use clap::Parser;
+            #[derive(Parser)]
+            struct Cmd {
+                #[command(flatten)]
+                a: DhtArgs,
+            }
+            Cmd::parse_from(["dht"].iter().chain(extra)).a
+        };
         // 2000 batches x 3 ranks' worth: 6001 s before, an hour now.
         let a = args(&["--timeout", "1", "-k", "2000", "-b", "1"]);
         assert_eq!(phase_bound(&a, 2), MAX_PHASE_WAIT);

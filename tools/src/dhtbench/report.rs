@@ -1,0 +1,756 @@
+//! What `fabkit dht` reports: the samples of every repetition merged into
+//! one run per system, variant, workload and phase (median and spread),
+//! with latency percentiles, CPU time and bytes per operation; printed as a
+//! table, written as CSV and as JSON in one schema, and drawn against the
+//! rank count.
+//!
+//! The JSON schema (`meta` once, a `runs` entry per row of the table):
+//! ```text
+//! {"meta": {"command", "commit", "host", "machine", "launch", "provider", "notes": [..]},
+//!  "runs": [{"system": "fabkit" | "redis", "variant", "transport", "workload",
+//!            "distribution", "record": {"key", "value"}, "ranks", "batch", "phase",
+//!            "reps", "ops_per_sec", "ops_per_sec_min", "ops_per_sec_max",
+//!            "ops_per_sec_reps": [..], "writes_per_sec", "reads_per_sec",
+//!            "latency_us": {"kind", "samples", "p50", "p90", "p99", "p99_9", "p99_99"},
+//!            "latency_single_us": {..} | null, "cpu_ns_per_op",
+//!            "nominal_cycles_per_op", "nominal_ghz", "bytes_per_byte",
+//!            "vs_redis", "counters": {..}, "hot_key": {..} | null}]}
+//! ```
+//! `p99_99` is null below 10^6 samples; `latency_us.kind` says what one
+//! sample is ("per batch of 64 operations" or "per operation").
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::phase::histogram;
+use super::{HotKey, Sample};
+use crate::bounds::Record;
+
+/// Where and how the run was made.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    /// The command line.
+    pub command: String,
+    /// fabkit's commit.
+    pub commit: String,
+    /// Host name.
+    pub host: String,
+    /// CPU model, cores, memory and kernel.
+    pub machine: String,
+    /// How ranks were started.
+    pub launch: String,
+    /// The libfabric provider (or MPI).
+    pub provider: String,
+    /// What a reader must know to read the figures.
+    pub notes: Vec<String>,
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    /// What one sample is.
+    pub kind: String,
+    /// Samples merged over ranks and repetitions.
+    pub samples: u64,
+    /// Percentiles.
+    pub p50: f64,
+    /// See `p50`.
+    pub p90: f64,
+    /// See `p50`.
+    pub p99: f64,
+    /// See `p50`.
+    pub p99_9: f64,
+    /// Only from 10^6 samples or more.
+    pub p99_99: Option<f64>,
+}
+
+/// The DHT's counters and the reads' checks, summed over ranks and
+/// repetitions.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Counters {
+    /// Reads that found their key.
+    pub hits: u64,
+    /// Reads that did not.
+    pub misses: u64,
+    /// Reads given up as corrupt (lock-free, chunked).
+    pub corrupt: u64,
+    /// Hits whose value no writer wrote for the key (must be 0).
+    pub wrong: u64,
+    /// Reads of written keys that missed.
+    pub lost: u64,
+    /// Hits of keys nobody writes (must be 0).
+    pub false_hits: u64,
+    /// Writes into empty buckets, of present keys, over other keys.
+    pub inserts: u64,
+    /// See `inserts`.
+    pub updates: u64,
+    /// See `inserts`.
+    pub evictions: u64,
+    /// Checksum mismatches: re-reads after a bucket failed its checksum
+    /// (the MPI-DHT paper's Table 2).
+    pub checksum_mismatches: u64,
+    /// Mismatches per read.
+    pub mismatch_rate: f64,
+    /// Buckets marked invalid.
+    pub invalidations: u64,
+    /// Failed lock attempts (fine, coarse).
+    pub lock_retries: u64,
+    /// Remote operations, and per DHT operation.
+    pub remote_ops: u64,
+    /// See `remote_ops`.
+    pub remote_ops_per_op: f64,
+    /// Post/complete cycles.
+    pub batches: u64,
+}
+
+/// One row: a system, variant, workload and phase over its repetitions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Run {
+    /// `fabkit` or `redis`.
+    pub system: String,
+    /// DHT variant, lower case (none for Redis).
+    pub variant: Option<String>,
+    /// What carried the operations.
+    pub transport: String,
+    /// Workload name.
+    pub workload: String,
+    /// Key distribution.
+    pub distribution: String,
+    /// Key and value bytes.
+    pub record: Record,
+    /// Ranks.
+    pub ranks: usize,
+    /// Operations per batch.
+    pub batch: usize,
+    /// Phase.
+    pub phase: String,
+    /// Repetitions.
+    pub reps: u32,
+    /// Operations per second over all ranks: median of the repetitions.
+    pub ops_per_sec: f64,
+    /// Lowest repetition.
+    pub ops_per_sec_min: f64,
+    /// Highest repetition.
+    pub ops_per_sec_max: f64,
+    /// Every repetition's.
+    pub ops_per_sec_reps: Vec<f64>,
+    /// The writes and reads among them, per second (median repetition).
+    pub writes_per_sec: f64,
+    /// See `writes_per_sec`.
+    pub reads_per_sec: f64,
+    /// Of the timed pass.
+    pub latency_us: Latency,
+    /// Of the closed-loop pass of single operations, if one ran.
+    pub latency_single_us: Option<Latency>,
+    /// Busy CPU time of the job per operation (Redis: clients and servers).
+    pub cpu_ns_per_op: f64,
+    /// The same in cycles at the nominal clock (no hardware counters here).
+    pub nominal_cycles_per_op: Option<f64>,
+    /// The nominal clock, GHz.
+    pub nominal_ghz: Option<f64>,
+    /// Bytes the remote operations (Redis: RESP messages) carried per key
+    /// and value byte asked for.
+    pub bytes_per_byte: f64,
+    /// This row's median ops/s over Redis's in the same workload and phase.
+    pub vs_redis: Option<f64>,
+    /// Counters.
+    pub counters: Counters,
+    /// The hot-key check (the variant's first workload).
+    pub hot_key: Option<HotKey>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// Where and how.
+    pub meta: Meta,
+    /// Rows.
+    pub runs: Vec<Run>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn rebuild(pairs: &[(u64, u64)], h: &mut Histogram<u64>) {
+    for &(v, n) in pairs {
+        let _ = h.record_n(v.max(1), n);
+    }
+}
+
+fn latency(h: &Histogram<u64>, kind: String) -> Latency {
+    let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+    Latency {
+        kind,
+        samples: h.len(),
+        p50: q(0.5),
+        p90: q(0.9),
+        p99: q(0.99),
+        p99_9: q(0.999),
+        p99_99: (h.len() >= 1_000_000).then(|| q(0.9999)),
+    }
+}
+
+/// The nominal clock of this machine's CPU in GHz: the model name's "@ X
+/// GHz", else the first "cpu MHz".
+pub fn nominal_ghz() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let model = info.lines().find(|l| l.starts_with("model name"))?;
+    if let Some(g) = model
+        .split('@')
+        .nth(1)
+        .and_then(|s| s.trim().strip_suffix("GHz"))
+        .and_then(|s| s.trim().parse::<f64>().ok())
+    {
+        return Some(g);
+    }
+    info.lines()
+        .find(|l| l.starts_with("cpu MHz"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|m| m / 1000.0)
+}
+
+/// A workload's name as the command line takes it.
+pub fn name<T: clap::ValueEnum>(v: T) -> String {
+    v.to_possible_value()
+        .map_or_else(|| "?".into(), |p| p.get_name().to_string())
+}
+
+/// Merges the samples of every repetition into runs, in the order their
+/// first repetition came.
+pub fn runs(samples: &[Sample], record: Record) -> Vec<Run> {
+    type Key = (String, Option<String>, String, String, String);
+    let key = |s: &Sample| -> Key {
+        (
+            s.system.clone(),
+            s.variant.map(|v| format!("{v:?}").to_lowercase()),
+            s.transport.clone(),
+            name(s.workload),
+            s.phase.clone(),
+        )
+    };
+    let mut order: Vec<Key> = Vec::new();
+    let mut groups: BTreeMap<Key, Vec<&Sample>> = BTreeMap::new();
+    for s in samples {
+        let k = key(s);
+        if !groups.contains_key(&k) {
+            order.push(k.clone());
+        }
+        groups.entry(k).or_default().push(s);
+    }
+    let ghz = nominal_ghz();
+    let mut out: Vec<Run> = order
+        .iter()
+        .map(|k| merge(&groups[k], record, ghz))
+        .collect();
+    // Each DHT row against Redis's in the same workload and phase.
+    let redis: BTreeMap<(String, String), f64> = out
+        .iter()
+        .filter(|r| r.system == "redis")
+        .map(|r| ((r.workload.clone(), r.phase.clone()), r.ops_per_sec))
+        .collect();
+    for r in out.iter_mut().filter(|r| r.system != "redis") {
+        r.vs_redis = redis
+            .get(&(r.workload.clone(), r.phase.clone()))
+            .filter(|x| **x > 0.0)
+            .map(|x| r.ops_per_sec / x);
+    }
+    out
+}
+
+fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
+    let first = g[0];
+    let rate = |s: &Sample, n: u64| {
+        if s.secs > 0.0 {
+            n as f64 / s.secs
+        } else {
+            0.0
+        }
+    };
+    let mut rates: Vec<f64> = g.iter().map(|s| rate(s, s.ops)).collect();
+    let reps = rates.clone();
+    let med = median(&mut rates);
+    // The repetition nearest the median gives the component rates.
+    let mid = g
+        .iter()
+        .min_by(|a, b| {
+            (rate(a, a.ops) - med)
+                .abs()
+                .total_cmp(&(rate(b, b.ops) - med).abs())
+        })
+        .expect("a group has a sample");
+    let (mut timed, mut single) = (histogram(), histogram());
+    let mut c = Counters::default();
+    let (mut ops, mut cpu, mut app, mut wire) = (0u64, 0u64, 0u64, 0u64);
+    for s in g {
+        rebuild(&s.latency, &mut timed);
+        rebuild(&s.single, &mut single);
+        ops += s.ops;
+        cpu += s.cpu_ns;
+        app += s.app_bytes;
+        wire += s.wire_bytes;
+        let (k, st) = (&s.checks, &s.stats);
+        c.hits += k.hits;
+        c.misses += k.misses;
+        c.corrupt += k.corrupt;
+        c.wrong += k.wrong;
+        c.lost += k.lost;
+        c.false_hits += k.false_hits;
+        c.inserts += st.inserts;
+        c.updates += st.updates;
+        c.evictions += st.evictions;
+        c.checksum_mismatches += st.checksum_retries;
+        c.invalidations += st.invalidations;
+        c.lock_retries += st.lock_retries;
+        c.remote_ops += st.remote_ops;
+        c.batches += st.batches;
+    }
+    let per = |x: u64, n: u64| if n == 0 { 0.0 } else { x as f64 / n as f64 };
+    let reads: u64 = g.iter().map(|s| s.reads).sum();
+    c.mismatch_rate = per(c.checksum_mismatches, reads);
+    c.remote_ops_per_op = per(c.remote_ops, ops);
+    let kind = if first.batch > 1 {
+        format!("per batch of {} operations", first.batch)
+    } else {
+        "per operation (closed loop)".into()
+    };
+    let cpu_per = per(cpu, ops);
+    Run {
+        system: first.system.clone(),
+        variant: first.variant.map(|v| format!("{v:?}").to_lowercase()),
+        transport: first.transport.clone(),
+        workload: name(first.workload),
+        distribution: name(first.distribution),
+        record,
+        ranks: first.ranks,
+        batch: first.batch,
+        phase: first.phase.clone(),
+        reps: g.len() as u32,
+        ops_per_sec: med,
+        ops_per_sec_min: reps.iter().copied().fold(f64::INFINITY, f64::min),
+        ops_per_sec_max: reps.iter().copied().fold(0.0, f64::max),
+        ops_per_sec_reps: reps,
+        writes_per_sec: rate(mid, mid.writes),
+        reads_per_sec: rate(mid, mid.reads),
+        latency_us: latency(&timed, kind),
+        latency_single_us: (!single.is_empty())
+            .then(|| latency(&single, "per operation (closed loop)".into())),
+        cpu_ns_per_op: cpu_per,
+        nominal_cycles_per_op: ghz.map(|g| cpu_per * g),
+        nominal_ghz: ghz,
+        bytes_per_byte: per(wire, app),
+        vs_redis: None,
+        counters: c,
+        hot_key: g.iter().find_map(|s| s.hot),
+    }
+}
+
+/// Whether every run kept its promises: no wrong value, no false hit, the
+/// hot key within its variant's.
+pub fn sound(runs: &[Run]) -> bool {
+    runs.iter().all(|r| {
+        let hot = match (&r.variant, &r.hot_key) {
+            (Some(v), Some(h)) => h.foreign == 0 && (v == "lockfree" || h.corrupt + h.missing == 0),
+            _ => true,
+        };
+        r.counters.wrong == 0 && r.counters.false_hits == 0 && hot
+    })
+}
+
+/// The table printed on screen.
+pub fn table(rep: &Report) -> String {
+    let mut t = String::new();
+    let Some(first) = rep.runs.first() else {
+        return "fabkit dht: no runs\n".into();
+    };
+    let _ = writeln!(
+        t,
+        "fabkit dht: {} | {} | record {},{} | batch {} | {} repetition(s), median (min-max)",
+        rep.meta.provider,
+        rep.meta.launch,
+        first.record.key,
+        first.record.value,
+        first.batch,
+        first.reps
+    );
+    let _ = writeln!(
+        t,
+        "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9} {:>15} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}",
+        "system", "variant", "wkld", "dist", "phase", "Mops/s", "(min-max)", "p50 us", "p99 us",
+        "p99.9us", "cpu ns", "B/B", "hits", "lost", "corrupt", "mismatch", "locks", "xredis"
+    );
+    for r in &rep.runs {
+        let c = &r.counters;
+        let _ = writeln!(
+            t,
+            "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9.3} {:>15} {:>8.2} {:>8.2} {:>8.2} {:>8.0} {:>6.2} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}",
+            r.system,
+            r.variant.as_deref().unwrap_or("-"),
+            r.workload,
+            r.distribution,
+            r.phase,
+            r.ops_per_sec / 1e6,
+            format!("{:.3}-{:.3}", r.ops_per_sec_min / 1e6, r.ops_per_sec_max / 1e6),
+            r.latency_us.p50,
+            r.latency_us.p99,
+            r.latency_us.p99_9,
+            r.cpu_ns_per_op,
+            r.bytes_per_byte,
+            c.hits,
+            c.lost,
+            c.corrupt,
+            c.checksum_mismatches,
+            c.lock_retries,
+            r.vs_redis.map_or("-".into(), |x| format!("{x:.2}x")),
+        );
+    }
+    let hot: Vec<String> = rep
+        .runs
+        .iter()
+        .filter_map(|r| Some((r.variant.as_ref()?, r.hot_key?)))
+        .map(|(v, h)| {
+            let good = h.reads - h.foreign - h.corrupt - h.missing;
+            let mut s = format!("{v} {good}/{}", h.reads);
+            for (n, tag) in [
+                (h.foreign, "foreign"),
+                (h.corrupt, "corrupt"),
+                (h.missing, "missing"),
+            ] {
+                if n > 0 {
+                    let _ = write!(s, " {n} {tag}");
+                }
+            }
+            s
+        })
+        .collect();
+    if !hot.is_empty() {
+        let _ = writeln!(
+            t,
+            "hot key (every rank updates one key at once, then reads it; whole values of the \
+             round of all reads): {}",
+            hot.join(", ")
+        );
+    }
+    let single: Vec<String> = rep
+        .runs
+        .iter()
+        .filter_map(|r| {
+            let l = r.latency_single_us.as_ref()?;
+            Some(format!(
+                "{} {} {} {}: p50 {:.2} p99 {:.2} p99.9 {:.2}",
+                r.system,
+                r.variant.as_deref().unwrap_or("-"),
+                r.workload,
+                r.phase,
+                l.p50,
+                l.p99,
+                l.p99_9
+            ))
+        })
+        .collect();
+    if !single.is_empty() {
+        let _ = writeln!(t, "single-operation latency (closed loop, us):");
+        for s in single {
+            let _ = writeln!(t, "  {s}");
+        }
+    }
+    let _ = writeln!(
+        t,
+        "latency is {}; lost: written keys a read missed (evicted, or a lock-free insert lost \
+         to a racing writer); mismatch: checksum re-reads; locks: failed lock attempts; cpu ns: \
+         busy CPU time of the job per operation; B/B: bytes moved per key and value byte",
+        first.latency_us.kind
+    );
+    for n in &rep.meta.notes {
+        let _ = writeln!(t, "note: {n}");
+    }
+    t
+}
+
+/// One CSV row: the run flattened.
+#[derive(Debug, Serialize)]
+struct CsvRow<'a> {
+    system: &'a str,
+    variant: &'a str,
+    transport: &'a str,
+    workload: &'a str,
+    distribution: &'a str,
+    key_bytes: usize,
+    value_bytes: usize,
+    ranks: usize,
+    batch: usize,
+    phase: &'a str,
+    reps: u32,
+    ops_per_sec: f64,
+    ops_per_sec_min: f64,
+    ops_per_sec_max: f64,
+    writes_per_sec: f64,
+    reads_per_sec: f64,
+    latency_kind: &'a str,
+    p50_us: f64,
+    p90_us: f64,
+    p99_us: f64,
+    p99_9_us: f64,
+    p99_99_us: Option<f64>,
+    single_p50_us: Option<f64>,
+    single_p99_us: Option<f64>,
+    cpu_ns_per_op: f64,
+    nominal_cycles_per_op: Option<f64>,
+    bytes_per_byte: f64,
+    vs_redis: Option<f64>,
+    hits: u64,
+    misses: u64,
+    lost: u64,
+    false_hits: u64,
+    corrupt: u64,
+    checksum_mismatches: u64,
+    lock_retries: u64,
+    evictions: u64,
+    remote_ops_per_op: f64,
+    commit: &'a str,
+    host: &'a str,
+}
+
+/// The report as CSV, a header and a row per run.
+pub fn csv(rep: &Report) -> Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in &rep.runs {
+        let l = &r.latency_us;
+        w.serialize(CsvRow {
+            system: &r.system,
+            variant: r.variant.as_deref().unwrap_or(""),
+            transport: &r.transport,
+            workload: &r.workload,
+            distribution: &r.distribution,
+            key_bytes: r.record.key,
+            value_bytes: r.record.value,
+            ranks: r.ranks,
+            batch: r.batch,
+            phase: &r.phase,
+            reps: r.reps,
+            ops_per_sec: r.ops_per_sec,
+            ops_per_sec_min: r.ops_per_sec_min,
+            ops_per_sec_max: r.ops_per_sec_max,
+            writes_per_sec: r.writes_per_sec,
+            reads_per_sec: r.reads_per_sec,
+            latency_kind: &l.kind,
+            p50_us: l.p50,
+            p90_us: l.p90,
+            p99_us: l.p99,
+            p99_9_us: l.p99_9,
+            p99_99_us: l.p99_99,
+            single_p50_us: r.latency_single_us.as_ref().map(|s| s.p50),
+            single_p99_us: r.latency_single_us.as_ref().map(|s| s.p99),
+            cpu_ns_per_op: r.cpu_ns_per_op,
+            nominal_cycles_per_op: r.nominal_cycles_per_op,
+            bytes_per_byte: r.bytes_per_byte,
+            vs_redis: r.vs_redis,
+            hits: r.counters.hits,
+            misses: r.counters.misses,
+            lost: r.counters.lost,
+            false_hits: r.counters.false_hits,
+            corrupt: r.counters.corrupt,
+            checksum_mismatches: r.counters.checksum_mismatches,
+            lock_retries: r.counters.lock_retries,
+            evictions: r.counters.evictions,
+            remote_ops_per_op: r.counters.remote_ops_per_op,
+            commit: &rep.meta.commit,
+            host: &rep.meta.host,
+        })?;
+    }
+    Ok(String::from_utf8(
+        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+    )?)
+}
+
+/// Lowest, median and highest of a point's repetitions.
+type Whisker = (f64, f64, f64);
+
+/// A chart of throughput against the rank count from several reports (one
+/// per rank count): a line per system, variant, workload and phase, with
+/// the repetitions' spread as whiskers. Rank counts past `cores` run
+/// oversubscribed, and the x labels say so.
+pub fn ranks_chart(reports: &[Report], cores: usize, title: &str) -> String {
+    let mut ranks: Vec<usize> = reports
+        .iter()
+        .flat_map(|r| r.runs.iter().map(|x| x.ranks))
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let mut lines: BTreeMap<String, Vec<Option<Whisker>>> = BTreeMap::new();
+    for r in reports.iter().flat_map(|r| &r.runs) {
+        let label = format!(
+            "{} {} {} {}",
+            r.variant.as_deref().unwrap_or(&r.system),
+            r.workload,
+            r.distribution,
+            r.phase
+        );
+        let pts = lines
+            .entry(label)
+            .or_insert_with(|| vec![None; ranks.len()]);
+        let i = ranks.iter().position(|&n| n == r.ranks).expect("collected");
+        pts[i] = Some((
+            r.ops_per_sec_min / 1e6,
+            r.ops_per_sec / 1e6,
+            r.ops_per_sec_max / 1e6,
+        ));
+    }
+    let cats: Vec<String> = ranks
+        .iter()
+        .map(|&n| {
+            if n > cores {
+                format!("{n} (oversubscribed)")
+            } else {
+                n.to_string()
+            }
+        })
+        .collect();
+    let series: Vec<ipoib_eval::chart::Line> = lines
+        .into_iter()
+        .map(|(label, points)| ipoib_eval::chart::Line { label, points })
+        .collect();
+    ipoib_eval::chart::lines(title, "ranks", "M operations/s", &cats, &series)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabkit_dht::{Stats, Variant};
+
+    fn sample(system: &str, rep: u32, secs: f64, lat: &[(u64, u64)]) -> Sample {
+        Sample {
+            system: system.into(),
+            variant: (system == "fabkit").then_some(Variant::Lockfree),
+            transport: "t".into(),
+            phase: "read".into(),
+            rep,
+            ranks: 2,
+            batch: 64,
+            secs,
+            ops: 1000,
+            reads: 1000,
+            cpu_ns: 2_000_000,
+            app_bytes: 184_000,
+            wire_bytes: 368_000,
+            stats: Stats {
+                checksum_retries: 5,
+                remote_ops: 3000,
+                ..Stats::default()
+            },
+            latency: lat.to_vec(),
+            ..Sample::default()
+        }
+    }
+
+    #[test]
+    fn repetitions_merge_into_median_spread_and_ratios_against_redis() {
+        let lat = [(1000, 90), (5000, 9), (100_000, 1)];
+        let s = vec![
+            sample("fabkit", 0, 0.001, &lat), // 1 M/s
+            sample("fabkit", 1, 0.004, &lat), // 0.25 M/s
+            sample("fabkit", 2, 0.002, &lat), // 0.5 M/s
+            sample("redis", 0, 0.01, &lat),   // 0.1 M/s
+        ];
+        let rec = Record {
+            key: 80,
+            value: 104,
+        };
+        let r = runs(&s, rec);
+        assert_eq!(r.len(), 2);
+        let f = &r[0];
+        assert_eq!((f.reps, f.ops_per_sec), (3, 500_000.0));
+        assert_eq!(
+            (f.ops_per_sec_min, f.ops_per_sec_max),
+            (250_000.0, 1_000_000.0)
+        );
+        assert_eq!(f.reads_per_sec, 500_000.0, "the median repetition's reads");
+        assert_eq!(f.vs_redis, Some(5.0));
+        assert_eq!(r[1].vs_redis, None);
+        // 300 samples: 90 % at 1 us, p99 at 5 us, p99.9 at the 100 us one.
+        let l = &f.latency_us;
+        assert_eq!(l.samples, 300);
+        assert!(
+            (l.p50 - 1.0).abs() < 0.01 && (l.p99 - 5.0).abs() < 0.01,
+            "{l:?}"
+        );
+        assert!((l.p99_9 - 100.0).abs() < 0.1, "{l:?}");
+        assert_eq!(l.p99_99, None, "fewer than 10^6 samples");
+        assert_eq!(f.cpu_ns_per_op, 2000.0);
+        assert_eq!(f.bytes_per_byte, 2.0);
+        assert_eq!(f.counters.checksum_mismatches, 15);
+        assert_eq!(f.counters.remote_ops_per_op, 3.0);
+        assert!((f.counters.mismatch_rate - 0.005).abs() < 1e-12);
+    }
+
+    #[test]
+    fn csv_has_a_header_and_a_row_per_run_and_quotes_what_needs_it() {
+        let s = vec![sample("fabkit", 0, 0.001, &[(1000, 1)])];
+        let mut r = runs(
+            &s,
+            Record {
+                key: 80,
+                value: 104,
+            },
+        );
+        r[0].transport = "tcp;ofi_rxm, \"x\"".into();
+        let rep = Report {
+            meta: Meta {
+                command: "fabkit dht".into(),
+                commit: "abc".into(),
+                host: "h".into(),
+                machine: "m".into(),
+                launch: "l".into(),
+                provider: "p".into(),
+                notes: vec![],
+            },
+            runs: r,
+        };
+        let text = csv(&rep).unwrap();
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let head = rd.headers().unwrap().clone();
+        let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].len(), head.len());
+        let col = |n: &str| &rows[0][head.iter().position(|h| h == n).unwrap()];
+        assert_eq!(col("transport"), "tcp;ofi_rxm, \"x\"");
+        assert_eq!(col("ops_per_sec"), "1000000.0");
+        assert!(table(&rep).contains("lockfree"));
+        assert!(sound(&rep.runs));
+    }
+
+    #[test]
+    fn the_ranks_chart_marks_oversubscription() {
+        let mk = |ranks: usize| {
+            let mut s = sample("fabkit", 0, 0.001, &[(1000, 1)]);
+            s.ranks = ranks;
+            Report {
+                meta: Meta {
+                    command: String::new(),
+                    commit: String::new(),
+                    host: String::new(),
+                    machine: String::new(),
+                    launch: String::new(),
+                    provider: String::new(),
+                    notes: vec![],
+                },
+                runs: runs(&[s], Record { key: 8, value: 8 }),
+            }
+        };
+        let svg = ranks_chart(&[mk(1), mk(2), mk(4)], 2, "t");
+        assert!(svg.contains("4 (oversubscribed)") && !svg.contains("2 (oversubscribed)"));
+    }
+}
