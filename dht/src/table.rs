@@ -387,19 +387,15 @@ impl<T: Transport> Dht<T> {
     /// Reads many keys with their remote operations overlapped: each round
     /// advances every unresolved key by one step in one batch.
     pub fn read_many(&self, keys: &[&[u8]]) -> Result<Vec<Read>> {
-        let vl = self.cfg.value_len;
-        let mut values = vec![0; keys.len().saturating_mul(vl)];
-        let mut found = vec![Found::Miss; keys.len()];
-        self.read_into(keys, &mut values, &mut found)?;
-        Ok(found
-            .iter()
-            .enumerate()
-            .map(|(i, f)| match f {
-                Found::Hit => Read::Hit(values[i * vl..(i + 1) * vl].to_vec()),
+        let mut out = Vec::with_capacity(keys.len());
+        self.read_with(keys, |f, v| {
+            out.push(match f {
+                Found::Hit => Read::Hit(v.to_vec()),
                 Found::Miss => Read::Miss,
                 Found::Corrupt => Read::Corrupt,
             })
-            .collect())
+        })?;
+        Ok(out)
     }
 
     /// [`Dht::read_many`] into the caller's buffers, allocating nothing once
@@ -410,29 +406,41 @@ impl<T: Transport> Dht<T> {
     pub fn read_into(&self, keys: &[&[u8]], values: &mut [u8], found: &mut [Found]) -> Result<()> {
         let vl = self.cfg.value_len;
         self.check_buffers(keys.len(), values.len(), found.len())?;
+        let mut i = 0;
+        self.read_with(keys, |f, v| {
+            found[i] = f;
+            if f == Found::Hit {
+                values[i * vl..(i + 1) * vl].copy_from_slice(v);
+            }
+            i += 1;
+        })
+    }
+
+    /// Reads `keys` and hands each outcome, in key order, to `each` with
+    /// the value found (empty unless a hit); counts them.
+    fn read_with(&self, keys: &[&[u8]], mut each: impl FnMut(Found, &[u8])) -> Result<()> {
         for k in keys {
             self.check_key(k)?;
         }
+        let vl = self.cfg.value_len;
         let (mut hits, mut misses, mut corrupt) = (0u64, 0u64, 0u64);
         self.with_work(|w| {
             self.run(Mode::Read, keys, &[], w)?;
             for (i, o) in w.out.iter().enumerate() {
-                found[i] = match o {
+                match o {
                     Outcome::Hit => {
                         hits += 1;
-                        values[i * vl..(i + 1) * vl]
-                            .copy_from_slice(&w.found[i * vl..(i + 1) * vl]);
-                        Found::Hit
+                        each(Found::Hit, &w.found[i * vl..(i + 1) * vl]);
                     }
                     Outcome::Corrupt => {
                         corrupt += 1;
-                        Found::Corrupt
+                        each(Found::Corrupt, &[]);
                     }
                     _ => {
                         misses += 1;
-                        Found::Miss
+                        each(Found::Miss, &[]);
                     }
-                };
+                }
             }
             Ok(())
         })?;

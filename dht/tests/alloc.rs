@@ -94,5 +94,28 @@ fn an_operation_allocates_the_same_whatever_its_number_of_steps() {
             "{variant:?}: an operation allocated {most} times; by batches per operation: {seen:?}"
         );
         eprintln!("{variant:?}: allocations by batches per operation: {seen:?}");
+        // The caller-buffer forms allocate nothing at all once warm.
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let vrefs: Vec<&[u8]> = vals.iter().map(|v| &v[..]).collect();
+        let mut values = vec![0u8; 24 * keys.len()];
+        let mut found = vec![fabkit_dht::Found::Miss; keys.len()];
+        let mut wrote = vec![fabkit_dht::Write::Inserted; keys.len()];
+        d.read_into(&refs, &mut values, &mut found).unwrap();
+        d.write_into(&refs, &vrefs, &mut wrote).unwrap();
+        let a0 = allocs();
+        for _ in 0..3 {
+            d.read_into(&refs, &mut values, &mut found).unwrap();
+            d.write_into(&refs, &vrefs, &mut wrote).unwrap();
+        }
+        assert_eq!(
+            allocs() - a0,
+            0,
+            "{variant:?}: read_into/write_into allocated"
+        );
+        let hits = found
+            .iter()
+            .filter(|f| **f == fabkit_dht::Found::Hit)
+            .count();
+        assert!(hits > 0, "{variant:?}: {found:?}");
     }
 }
