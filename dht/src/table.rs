@@ -731,7 +731,11 @@ fn stats_to_bytes(s: &Stats) -> Vec<u8> {
 }
 
 fn stats_from_bytes(b: &[u8]) -> Stats {
-    let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+    // A counter a peer did not send (a shorter, older form) is 0.
+    let w = |i: usize| {
+        b.get(i * 8..i * 8 + 8)
+            .map_or(0, |x| u64::from_le_bytes(x.try_into().expect("8 bytes")))
+    };
     Stats {
         reads: w(0),
         writes: w(1),

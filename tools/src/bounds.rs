@@ -286,6 +286,14 @@ pub fn zipf_range(s: &str) -> Result<u64, String> {
     within(s, 1, 1 << 40, "--zipf-range", " keys")
 }
 
+/// The CPUs online on this machine, whatever this process is bound to
+/// (mpirun binds each rank to one core; the machine still has all of them).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(0)
+}
+
 /// This machine's memory in bytes, as the DHT's table checks it.
 pub use fabkit_dht::physical_memory;
 

@@ -65,6 +65,13 @@ pub struct PlotArgs {
     /// output).
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// dht reports: only the runs of this workload (paper, load-a, a, ...).
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// dht reports: only the runs of this phase (write, read, mixed, load,
+    /// run).
+    #[arg(long)]
+    pub phase: Option<String>,
 }
 
 /// One line of the chart.
@@ -409,7 +416,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report]) -> String {
         for r in &rep.runs {
             let _ = writeln!(
                 t,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {:.3}-{:.3} | {:.2} | {:.2} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {:.3}-{:.3} | {:.2} | {} | {} |",
                 r.system,
                 r.variant.as_deref().unwrap_or("-"),
                 r.transport,
@@ -422,7 +429,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report]) -> String {
                 r.ops_per_sec_min / 1e6,
                 r.ops_per_sec_max / 1e6,
                 r.latency_us.p50,
-                r.latency_us.p99,
+                r.latency_us.p99.map_or("-".into(), |p| format!("{p:.2}")),
                 rep.meta.commit
             );
         }
@@ -430,13 +437,23 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report]) -> String {
     t
 }
 
-/// Runs `fabkit plot`.
+/// Runs `fabkit plot`: perf and mpi-perf results against the transfer
+/// size (`--metric` chooses the y axis), or dht reports as M operations/s
+/// against the rank count.
 pub fn run(a: &PlotArgs) -> Result<()> {
-    if let Some(reports) = load_dht(&a.inputs)? {
+    if let Some(mut reports) = load_dht(&a.inputs)? {
         // fabkit dht reports: throughput against the rank count.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for r in &mut reports {
+            r.runs.retain(|x| {
+                a.workload.as_ref().is_none_or(|w| *w == x.workload)
+                    && a.phase.as_ref().is_none_or(|p| *p == x.phase)
+            });
+        }
+        if reports.iter().all(|r| r.runs.is_empty()) {
+            return Err(usage("no run of the inputs matches --workload and --phase"));
+        }
         if let Some(out) = &a.output {
-            let svg = crate::dhtbench::report::ranks_chart(&reports, cores, &a.title);
+            let svg = crate::dhtbench::report::ranks_chart(&reports, &a.title)?;
             write(out, &svg)?;
         }
         let md = dht_markdown(&reports);

@@ -114,6 +114,12 @@ impl Prepared {
             ..Prepared::default()
         };
         let place = fabkit_dht::placement::Placement::new(s.ranks, bounds_buckets(), 1);
+        // Windows hold indices as u32, the reads and writes of one phase.
+        anyhow::ensure!(
+            u32::try_from(nr.max(nw)).is_ok(),
+            "a phase of {} operations has more than 2^32 reads or writes; lower --keys or --ops",
+            phase.ops.len()
+        );
         let (mut r, mut w) = (0usize, 0usize);
         // Ids inserted in the open window: a read of one of them starts a
         // new window, since a window's reads go before its writes.

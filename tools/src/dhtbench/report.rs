@@ -56,14 +56,16 @@ pub struct Latency {
     pub kind: String,
     /// Samples merged over ranks and repetitions.
     pub samples: u64,
-    /// Percentiles.
+    /// The median.
     pub p50: f64,
-    /// See `p50`.
-    pub p90: f64,
-    /// See `p50`.
-    pub p99: f64,
-    /// See `p50`.
-    pub p99_9: f64,
+    /// Tail percentiles, each only from as many samples as it takes to
+    /// have one beyond it (10, 100, 1000); none below that, since the
+    /// largest sample is all a smaller run can say.
+    pub p90: Option<f64>,
+    /// See `p90`.
+    pub p99: Option<f64>,
+    /// See `p90`.
+    pub p99_9: Option<f64>,
     /// Only from 10^6 samples or more.
     pub p99_99: Option<f64>,
 }
@@ -189,14 +191,15 @@ fn rebuild(pairs: &[(u64, u64)], h: &mut Histogram<u64>) {
 
 fn latency(h: &Histogram<u64>, kind: String) -> Latency {
     let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+    let tail = |p: f64, need: u64| (h.len() >= need).then(|| q(p));
     Latency {
         kind,
         samples: h.len(),
         p50: q(0.5),
-        p90: q(0.9),
-        p99: q(0.99),
-        p99_9: q(0.999),
-        p99_99: (h.len() >= 1_000_000).then(|| q(0.9999)),
+        p90: tail(0.9, 10),
+        p99: tail(0.99, 100),
+        p99_9: tail(0.999, 1000),
+        p99_99: tail(0.9999, 1_000_000),
     }
 }
 
@@ -370,6 +373,11 @@ pub fn sound(runs: &[Run]) -> bool {
     })
 }
 
+/// A tail percentile for the table: "-" where too few samples say it.
+fn us(p: Option<f64>) -> String {
+    p.map_or("-".into(), |x| format!("{x:.2}"))
+}
+
 /// The table printed on screen.
 pub fn table(rep: &Report) -> String {
     let mut t = String::new();
@@ -396,7 +404,7 @@ pub fn table(rep: &Report) -> String {
         let c = &r.counters;
         let _ = writeln!(
             t,
-            "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9.3} {:>15} {:>8.2} {:>8.2} {:>8.2} {:>8.0} {:>6.2} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}",
+            "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9.3} {:>15} {:>8.2} {:>8} {:>8} {:>8.0} {:>6.2} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}",
             r.system,
             r.variant.as_deref().unwrap_or("-"),
             r.workload,
@@ -405,8 +413,8 @@ pub fn table(rep: &Report) -> String {
             r.ops_per_sec / 1e6,
             format!("{:.3}-{:.3}", r.ops_per_sec_min / 1e6, r.ops_per_sec_max / 1e6),
             r.latency_us.p50,
-            r.latency_us.p99,
-            r.latency_us.p99_9,
+            us(r.latency_us.p99),
+            us(r.latency_us.p99_9),
             r.cpu_ns_per_op,
             r.bytes_per_byte,
             c.hits,
@@ -450,14 +458,15 @@ pub fn table(rep: &Report) -> String {
         .filter_map(|r| {
             let l = r.latency_single_us.as_ref()?;
             Some(format!(
-                "{} {} {} {}: p50 {:.2} p99 {:.2} p99.9 {:.2}",
+                "{} {} {} {}: p50 {:.2} p99 {} p99.9 {} ({} samples)",
                 r.system,
                 r.variant.as_deref().unwrap_or("-"),
                 r.workload,
                 r.phase,
                 l.p50,
-                l.p99,
-                l.p99_9
+                us(l.p99),
+                us(l.p99_9),
+                l.samples
             ))
         })
         .collect();
@@ -471,7 +480,8 @@ pub fn table(rep: &Report) -> String {
         t,
         "latency is {}; lost: written keys a read missed (evicted, or a lock-free insert lost \
          to a racing writer); mismatch: checksum re-reads; locks: failed lock attempts; cpu ns: \
-         busy CPU time of the job per operation; B/B: bytes moved per key and value byte",
+         busy CPU time of the job per operation; B/B: bytes moved per key and value byte; \
+         a tail percentile is - below 10, 100, 1000 samples (p90, p99, p99.9), p99.99 below 10^6",
         first.latency_us.kind
     );
     for n in &rep.meta.notes {
@@ -501,9 +511,9 @@ struct CsvRow<'a> {
     reads_per_sec: f64,
     latency_kind: &'a str,
     p50_us: f64,
-    p90_us: f64,
-    p99_us: f64,
-    p99_9_us: f64,
+    p90_us: Option<f64>,
+    p99_us: Option<f64>,
+    p99_9_us: Option<f64>,
     p99_99_us: Option<f64>,
     single_p50_us: Option<f64>,
     single_p99_us: Option<f64>,
@@ -553,7 +563,7 @@ pub fn csv(rep: &Report) -> Result<String> {
             p99_9_us: l.p99_9,
             p99_99_us: l.p99_99,
             single_p50_us: r.latency_single_us.as_ref().map(|s| s.p50),
-            single_p99_us: r.latency_single_us.as_ref().map(|s| s.p99),
+            single_p99_us: r.latency_single_us.as_ref().and_then(|s| s.p99),
             cpu_ns_per_op: r.cpu_ns_per_op,
             nominal_cycles_per_op: r.nominal_cycles_per_op,
             bytes_per_byte: r.bytes_per_byte,
@@ -579,40 +589,67 @@ pub fn csv(rep: &Report) -> Result<String> {
 /// Lowest, median and highest of a point's repetitions.
 type Whisker = (f64, f64, f64);
 
+/// The cores of the machine a report was measured on, from its
+/// `meta.machine` ("..., 2 cores, ...").
+fn cores_of(meta: &Meta) -> Option<usize> {
+    meta.machine
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" cores")?.parse().ok())
+}
+
 /// A chart of throughput against the rank count from several reports (one
-/// per rank count): a line per system, variant, workload and phase, with
-/// the repetitions' spread as whiskers. Rank counts past `cores` run
-/// oversubscribed, and the x labels say so.
-pub fn ranks_chart(reports: &[Report], cores: usize, title: &str) -> String {
+/// per rank count): a line per system, variant, transport, workload,
+/// distribution, phase, batch and record, with the repetitions' spread as
+/// whiskers. Rank counts past the measuring machine's cores ran
+/// oversubscribed, and the x labels say so. Two runs of one line at one
+/// rank count are refused: one would hide the other.
+pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
     let mut ranks: Vec<usize> = reports
         .iter()
         .flat_map(|r| r.runs.iter().map(|x| x.ranks))
         .collect();
     ranks.sort_unstable();
     ranks.dedup();
+    let mut over = std::collections::BTreeSet::new();
     let mut lines: BTreeMap<String, Vec<Option<Whisker>>> = BTreeMap::new();
-    for r in reports.iter().flat_map(|r| &r.runs) {
-        let label = format!(
-            "{} {} {} {}",
-            r.variant.as_deref().unwrap_or(&r.system),
-            r.workload,
-            r.distribution,
-            r.phase
-        );
-        let pts = lines
-            .entry(label)
-            .or_insert_with(|| vec![None; ranks.len()]);
-        let i = ranks.iter().position(|&n| n == r.ranks).expect("collected");
-        pts[i] = Some((
-            r.ops_per_sec_min / 1e6,
-            r.ops_per_sec / 1e6,
-            r.ops_per_sec_max / 1e6,
-        ));
+    for rep in reports {
+        let cores = cores_of(&rep.meta);
+        for r in &rep.runs {
+            if cores.is_some_and(|c| r.ranks > c) {
+                over.insert(r.ranks);
+            }
+            let label = format!(
+                "{} {} {} {} {}, batch {}, {},{} B",
+                r.variant.as_deref().unwrap_or(&r.system),
+                r.transport,
+                r.workload,
+                r.distribution,
+                r.phase,
+                r.batch,
+                r.record.key,
+                r.record.value
+            );
+            let pts = lines
+                .entry(label.clone())
+                .or_insert_with(|| vec![None; ranks.len()]);
+            let i = ranks.iter().position(|&n| n == r.ranks).expect("collected");
+            if pts[i].is_some() {
+                return Err(crate::bounds::usage(format!(
+                    "two runs of `{label}` at {} ranks: give one report per rank count",
+                    r.ranks
+                )));
+            }
+            pts[i] = Some((
+                r.ops_per_sec_min / 1e6,
+                r.ops_per_sec / 1e6,
+                r.ops_per_sec_max / 1e6,
+            ));
+        }
     }
     let cats: Vec<String> = ranks
         .iter()
-        .map(|&n| {
-            if n > cores {
+        .map(|n| {
+            if over.contains(n) {
                 format!("{n} (oversubscribed)")
             } else {
                 n.to_string()
@@ -623,7 +660,13 @@ pub fn ranks_chart(reports: &[Report], cores: usize, title: &str) -> String {
         .into_iter()
         .map(|(label, points)| ipoib_eval::chart::Line { label, points })
         .collect();
-    ipoib_eval::chart::lines(title, "ranks", "M operations/s", &cats, &series)
+    Ok(ipoib_eval::chart::lines(
+        title,
+        "ranks",
+        "M operations/s",
+        &cats,
+        &series,
+    ))
 }
 
 #[cfg(test)]
@@ -684,10 +727,10 @@ mod tests {
         let l = &f.latency_us;
         assert_eq!(l.samples, 300);
         assert!(
-            (l.p50 - 1.0).abs() < 0.01 && (l.p99 - 5.0).abs() < 0.01,
+            (l.p50 - 1.0).abs() < 0.01 && (l.p99.unwrap() - 5.0).abs() < 0.01,
             "{l:?}"
         );
-        assert!((l.p99_9 - 100.0).abs() < 0.1, "{l:?}");
+        assert_eq!(l.p99_9, None, "300 samples say nothing of p99.9");
         assert_eq!(l.p99_99, None, "fewer than 10^6 samples");
         assert_eq!(f.cpu_ns_per_op, 2000.0);
         assert_eq!(f.bytes_per_byte, 2.0);
@@ -733,7 +776,7 @@ mod tests {
     }
 
     #[test]
-    fn the_ranks_chart_marks_oversubscription() {
+    fn the_ranks_chart_marks_oversubscription_of_the_measuring_machine() {
         let mk = |ranks: usize| {
             let mut s = sample("fabkit", 0, 0.001, &[(1000, 1)]);
             s.ranks = ranks;
@@ -742,7 +785,7 @@ mod tests {
                     command: String::new(),
                     commit: String::new(),
                     host: String::new(),
-                    machine: String::new(),
+                    machine: "some CPU, 2 cores, 8 GiB, Linux 6".into(),
                     launch: String::new(),
                     provider: String::new(),
                     notes: vec![],
@@ -750,7 +793,10 @@ mod tests {
                 runs: runs(&[s], Record { key: 8, value: 8 }),
             }
         };
-        let svg = ranks_chart(&[mk(1), mk(2), mk(4)], 2, "t");
+        let svg = ranks_chart(&[mk(1), mk(2), mk(4)], "t").unwrap();
         assert!(svg.contains("4 (oversubscribed)") && !svg.contains("2 (oversubscribed)"));
+        // Two runs of one line at one rank count: one would hide the other.
+        let e = ranks_chart(&[mk(2), mk(2)], "t").unwrap_err().to_string();
+        assert!(e.contains("two runs of") && e.contains("at 2 ranks"), "{e}");
     }
 }
