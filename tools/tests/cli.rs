@@ -792,6 +792,58 @@ fn dht_runs_ycsb_workloads_in_their_mixes_beside_redis_and_leaves_no_server() {
     );
 }
 
+#[test]
+fn dht_paper_zipf_reads_back_its_draws_and_a_miss_of_an_undrawn_key_is_no_loss() {
+    let out = run_bounded(
+        &[
+            "dht",
+            "-n",
+            "2",
+            "-k",
+            "300",
+            "-v",
+            "fine",
+            "-w",
+            "paper",
+            "--distribution",
+            "zipf",
+            "--zipf-range",
+            "5000",
+            "--buckets",
+            "4096",
+            "--no-redis",
+            "--json",
+            "-",
+        ],
+        120,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = |phase: &str| dht_row(&v, Some("fine"), "paper", phase)["counters"].clone();
+    let (w, r, m) = (c("write"), c("read"), c("mixed"));
+    // Zipfian draws repeat keys: some writes update, all are counted.
+    let writes = ["inserts", "updates", "evictions"].map(|k| w[k].as_u64().unwrap());
+    assert_eq!(writes.iter().sum::<u64>(), 600, "{w:#}");
+    assert!(writes[1] > 0, "a zipfian draw repeats keys: {w:#}");
+    // Each rank reads back what it wrote: every read hits.
+    assert_eq!(
+        (r["hits"].as_u64(), r["lost"].as_u64()),
+        (Some(600), Some(0)),
+        "{r:#}"
+    );
+    // The mixed phase draws from all 5000 keys, of which only some were
+    // written: misses happen, and none of them is a lost key.
+    assert!(m["misses"].as_u64().unwrap() > 0, "{m:#}");
+    assert_eq!(m["lost"], 0, "{m:#}");
+    assert_eq!(m["false_hits"], 0, "{m:#}");
+    assert_eq!(m["wrong"], 0, "{m:#}");
+}
+
 /// Whether redis-server is on PATH (CI installs it).
 fn which_redis() -> bool {
     std::env::var_os("PATH")

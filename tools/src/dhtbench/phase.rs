@@ -29,8 +29,8 @@ pub struct Prepared {
     rkeys: Vec<u8>,
     /// The id of each read's key, to check what it returns.
     rids: Vec<u64>,
-    /// Whether each read's key is one nobody writes (a hit is false).
-    rabsent: Vec<bool>,
+    /// What each read should find.
+    rexpect: Vec<Expect>,
     /// The store (Redis server) of each read's key.
     rsrv: Vec<u32>,
     /// Keys and values of the writes, back to back.
@@ -46,6 +46,19 @@ pub struct Prepared {
     /// The first operations, one at a time, for the closed-loop latency
     /// pass: (is a read, index into the reads or writes).
     singles: Vec<(bool, u32)>,
+}
+
+/// What a read should find.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Expect {
+    /// A written key: a miss is a lost key.
+    #[default]
+    Present,
+    /// A key nobody writes: a hit is false.
+    Absent,
+    /// Either: a key drawn from a range of which only some keys were
+    /// written (the paper's zipfian mixed phase).
+    Either,
 }
 
 /// What a phase needs besides its operations.
@@ -69,6 +82,8 @@ pub struct Shape {
     pub absent_end: u64,
     /// Single operations for the latency pass.
     pub singles: u64,
+    /// Whether reads may find or miss any key ([`Expect::Either`]).
+    pub may_miss: bool,
 }
 
 /// A zeroed vector of `n` items, or an error naming `what` where the
@@ -103,7 +118,7 @@ impl Prepared {
             vlen: s.vlen,
             rkeys: try_vec(bytes(nr, s.klen)?, "the keys read")?,
             rids: try_vec(nr, "the keys read")?,
-            rabsent: try_vec(nr, "the keys read")?,
+            rexpect: try_vec(nr, "the keys read")?,
             rsrv: try_vec(nr, "the keys read")?,
             wkeys: try_vec(bytes(nw, s.klen)?, "the keys written")?,
             wvals: try_vec(bytes(nw, s.vlen)?, "the values written")?,
@@ -140,7 +155,13 @@ impl Prepared {
                 workload::key_bytes(op.key, k);
                 p.rsrv[r] = srv(k);
                 p.rids[r] = op.key;
-                p.rabsent[r] = (s.absent_from..s.absent_end).contains(&op.key);
+                p.rexpect[r] = if s.may_miss {
+                    Expect::Either
+                } else if (s.absent_from..s.absent_end).contains(&op.key) {
+                    Expect::Absent
+                } else {
+                    Expect::Present
+                };
                 if (p.singles.len() as u64) < s.singles {
                     p.singles.push((true, r as u32));
                 }
@@ -328,7 +349,7 @@ fn check(p: &Prepared, r0: usize, values: &[u8], found: &[Found], c: &mut Checks
         match f {
             Found::Hit => {
                 c.hits += 1;
-                c.false_hits += u64::from(p.rabsent[r]);
+                c.false_hits += u64::from(p.rexpect[r] == Expect::Absent);
                 c.wrong += u64::from(!workload::value_ok(
                     p.rids[r],
                     &values[i * vl..(i + 1) * vl],
@@ -336,7 +357,7 @@ fn check(p: &Prepared, r0: usize, values: &[u8], found: &[Found], c: &mut Checks
             }
             Found::Miss => {
                 c.misses += 1;
-                c.lost += u64::from(!p.rabsent[r]);
+                c.lost += u64::from(p.rexpect[r] == Expect::Present);
             }
             Found::Corrupt => c.corrupt += 1,
         }
@@ -443,6 +464,7 @@ mod tests {
             absent_from: 100,
             absent_end: 200,
             singles: 3,
+            may_miss: false,
         }
     }
 
@@ -469,7 +491,18 @@ mod tests {
         // Reads: 1 | 7, 3, 150 (rmw reads); writes: 7, 2 | 3.
         assert_eq!(p.windows, vec![(1, 2), (4, 3)]);
         assert_eq!(p.rids, vec![1, 7, 3, 150]);
-        assert_eq!(p.rabsent, vec![false, false, false, true]);
+        use Expect::{Absent, Present};
+        assert_eq!(p.rexpect, vec![Present, Present, Present, Absent]);
+        // Where only some keys of the range were written, neither.
+        let q = Prepared::new(
+            &phase(vec![op(Kind::Read, 1), op(Kind::Read, 150)]),
+            &Shape {
+                may_miss: true,
+                ..shape(3)
+            },
+        )
+        .unwrap();
+        assert_eq!(q.rexpect, vec![Expect::Either; 2]);
         assert_eq!((p.ops(), p.reads_writes()), (6, (4, 3)));
         // The first three operations, the rmw counted by its read.
         assert_eq!(p.singles, vec![(true, 0), (false, 0), (false, 1)]);

@@ -664,7 +664,12 @@ fn paper_uniform(spec: &Spec) -> Result<Vec<Phase>, String> {
 
     let mut rng = Rng::new(spec.seed, spec.rank, 2);
     let mix = mixed(spec, &mut rng, |rng| rng.below(written))?;
-    Ok(vec![
+    Ok(paper_phases(write, read, mix))
+}
+
+/// The paper's three phases, each timed.
+fn paper_phases(write: Vec<Op>, read: Vec<Op>, mixed: Phase) -> Vec<Phase> {
+    vec![
         Phase {
             name: "write",
             timed: true,
@@ -675,8 +680,8 @@ fn paper_uniform(spec: &Spec) -> Result<Vec<Phase>, String> {
             timed: true,
             ops: read,
         },
-        mix,
-    ])
+        mixed,
+    ]
 }
 
 fn paper_zipf(spec: &Spec) -> Result<Vec<Phase>, String> {
@@ -697,19 +702,7 @@ fn paper_zipf(spec: &Spec) -> Result<Vec<Phase>, String> {
     }));
     let mut rng = Rng::new(spec.seed, spec.rank, 2);
     let mix = mixed(spec, &mut rng, |rng| zipf.draw(rng.unit()))?;
-    Ok(vec![
-        Phase {
-            name: "write",
-            timed: true,
-            ops: write,
-        },
-        Phase {
-            name: "read",
-            timed: true,
-            ops: read,
-        },
-        mix,
-    ])
+    Ok(paper_phases(write, read, mix))
 }
 
 fn ycsb(spec: &Spec, dist: Dist) -> Result<Vec<Phase>, String> {
