@@ -419,6 +419,39 @@ struct PrivateDir {
     path: PathBuf,
 }
 
+/// Removes the directories of servers whose fabkit was killed before it
+/// could (the death signal ends the servers, but a SIGKILLed process
+/// removes nothing): `fabkit-redis-PID-N` of this user whose PID runs no
+/// longer in this PID namespace. A PID that runs again (reused) keeps its
+/// directory; a failure to remove one is no reason not to start.
+fn reap_stale(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = stale_pid(&name.to_string_lossy()) else {
+            continue;
+        };
+        let Ok(meta) = fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if meta.is_dir() && meta.uid() == me && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// The PID in a server directory's name `fabkit-redis-PID-N`.
+fn stale_pid(name: &str) -> Option<u32> {
+    let (pid, n) = name.strip_prefix("fabkit-redis-")?.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse::<u32>().ok().filter(|p| *p > 0)
+}
+
 impl PrivateDir {
     /// Creates `$TMPDIR/fabkit-redis-PID-N`, readable by us alone. A name
     /// left by an earlier fabkit with the same pid (killed before it could
@@ -426,6 +459,7 @@ impl PrivateDir {
     fn create() -> Result<PrivateDir> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let base = std::env::temp_dir();
+        reap_stale(&base);
         let mut last = None;
         for _ in 0..100 {
             let n = SEQ.fetch_add(1, Ordering::Relaxed);
@@ -972,6 +1006,31 @@ fn resp_len(v: &Value) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_reaps_the_directories_killed_runs_left_and_keeps_live_ones() {
+        let base = tempfile::tempdir().unwrap();
+        // A pid that no longer runs: a child that has been reaped.
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let dead = c.id();
+        c.wait().unwrap();
+        let stale = base.path().join(format!("fabkit-redis-{dead}-0"));
+        let live = base
+            .path()
+            .join(format!("fabkit-redis-{}-7", std::process::id()));
+        let other = base.path().join(format!("fabkit-redis-{dead}-x"));
+        for d in [&stale, &live, &other] {
+            fs::create_dir(d).unwrap();
+            fs::write(d.join("redis.log"), "x").unwrap();
+        }
+        reap_stale(base.path());
+        assert!(!stale.exists(), "a dead pid's directory is removed");
+        assert!(live.exists(), "a running pid's directory is kept");
+        assert!(other.exists(), "a name not ours to judge is kept");
+        assert_eq!(stale_pid("fabkit-redis-12-3"), Some(12));
+        assert_eq!(stale_pid("fabkit-redis-0-3"), None);
+        assert_eq!(stale_pid("fabkit-redis-12"), None);
+    }
 
     const TIMEOUT: Duration = Duration::from_secs(5);
 
