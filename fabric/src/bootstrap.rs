@@ -34,6 +34,13 @@ pub trait Bootstrap {
         let all = self.allgather(me.as_bytes())?;
         Ok(all.iter().all(|h| h == me.as_bytes()))
     }
+    /// This rank failed (`why`) and takes part in no more exchanges: the
+    /// others' waiting ones end at once with an error that names it and
+    /// says why, instead of at their timeout. Under MPI the launcher ends
+    /// the job (`MPI_Abort`), so nothing is needed here.
+    fn leave(&self, why: &str) {
+        let _ = why;
+    }
 }
 
 /// Who this rank's host is: the host name and the network namespace
@@ -81,6 +88,13 @@ struct Round {
     generation: u64,
     arrived: Vec<Option<Vec<u8>>>,
     last: Arc<Vec<Vec<u8>>>,
+    /// The first rank that left the group, and why.
+    left: Option<(usize, String)>,
+}
+
+/// The error of an exchange with a rank that left the job.
+fn left_error(rank: usize, why: &str) -> Error {
+    Error::Bootstrap(format!("rank {rank} failed and left the job: {why}"))
 }
 
 struct Shared {
@@ -103,6 +117,7 @@ impl ThreadGroup {
                 generation: 0,
                 arrived: vec![None; n],
                 last: Arc::new(Vec::new()),
+                left: None,
             }),
             cv: Condvar::new(),
         });
@@ -143,6 +158,9 @@ impl Bootstrap for ThreadBootstrap {
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let deadline = Instant::now() + self.timeout;
         let mut r = self.shared.round.lock().unwrap();
+        if let Some((rank, why)) = &r.left {
+            return Err(left_error(*rank, why));
+        }
         let gen = r.generation;
         r.arrived[self.rank] = Some(mine.to_vec());
         if r.arrived.iter().all(Option::is_some) {
@@ -153,6 +171,9 @@ impl Bootstrap for ThreadBootstrap {
             return Ok(r.last.as_ref().clone());
         }
         while r.generation == gen {
+            if let Some((rank, why)) = &r.left {
+                return Err(left_error(*rank, why));
+            }
             let now = Instant::now();
             if now >= deadline {
                 // Our contribution stays: the exchange is broken anyway, and
@@ -167,6 +188,12 @@ impl Bootstrap for ThreadBootstrap {
             r = self.shared.cv.wait_timeout(r, deadline - now).unwrap().0;
         }
         Ok(r.last.as_ref().clone())
+    }
+
+    fn leave(&self, why: &str) {
+        let mut r = self.shared.round.lock().unwrap();
+        r.left.get_or_insert_with(|| (self.rank, why.to_string()));
+        self.shared.cv.notify_all();
     }
 }
 
@@ -208,6 +235,11 @@ impl FileBootstrap {
     fn path(&self, round: u64, rank: usize) -> PathBuf {
         self.dir.join(format!("round{round}.rank{rank}"))
     }
+
+    /// Where rank `rank` says it left the job ([`Bootstrap::leave`]).
+    fn left_path(&self, rank: usize) -> PathBuf {
+        self.dir.join(format!("left.rank{rank}"))
+    }
 }
 
 impl Bootstrap for FileBootstrap {
@@ -239,6 +271,12 @@ impl Bootstrap for FileBootstrap {
             if out.iter().all(Option::is_some) {
                 return Ok(out.into_iter().map(Option::unwrap).collect());
             }
+            // A rank that is missing may have left the job.
+            for (r, _) in out.iter().enumerate().filter(|(_, o)| o.is_none()) {
+                if let Ok(why) = std::fs::read_to_string(self.left_path(r)) {
+                    return Err(left_error(r, &why));
+                }
+            }
             if Instant::now() >= deadline {
                 return Err(Error::Bootstrap(format!(
                     "rank {} waited {:?} in {} for ranks {} to join exchange {round}",
@@ -249,6 +287,16 @@ impl Bootstrap for FileBootstrap {
                 )));
             }
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn leave(&self, why: &str) {
+        // Written whole before it is named (rename is atomic), so a reader
+        // never sees half a reason; a failure leaves the others their
+        // timeout, as before.
+        let tmp = self.dir.join(format!("left.rank{}.tmp", self.rank));
+        if std::fs::write(&tmp, why).is_ok() {
+            let _ = std::fs::rename(&tmp, self.left_path(self.rank));
         }
     }
 }
@@ -700,5 +748,60 @@ mod mpi_boot {
             // SAFETY: a barrier touches no buffer.
             unsafe { self.complete("barrier", req, deadline, ()) }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank 1 waits in a barrier with a minute to go; rank 0 fails and
+    /// leaves: rank 1's wait ends at once, naming rank 0 and its reason,
+    /// and so does every later exchange.
+    fn a_leaving_rank_ends_the_others_wait(boots: Vec<Box<dyn Bootstrap + Send>>) {
+        let mut boots = boots.into_iter();
+        let (zero, one) = (boots.next().unwrap(), boots.next().unwrap());
+        let started = Instant::now();
+        // Rank 1 waits in a thread of its own and is handed back.
+        let waiter = std::thread::spawn(move || (one.barrier(), one));
+        // Leave once rank 1 waits or is about to: either way its barrier
+        // must end with the reason, not at the minute.
+        std::thread::sleep(Duration::from_millis(50));
+        zero.leave("setting up `net`: no progress");
+        let (r, one) = waiter.join().unwrap();
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("rank 0 failed and left the job: setting up `net`: no progress"),
+            "{e}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "waited for the timeout"
+        );
+        let e = one.barrier().unwrap_err().to_string();
+        assert!(e.contains("rank 0 failed and left"), "{e}");
+    }
+
+    #[test]
+    fn a_thread_rank_that_leaves_ends_the_others_wait() {
+        let boots = ThreadGroup::members(2, Duration::from_secs(60))
+            .into_iter()
+            .map(|b| Box::new(b) as Box<dyn Bootstrap + Send>)
+            .collect();
+        a_leaving_rank_ends_the_others_wait(boots);
+    }
+
+    #[test]
+    fn a_file_rank_that_leaves_ends_the_others_wait() {
+        let dir = std::env::temp_dir().join(format!("fabkit-leave-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let boots = (0..2)
+            .map(|r| {
+                let b = FileBootstrap::new(&dir, r, 2, Duration::from_secs(60)).unwrap();
+                Box::new(b) as Box<dyn Bootstrap + Send>
+            })
+            .collect();
+        a_leaving_rank_ends_the_others_wait(boots);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

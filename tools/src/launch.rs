@@ -113,17 +113,20 @@ impl Launch {
 }
 
 /// Runs `f` on this rank of a `fabkit launch` job and gathers every rank's
-/// result (or error) on rank 0 (`None` elsewhere). A rank that fails still
-/// joins the gather with its error, so rank 0 reports it by rank; a rank
-/// that dies is named by the bootstrap's timeout.
+/// result on rank 0 (`None` elsewhere). A rank that fails reports its own
+/// error and leaves the job ([`Bootstrap::leave`]): the others' exchanges
+/// end at once with an error naming it and its reason; a rank that dies
+/// is named by the bootstrap's timeout.
 pub fn run_files<T, F>(boot: &FileBootstrap, f: F) -> Result<Option<Vec<T>>>
 where
     T: Serialize + DeserializeOwned,
     F: Fn(&FileBootstrap) -> Result<T>,
 {
-    let mine = f(boot).map_err(|e| format!("{e:#}"));
-    let all = boot.allgather(&serde_json::to_vec(&mine)?)?;
-    mine.map_err(|e| anyhow!("rank {}: {e}", boot.rank()))?;
+    // A failing rank leaves at once, so the others end their exchange with
+    // its reason instead of waiting for it until their timeout.
+    let mine = f(boot).inspect_err(|e| boot.leave(&crate::bounds::one_line(e)));
+    let mine = mine.with_context(|| format!("rank {}", boot.rank()))?;
+    let all = boot.allgather(&serde_json::to_vec(&Ok::<&T, String>(&mine))?)?;
     if boot.rank() != 0 {
         return Ok(None);
     }
@@ -136,6 +139,15 @@ where
         })
         .collect::<Result<Vec<T>>>()
         .map(Some)
+}
+
+/// Makes a rank leave its group when dropped: on a panic's unwinding.
+struct Leave<'a>(&'a fabkit_fabric::bootstrap::ThreadBootstrap, &'static str);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.leave(self.1);
+    }
 }
 
 fn run_threads<T, F>(n: usize, timeout: Duration, f: F) -> Result<Option<Vec<T>>>
@@ -154,7 +166,19 @@ where
                 let f = &f;
                 std::thread::Builder::new()
                     .name(format!("rank-{}", b.rank()))
-                    .spawn_scoped(s, move || f(b))
+                    .spawn_scoped(s, move || {
+                        // A rank that fails (or panics) leaves the group,
+                        // so the others do not wait for it until their
+                        // timeout (a barrier of the DHT benchmark's phases
+                        // waits up to an hour).
+                        let guard = Leave(b, "its thread panicked");
+                        let r = f(b);
+                        std::mem::forget(guard);
+                        if let Err(e) = &r {
+                            b.leave(&crate::bounds::one_line(e));
+                        }
+                        r
+                    })
                     .expect("spawning a rank thread")
             })
             .collect();
