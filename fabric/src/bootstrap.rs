@@ -94,7 +94,10 @@ struct Round {
 
 /// The error of an exchange with a rank that left the job.
 fn left_error(rank: usize, why: &str) -> Error {
-    Error::Bootstrap(format!("rank {rank} failed and left the job: {why}"))
+    Error::PeerLeft {
+        rank,
+        why: why.to_string(),
+    }
 }
 
 struct Shared {
@@ -191,7 +194,12 @@ impl Bootstrap for ThreadBootstrap {
     }
 
     fn leave(&self, why: &str) {
-        let mut r = self.shared.round.lock().unwrap();
+        // Also while unwinding from a panic that poisoned the lock.
+        let mut r = self
+            .shared
+            .round
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         r.left.get_or_insert_with(|| (self.rank, why.to_string()));
         self.shared.cv.notify_all();
     }
@@ -793,15 +801,13 @@ mod tests {
 
     #[test]
     fn a_file_rank_that_leaves_ends_the_others_wait() {
-        let dir = std::env::temp_dir().join(format!("fabkit-leave-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::tempdir().unwrap();
         let boots = (0..2)
             .map(|r| {
-                let b = FileBootstrap::new(&dir, r, 2, Duration::from_secs(60)).unwrap();
+                let b = FileBootstrap::new(dir.path(), r, 2, Duration::from_secs(60)).unwrap();
                 Box::new(b) as Box<dyn Bootstrap + Send>
             })
             .collect();
         a_leaving_rank_ends_the_others_wait(boots);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -303,6 +303,15 @@ pub enum Error {
     /// Ranks could not exchange their addresses.
     #[error("bootstrap failed: {0}")]
     Bootstrap(String),
+    /// Another rank failed and left the job ([`crate::bootstrap::Bootstrap::leave`]):
+    /// this rank's exchange ended because of it.
+    #[error("rank {rank} failed and left the job: {why}")]
+    PeerLeft {
+        /// The rank that left.
+        rank: usize,
+        /// Its error, in one line.
+        why: String,
+    },
     /// A shared-memory segment is shorter than the mapping asked for:
     /// touching the missing tail would be SIGBUS, so it is refused before
     /// mapping.

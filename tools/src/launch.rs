@@ -124,7 +124,14 @@ where
 {
     // A failing rank leaves at once, so the others end their exchange with
     // its reason instead of waiting for it until their timeout.
-    let mine = f(boot).inspect_err(|e| boot.leave(&crate::bounds::one_line(e)));
+    let guard = Leave(boot, "it panicked");
+    let mine = f(boot);
+    std::mem::forget(guard);
+    let mine = mine.inspect_err(|e| {
+        if !is_echo(e) {
+            boot.leave(&crate::bounds::one_line(e))
+        }
+    });
     let mine = mine.with_context(|| format!("rank {}", boot.rank()))?;
     let all = boot.allgather(&serde_json::to_vec(&Ok::<&T, String>(&mine))?)?;
     if boot.rank() != 0 {
@@ -142,7 +149,7 @@ where
 }
 
 /// Makes a rank leave its group when dropped: on a panic's unwinding.
-struct Leave<'a>(&'a fabkit_fabric::bootstrap::ThreadBootstrap, &'static str);
+struct Leave<'a>(&'a dyn Bootstrap, &'static str);
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
@@ -175,7 +182,9 @@ where
                         let r = f(b);
                         std::mem::forget(guard);
                         if let Err(e) = &r {
-                            b.leave(&crate::bounds::one_line(e));
+                            if !is_echo(e) {
+                                b.leave(&crate::bounds::one_line(e));
+                            }
                         }
                         r
                     })
@@ -190,12 +199,32 @@ where
             })
             .collect()
     });
+    // The error of a rank that failed on its own, not the echo of the
+    // others that ended because it left (it may be a usage error, exit 2).
+    let first_own = results
+        .iter()
+        .position(|r| r.as_ref().is_err_and(|e| !is_echo(e)));
+    let mut results: Vec<Result<T>> = results;
+    if let Some(i) = first_own {
+        let e = results.swap_remove(i).err().expect("an error");
+        return Err(e.context(format!("rank {i}")));
+    }
     results
         .into_iter()
         .enumerate()
         .map(|(r, res)| res.with_context(|| format!("rank {r}")))
         .collect::<Result<Vec<T>>>()
         .map(Some)
+}
+
+/// Whether `e` only says that another rank left the job.
+fn is_echo(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<fabkit_fabric::Error>(),
+            Some(fabkit_fabric::Error::PeerLeft { .. })
+        )
+    })
 }
 
 /// Runs `f` on this MPI rank and gathers every rank's result on rank 0
@@ -305,16 +334,31 @@ pub fn launch_processes(
     let mut running: Vec<_> = children;
     while !running.is_empty() {
         let mut still = Vec::new();
+        let mut failed = Vec::new();
         for (rank, mut ch) in running {
             match ch.try_wait() {
-                Ok(Some(st)) if !st.success() && code == 0 => {
-                    code = st.code().unwrap_or(1);
-                    eprintln!("fabkit launch: rank {rank} failed ({st}); stopping the others");
-                }
+                Ok(Some(st)) if !st.success() => failed.push((rank, st)),
                 Ok(Some(_)) => {}
                 Ok(None) => still.push((rank, ch)),
                 Err(e) => return Err(anyhow!("waiting for rank {rank}: {e}")),
             }
+        }
+        if let Some(&(first, st)) = failed.first() {
+            // The others end at once when one leaves (Bootstrap::leave), so
+            // the first exit seen may be an echo: the rank that left first
+            // says so in the shared directory, and its status is the job's.
+            let (rank, st) = match origin(&dir.0, size) {
+                Some(k) if k != first => match failed.iter().find(|(r, _)| *r == k) {
+                    Some(&(k, st)) => (k, st),
+                    None => match still.iter_mut().find(|(r, _)| *r == k) {
+                        Some((_, ch)) => (k, wait_briefly(ch).unwrap_or(st)),
+                        None => (first, st),
+                    },
+                },
+                _ => (first, st),
+            };
+            code = st.code().unwrap_or(1);
+            eprintln!("fabkit launch: rank {rank} failed ({st}); stopping the others");
         }
         if code != 0 {
             for (_, ch) in still.iter_mut() {
@@ -330,6 +374,24 @@ pub fn launch_processes(
         }
     }
     Ok(code)
+}
+
+/// The rank that left a `fabkit launch` job first, by its `left.rankN`
+/// file in the shared directory (only a rank's own failure writes one).
+fn origin(dir: &std::path::Path, size: usize) -> Option<usize> {
+    (0..size).find(|r| dir.join(format!("left.rank{r}")).exists())
+}
+
+/// The exit status of `ch` if it ends within a second: a rank that left
+/// the job is on its way out.
+fn wait_briefly(ch: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    for _ in 0..50 {
+        if let Ok(Some(st)) = ch.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 /// Runs `cmd` under Open MPI's `mpirun` with its ranks spread over the

@@ -22,7 +22,7 @@ use std::fmt;
 use std::fs;
 use std::io::{self, Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -417,13 +417,28 @@ fn ping(port: u16, wait: Duration) -> io::Result<()> {
 #[derive(Debug)]
 struct PrivateDir {
     path: PathBuf,
+    /// `LOCK` inside, held (flock) while this fabkit lives: the kernel
+    /// drops it when the process ends however it ends, so a later start
+    /// can tell a dead run's directory from a live one's in any PID
+    /// namespace or container that shares $TMPDIR.
+    _lock: fs::File,
+}
+
+/// The lock file of a server directory.
+const LOCK: &str = "LOCK";
+
+/// Takes `file`'s flock exclusively, without waiting; whether it was free.
+fn try_lock(file: &fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor `file` owns; no memory is passed.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 /// Removes the directories of servers whose fabkit was killed before it
 /// could (the death signal ends the servers, but a SIGKILLed process
-/// removes nothing): `fabkit-redis-PID-N` of this user whose PID runs no
-/// longer in this PID namespace. A PID that runs again (reused) keeps its
-/// directory; a failure to remove one is no reason not to start.
+/// removes nothing): `fabkit-redis-PID-N` of this user whose `LOCK` is no
+/// longer held. One without a lock file, or whose lock is held, is kept; a
+/// failure to remove one is no reason not to start.
 fn reap_stale(base: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = fs::read_dir(base) else {
@@ -439,7 +454,15 @@ fn reap_stale(base: &Path) {
         let Ok(meta) = fs::symlink_metadata(e.path()) else {
             continue;
         };
-        if meta.is_dir() && meta.uid() == me && !Path::new(&format!("/proc/{pid}")).exists() {
+        if !meta.is_dir() || meta.uid() != me || pid == std::process::id() {
+            continue;
+        }
+        // The lock is taken through a file that must not be a link.
+        let lock = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(e.path().join(LOCK));
+        if lock.is_ok_and(|f| try_lock(&f)) {
             let _ = fs::remove_dir_all(e.path());
         }
     }
@@ -465,7 +488,16 @@ impl PrivateDir {
             let n = SEQ.fetch_add(1, Ordering::Relaxed);
             let path = base.join(format!("fabkit-redis-{}-{n}", std::process::id()));
             match fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(PrivateDir { path }),
+                Ok(()) => {
+                    let lock = fs::File::create(path.join(LOCK))
+                        .with_context(|| format!("creating {}/{LOCK}", path.display()))?;
+                    anyhow::ensure!(
+                        try_lock(&lock),
+                        "{}/{LOCK} is locked by another process",
+                        path.display()
+                    );
+                    return Ok(PrivateDir { path, _lock: lock });
+                }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(path),
                 Err(e) => {
                     return Err(e).with_context(|| {
@@ -1009,24 +1041,44 @@ mod tests {
 
     #[test]
     fn a_start_reaps_the_directories_killed_runs_left_and_keeps_live_ones() {
+        use std::io::BufRead;
         let base = tempfile::tempdir().unwrap();
-        // A pid that no longer runs: a child that has been reaped.
-        let mut c = std::process::Command::new("true").spawn().unwrap();
-        let dead = c.id();
-        c.wait().unwrap();
-        let stale = base.path().join(format!("fabkit-redis-{dead}-0"));
-        let live = base
-            .path()
-            .join(format!("fabkit-redis-{}-7", std::process::id()));
-        let other = base.path().join(format!("fabkit-redis-{dead}-x"));
-        for d in [&stale, &live, &other] {
-            fs::create_dir(d).unwrap();
+        let dir = |name: &str, lock: bool| {
+            let d = base.path().join(name);
+            fs::create_dir(&d).unwrap();
             fs::write(d.join("redis.log"), "x").unwrap();
-        }
+            if lock {
+                fs::File::create(d.join(LOCK)).unwrap();
+            }
+            d
+        };
+        // A dead run's: its lock file is there and nobody holds it.
+        let stale = dir("fabkit-redis-999999-0", true);
+        // A live run's, held by another process (one in another PID
+        // namespace alike): flock(1) says so once it holds the lock.
+        let live = dir("fabkit-redis-999998-0", true);
+        let mut holder = std::process::Command::new("flock")
+            .arg(live.join(LOCK))
+            .args(["-c", "echo held; cat"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        io::BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "held\n");
+        // Without a lock file, or a name not ours: kept.
+        let unlocked = dir("fabkit-redis-999997-0", false);
+        let other = dir("fabkit-redis-999999-x", true);
         reap_stale(base.path());
-        assert!(!stale.exists(), "a dead pid's directory is removed");
-        assert!(live.exists(), "a running pid's directory is kept");
+        assert!(!stale.exists(), "a dead run's directory is removed");
+        assert!(live.exists(), "a live run's directory is kept");
+        assert!(unlocked.exists(), "a directory without a lock is kept");
         assert!(other.exists(), "a name not ours to judge is kept");
+        drop(holder.stdin.take());
+        holder.wait().unwrap();
         assert_eq!(stale_pid("fabkit-redis-12-3"), Some(12));
         assert_eq!(stale_pid("fabkit-redis-0-3"), None);
         assert_eq!(stale_pid("fabkit-redis-12"), None);
