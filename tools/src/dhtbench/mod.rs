@@ -619,8 +619,36 @@ fn stats_since(a: &Stats, b: &Stats) -> Stats {
     }
 }
 
+/// The keys every rank's write phase draws in the paper's zipfian workload
+/// (each rank's draws follow from the seed), whose misses in the mixed
+/// phase are losses; empty for other workloads.
+fn drawn(
+    a: &DhtArgs,
+    w: Workload,
+    ranks: usize,
+    rep: u32,
+) -> Result<std::collections::HashSet<u64>> {
+    let mut out = std::collections::HashSet::new();
+    if w != Workload::Paper || dist_of(a, w) != Dist::Zipf {
+        return Ok(out);
+    }
+    for r in 0..ranks {
+        let phases = workload::phases(&spec(a, w, ranks, r, rep)).map_err(bounds::usage)?;
+        if let Some(write) = phases.iter().find(|p| p.name == "write") {
+            out.extend(write.ops.iter().map(|o| o.key));
+        }
+    }
+    Ok(out)
+}
+
 /// The shape of `w`'s phase number `i` on this rank.
-fn shape(a: &DhtArgs, s: &workload::Spec, i: usize, rep: u32, ph: &workload::Phase) -> Shape {
+fn shape<'w>(
+    a: &DhtArgs,
+    s: &workload::Spec,
+    (i, rep): (usize, u32),
+    ph: &workload::Phase,
+    written: &'w std::collections::HashSet<u64>,
+) -> Shape<'w> {
     let total = s.ranks.saturating_mul(s.keys);
     let paper_uniform = s.workload == Workload::Paper && dist_of(a, s.workload) == Dist::Uniform;
     Shape {
@@ -642,6 +670,7 @@ fn shape(a: &DhtArgs, s: &workload::Spec, i: usize, rep: u32, ph: &workload::Pha
         may_miss: s.workload == Workload::Paper
             && dist_of(a, s.workload) == Dist::Zipf
             && ph.name == "mixed",
+        written: Some(written),
         // YCSB's untimed loads are reported (their evictions explain the
         // run's misses) but get no latency pass.
         singles: if a.batch > 1 && ph.timed {
@@ -669,7 +698,7 @@ fn run_phase<S: Store>(
     boot: &dyn Bootstrap,
     store: &mut S,
     (ph, index): (&workload::Phase, usize),
-    shape: &Shape,
+    shape: &Shape<'_>,
     counters: &mut dyn FnMut(&S) -> (Stats, u64, u64),
     sample: Sample,
 ) -> Result<Option<Pending>> {
@@ -734,11 +763,11 @@ fn run_phase<S: Store>(
 /// run only now, so that its writes cannot restore what a timed phase
 /// evicted before the next phase looked), then the ranks' measurements
 /// combined (collective).
-fn finish_phases<S: Store>(
+fn finish_phases<'w, S: Store>(
     boot: &dyn Bootstrap,
     store: &mut S,
     phases: &[workload::Phase],
-    shapes: &dyn Fn(usize) -> Shape,
+    shapes: &dyn Fn(usize) -> Shape<'w>,
     pending: Vec<Pending>,
 ) -> Result<Vec<Sample>> {
     let mut out = Vec::with_capacity(pending.len());
@@ -788,6 +817,7 @@ fn bench_rank<T: Transport>(
             for rep in 0..a.reps {
                 let s = spec(a, w, n, me, rep);
                 let phases = workload::phases(&s).map_err(bounds::usage)?;
+                let written = drawn(a, w, n, rep)?;
                 let t = make(&cfg)?;
                 let transport = t.name();
                 let d = Dht::create(t, cfg, boot)?;
@@ -802,11 +832,11 @@ fn bench_rank<T: Transport>(
                         ..Sample::of(a, "fabkit", &transport, w, ph, rep, n)
                     };
                     let mut counters = |st: &DhtStore<'_, T>| (st.dht.stats(), 0, 0);
-                    let sh = shape(a, &s, i, rep, ph);
+                    let sh = shape(a, &s, (i, rep), ph, &written);
                     let p = run_phase(a, boot, &mut store, (ph, i), &sh, &mut counters, base)?;
                     pending.extend(p);
                 }
-                let shapes = |i: usize| shape(a, &s, i, rep, &phases[i]);
+                let shapes = |i: usize| shape(a, &s, (i, rep), &phases[i], &written);
                 out.extend(finish_phases(boot, &mut store, &phases, &shapes, pending)?);
                 // The hot-key check once per variant, on a loaded table.
                 // Values under 16 B carry no writer's tag (workload::
@@ -878,6 +908,7 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
             boot.barrier()?;
             let s = spec(a, w, n, me, rep);
             let phases = workload::phases(&s).map_err(bounds::usage)?;
+            let written = drawn(a, w, n, rep)?;
             let mut store = RedisStore {
                 client: &mut client,
                 vlen: a.record.value,
@@ -892,11 +923,11 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
                     let cpu = srv.cpu_time().map_or(0, |c| c.as_nanos() as u64);
                     (Stats::default(), tx + rx, cpu)
                 };
-                let sh = shape(a, &s, i, rep, ph);
+                let sh = shape(a, &s, (i, rep), ph, &written);
                 let r = run_phase(a, boot, &mut store, (ph, i), &sh, &mut counters, base);
                 pending.extend(r.map_err(|e| died(&mut server, e))?);
             }
-            let shapes = |i: usize| shape(a, &s, i, rep, &phases[i]);
+            let shapes = |i: usize| shape(a, &s, (i, rep), &phases[i], &written);
             let r = finish_phases(boot, &mut store, &phases, &shapes, pending);
             out.extend(r.map_err(|e| died(&mut server, e))?);
         }

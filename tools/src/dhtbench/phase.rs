@@ -63,7 +63,7 @@ pub enum Expect {
 
 /// What a phase needs besides its operations.
 #[derive(Clone, Copy, Debug)]
-pub struct Shape {
+pub struct Shape<'w> {
     /// Key and value bytes.
     pub klen: usize,
     /// See `klen`.
@@ -82,8 +82,11 @@ pub struct Shape {
     pub absent_end: u64,
     /// Single operations for the latency pass.
     pub singles: u64,
-    /// Whether reads may find or miss any key ([`Expect::Either`]).
+    /// Whether reads may find or miss a key ([`Expect::Either`]) unless
+    /// it is in `written`.
     pub may_miss: bool,
+    /// With `may_miss`: the keys some rank wrote, whose misses are losses.
+    pub written: Option<&'w std::collections::HashSet<u64>>,
 }
 
 /// A zeroed vector of `n` items, or an error naming `what` where the
@@ -104,7 +107,7 @@ pub fn try_vec<T: Clone + Default>(n: usize, what: &str) -> Result<Vec<T>> {
 
 impl Prepared {
     /// Lays out `phase`'s operations for this rank.
-    pub fn new(phase: &Phase, s: &Shape) -> Result<Prepared> {
+    pub fn new(phase: &Phase, s: &Shape<'_>) -> Result<Prepared> {
         let is_read = |k: Kind| matches!(k, Kind::Read | Kind::Rmw);
         let is_write = |k: Kind| !matches!(k, Kind::Read);
         let nr = phase.ops.iter().filter(|o| is_read(o.kind)).count();
@@ -155,7 +158,7 @@ impl Prepared {
                 workload::key_bytes(op.key, k);
                 p.rsrv[r] = srv(k);
                 p.rids[r] = op.key;
-                p.rexpect[r] = if s.may_miss {
+                p.rexpect[r] = if s.may_miss && !s.written.is_some_and(|w| w.contains(&op.key)) {
                     Expect::Either
                 } else if (s.absent_from..s.absent_end).contains(&op.key) {
                     Expect::Absent
@@ -453,7 +456,7 @@ mod tests {
     use super::*;
     use workload::Op;
 
-    fn shape(batch: usize) -> Shape {
+    fn shape(batch: usize) -> Shape<'static> {
         Shape {
             klen: 16,
             vlen: 24,
@@ -465,6 +468,7 @@ mod tests {
             absent_end: 200,
             singles: 3,
             may_miss: false,
+            written: None,
         }
     }
 
@@ -493,16 +497,19 @@ mod tests {
         assert_eq!(p.rids, vec![1, 7, 3, 150]);
         use Expect::{Absent, Present};
         assert_eq!(p.rexpect, vec![Present, Present, Present, Absent]);
-        // Where only some keys of the range were written, neither.
+        // Where only some keys of the range were written: those present,
+        // the others either.
+        let written = [150].into_iter().collect();
         let q = Prepared::new(
             &phase(vec![op(Kind::Read, 1), op(Kind::Read, 150)]),
             &Shape {
                 may_miss: true,
+                written: Some(&written),
                 ..shape(3)
             },
         )
         .unwrap();
-        assert_eq!(q.rexpect, vec![Expect::Either; 2]);
+        assert_eq!(q.rexpect, vec![Expect::Either, Present]);
         assert_eq!((p.ops(), p.reads_writes()), (6, (4, 3)));
         // The first three operations, the rmw counted by its read.
         assert_eq!(p.singles, vec![(true, 0), (false, 0), (false, 1)]);
