@@ -158,8 +158,13 @@ impl Prepared {
                 workload::key_bytes(op.key, k);
                 p.rsrv[r] = srv(k);
                 p.rids[r] = op.key;
-                p.rexpect[r] = if s.may_miss && !s.written.is_some_and(|w| w.contains(&op.key)) {
-                    Expect::Either
+                let drawn = s.written.is_some_and(|w| w.contains(&op.key));
+                p.rexpect[r] = if s.may_miss {
+                    if drawn {
+                        Expect::Present
+                    } else {
+                        Expect::Either
+                    }
                 } else if (s.absent_from..s.absent_end).contains(&op.key) {
                     Expect::Absent
                 } else {
