@@ -12,6 +12,11 @@ use crate::domain::{close_fid, Domain, DomainInner};
 use crate::error::{call_error, check, Error, OpKind, Result};
 use crate::mr::MemoryRegion;
 
+/// Retries of a post refused with -FI_EAGAIN that only poll the CQ and
+/// yield before the poster naps: a few, so a peer sharing the core runs,
+/// and a refused post neither spins a core away nor waits a nap per op.
+const EAGAIN_YIELDS: u32 = 64;
+
 /// An enabled RDM endpoint bound to one CQ (transmit and receive) and one AV.
 #[doc(alias = "fi_endpoint")]
 #[derive(Clone, Debug)]
@@ -152,6 +157,7 @@ impl Endpoint {
             None => Error::Timeout { op, peer, timeout },
         };
         let t = cq.acquire(deadline).ok_or_else(failed)?;
+        let mut tries = 0u32;
         loop {
             let rc = post(cq.context(t));
             if rc == 0 {
@@ -168,8 +174,19 @@ impl Endpoint {
                 cq.cancel_unposted(t);
                 return Err(failed());
             }
-            // The transmit queue is full: complete something first.
-            cq.drive(Duration::from_micros(100));
+            // The transmit queue is full, or the peer has not yet taken what
+            // we sent (shm's delivery-complete writes wait for the target to
+            // progress): complete something first. The first retries only
+            // poll and yield the core, so a peer on it can progress and a
+            // batch is not paced by naps of tens of microseconds; after
+            // that, nap as before.
+            tries += 1;
+            if tries <= EAGAIN_YIELDS {
+                cq.drive(Duration::ZERO);
+                std::thread::yield_now();
+            } else {
+                cq.drive(Duration::from_micros(100));
+            }
         }
     }
 
