@@ -266,6 +266,28 @@ impl Stats {
         self.remote_bytes += o.remote_bytes;
     }
 
+    /// What was counted since `earlier` (a snapshot of the same counters),
+    /// field by field; a counter that went back gives 0.
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        Stats {
+            reads: d(self.reads, earlier.reads),
+            writes: d(self.writes, earlier.writes),
+            hits: d(self.hits, earlier.hits),
+            misses: d(self.misses, earlier.misses),
+            corrupt: d(self.corrupt, earlier.corrupt),
+            inserts: d(self.inserts, earlier.inserts),
+            updates: d(self.updates, earlier.updates),
+            evictions: d(self.evictions, earlier.evictions),
+            checksum_retries: d(self.checksum_retries, earlier.checksum_retries),
+            invalidations: d(self.invalidations, earlier.invalidations),
+            lock_retries: d(self.lock_retries, earlier.lock_retries),
+            remote_ops: d(self.remote_ops, earlier.remote_ops),
+            batches: d(self.batches, earlier.batches),
+            remote_bytes: d(self.remote_bytes, earlier.remote_bytes),
+        }
+    }
+
     /// Remote operations per DHT operation.
     pub fn ops_per_op(&self) -> f64 {
         let n = self.reads + self.writes;
@@ -284,4 +306,50 @@ pub(crate) fn key_hex(key: &[u8]) -> String {
         s.push_str("..");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stats;
+
+    #[test]
+    fn since_undoes_add_field_by_field_and_never_wraps() {
+        // Every field distinct, so a field paired with another shows.
+        let earlier = Stats {
+            reads: 1,
+            writes: 2,
+            hits: 3,
+            misses: 4,
+            corrupt: 5,
+            inserts: 6,
+            updates: 7,
+            evictions: 8,
+            checksum_retries: 9,
+            invalidations: 10,
+            lock_retries: 11,
+            remote_ops: 12,
+            batches: 13,
+            remote_bytes: 14,
+        };
+        let step = Stats {
+            reads: 100,
+            writes: 200,
+            hits: 300,
+            misses: 400,
+            corrupt: 500,
+            inserts: 600,
+            updates: 700,
+            evictions: 800,
+            checksum_retries: 900,
+            invalidations: 1000,
+            lock_retries: 1100,
+            remote_ops: 1200,
+            batches: 1300,
+            remote_bytes: 1400,
+        };
+        let mut now = earlier;
+        now.add(&step);
+        assert_eq!(now.since(&earlier), step);
+        assert_eq!(earlier.since(&now), Stats::default());
+    }
 }

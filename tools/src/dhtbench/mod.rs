@@ -598,27 +598,6 @@ fn combine(boot: &dyn Bootstrap, mine: &Local, mut s: Sample) -> Result<Sample> 
     Ok(s)
 }
 
-/// Stats `b` minus `a`, field by field.
-fn stats_since(a: &Stats, b: &Stats) -> Stats {
-    let d = |x: u64, y: u64| y.saturating_sub(x);
-    Stats {
-        reads: d(a.reads, b.reads),
-        writes: d(a.writes, b.writes),
-        hits: d(a.hits, b.hits),
-        misses: d(a.misses, b.misses),
-        corrupt: d(a.corrupt, b.corrupt),
-        inserts: d(a.inserts, b.inserts),
-        updates: d(a.updates, b.updates),
-        evictions: d(a.evictions, b.evictions),
-        checksum_retries: d(a.checksum_retries, b.checksum_retries),
-        invalidations: d(a.invalidations, b.invalidations),
-        lock_retries: d(a.lock_retries, b.lock_retries),
-        remote_ops: d(a.remote_ops, b.remote_ops),
-        batches: d(a.batches, b.batches),
-        remote_bytes: d(a.remote_bytes, b.remote_bytes),
-    }
-}
-
 /// The keys every rank's write phase draws in the paper's zipfian workload
 /// (each rank's draws follow from the seed), whose misses in the mixed
 /// phase are losses; empty for other workloads.
@@ -737,7 +716,7 @@ fn run_phase<S: Store>(
         server_cpu_ns: srv1.saturating_sub(srv0),
         wire_bytes: wire1.saturating_sub(wire0),
         checks: t.checks,
-        stats: stats_since(&st0, &st1),
+        stats: st1.since(&st0),
         latency: pairs(&t.hist),
         single: Vec::new(),
     };
