@@ -510,12 +510,7 @@ impl Zipf {
 /// FNV-1a 64 over the 8 little-endian bytes of `x`, as YCSB hashes its
 /// zipfian items.
 fn fnv1a(x: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in x.to_le_bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    fabkit_dht::placement::fnv1a(&x.to_le_bytes())
 }
 
 /// Picks the keys of a YCSB run phase's reads, updates and read-modify-writes.
