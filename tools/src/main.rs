@@ -467,10 +467,16 @@ fn report_dht(
 ) -> Result<bool> {
     use dhtbench::report;
     let runs = report::runs(samples, args.record);
+    let clock = ipoib_eval::stats::cpu::Clock::detect();
     let mut notes = vec![format!(
-        "cycles are busy CPU time at the nominal clock ({}), not counted: this machine \
+        "cycles are busy CPU time at the nominal clock ({}, {}), not counted: this machine \
          has no hardware counters",
-        report::nominal_ghz().map_or("unknown".into(), |g| format!("{g:.2} GHz"))
+        if clock.hz > 0.0 {
+            format!("{:.2} GHz", clock.hz / 1e9)
+        } else {
+            "unknown".into()
+        },
+        clock.source
     )];
     if args.hot_rounds > 0 && args.record.value < 16 {
         notes.push(

@@ -203,27 +203,13 @@ fn latency(h: &Histogram<u64>, kind: String) -> Latency {
     }
 }
 
-/// The nominal clock of this machine's CPU in GHz: the model name's "@ X
-/// GHz", else the first "cpu MHz".
+/// The clock that turns busy CPU time into cycles, in GHz, as ipoib-eval
+/// turns its CPU seconds into cycles per packet (`Clock::detect`: cpufreq's
+/// maximum, else `cpu MHz`; this VM has no cycle counter). None when
+/// neither is known.
 pub fn nominal_ghz() -> Option<f64> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let model = info.lines().find(|l| l.starts_with("model name"))?;
-    if let Some(g) = model
-        .split('@')
-        .nth(1)
-        .and_then(|s| s.trim().strip_suffix("GHz"))
-        .and_then(|s| s.trim().parse::<f64>().ok())
-    {
-        return Some(g);
-    }
-    info.lines()
-        .find(|l| l.starts_with("cpu MHz"))?
-        .split(':')
-        .nth(1)?
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .map(|m| m / 1000.0)
+    let c = ipoib_eval::stats::cpu::Clock::detect();
+    (c.hz > 0.0).then(|| c.hz / 1e9)
 }
 
 /// A workload's name as the command line takes it.
