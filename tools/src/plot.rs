@@ -429,7 +429,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report]) -> String {
                 r.ops_per_sec_min / 1e6,
                 r.ops_per_sec_max / 1e6,
                 r.latency_us.p50,
-                r.latency_us.p99.map_or("-".into(), |p| format!("{p:.2}")),
+                crate::dhtbench::report::us(r.latency_us.p99),
                 rep.meta.commit
             );
         }

@@ -359,8 +359,8 @@ pub fn sound(runs: &[Run]) -> bool {
     })
 }
 
-/// A tail percentile for the table: "-" where too few samples say it.
-fn us(p: Option<f64>) -> String {
+/// A tail percentile for a table: "-" where too few samples say it.
+pub fn us(p: Option<f64>) -> String {
     p.map_or("-".into(), |x| format!("{x:.2}"))
 }
 
