@@ -479,7 +479,7 @@ fn variants(a: &DhtArgs) -> Vec<Variant> {
 
 /// One timed phase of one repetition, measured on every rank and combined:
 /// every rank holds the same copy.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Sample {
     /// `fabkit` or `redis`.
     pub system: String,
@@ -939,34 +939,6 @@ impl Sample {
             ranks,
             batch: a.batch,
             ..Sample::default()
-        }
-    }
-}
-
-impl Default for Sample {
-    fn default() -> Sample {
-        Sample {
-            system: String::new(),
-            variant: None,
-            transport: String::new(),
-            workload: Workload::Paper,
-            distribution: Dist::Uniform,
-            phase: String::new(),
-            rep: 0,
-            ranks: 0,
-            batch: 0,
-            secs: 0.0,
-            ops: 0,
-            reads: 0,
-            writes: 0,
-            cpu_ns: 0,
-            app_bytes: 0,
-            wire_bytes: 0,
-            checks: Checks::default(),
-            stats: Stats::default(),
-            latency: Vec::new(),
-            single: Vec::new(),
-            hot: None,
         }
     }
 }

@@ -30,10 +30,13 @@ use fabkit_dht::placement::mix;
 use serde::Serialize;
 
 /// Which benchmark the ranks run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum, Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, ValueEnum, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// The MPI-DHT paper's: write, read back (hits and misses), mixed.
+    #[default]
     Paper,
     /// YCSB's load phase alone, timed.
     LoadA,
@@ -76,10 +79,13 @@ impl Workload {
 }
 
 /// How the keys of reads, updates and read-modify-writes are chosen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum, Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, ValueEnum, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Dist {
     /// Every key equally likely.
+    #[default]
     Uniform,
     /// Zipfian (`--zipf-theta`): plain over `--zipf-range` for the paper's
     /// benchmark, YCSB's scrambled zipfian over the loaded keys otherwise.
