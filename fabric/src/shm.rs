@@ -41,7 +41,7 @@ use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -138,6 +138,23 @@ impl SharedSegment {
                 unsafe { libc::shm_unlink(cname.as_ptr()) };
                 return Err(e);
             }
+            // Its pages are taken now, not at a first touch in the middle of
+            // a timed run (or with SIGBUS there, when /dev/shm has filled
+            // up since): a full /dev/shm is this error instead.
+            // SAFETY: fd is open and sized to `size`.
+            let err = unsafe { libc::posix_fallocate(fd.0, 0, size) };
+            if err != 0 {
+                let e = Error::Io {
+                    what: format!(
+                        "reserving {len} B of /dev/shm for shared segment {name} (is /dev/shm \
+                         full? `df /dev/shm`)"
+                    ),
+                    source: std::io::Error::from_raw_os_error(err),
+                };
+                // SAFETY: the name is a valid C string and the segment ours.
+                unsafe { libc::shm_unlink(cname.as_ptr()) };
+                return Err(e);
+            }
         } else {
             // Pages of a mapping beyond the end of the file raise SIGBUS when
             // touched: refuse a segment shorter than the mapping up front.
@@ -165,7 +182,9 @@ impl SharedSegment {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                // Page tables filled now, so no copy in a timed phase
+                // takes a page fault.
+                libc::MAP_SHARED | libc::MAP_POPULATE,
                 fd.0,
                 0,
             )
@@ -255,27 +274,63 @@ impl Drop for SharedSegment {
 
 /// Copies `out.len()` bytes at byte `offset` out of `words`, a word at a
 /// time, in memory order (native byte order: byte `i` is the byte at
-/// address `i`, as the NIC and peers mapping it see it): a concurrent writer may be seen half done (a torn read, as over
-/// RDMA), which callers detect with checksums. Panics if the range is
-/// outside `words` (callers check bounds first).
+/// address `i`, as the NIC and peers mapping it see it): a concurrent
+/// writer may be seen half done (a torn read, as over RDMA), which callers
+/// detect with checksums. Panics if the range is outside `words` (callers
+/// check bounds first).
+///
+/// The loads are relaxed and followed by an acquire fence: what a peer
+/// released before the bytes read is visible after, as with a load-acquire
+/// per word, at the cost of one fence (none on x86). An aligned `offset`
+/// (the DHT's buckets all are) takes a straight loop of whole words.
 pub fn read_words(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
-    let mut done = 0;
-    while done < out.len() {
-        let pos = offset + done;
-        let (w, b) = (pos / 8, pos % 8);
-        let n = (8 - b).min(out.len() - done);
-        let bytes = words[w].load(Ordering::Acquire).to_ne_bytes();
-        out[done..done + n].copy_from_slice(&bytes[b..b + n]);
-        done += n;
+    if offset.is_multiple_of(8) {
+        let src = &words[offset / 8..][..out.len().div_ceil(8)];
+        let mut chunks = out.chunks_exact_mut(8);
+        for (o, w) in (&mut chunks).zip(src) {
+            o.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if let (false, Some(w)) = (rest.is_empty(), src.last()) {
+            rest.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes()[..rest.len()]);
+        }
+    } else {
+        let mut done = 0;
+        while done < out.len() {
+            let pos = offset + done;
+            let (w, b) = (pos / 8, pos % 8);
+            let n = (8 - b).min(out.len() - done);
+            let bytes = words[w].load(Ordering::Relaxed).to_ne_bytes();
+            out[done..done + n].copy_from_slice(&bytes[b..b + n]);
+            done += n;
+        }
     }
+    fence(Ordering::Acquire);
 }
 
 /// Copies `data` into `words` at byte `offset`: whole words are stored,
 /// partial words at the edges merged atomically (compare-and-swap), so the
 /// bytes beside the range are never clobbered. Panics if the range is
 /// outside `words` (callers check bounds first).
+///
+/// A release fence comes first and the stores are relaxed: a peer that
+/// sees any of the bytes (and acquires) sees what this thread did before,
+/// as with a store-release per word, at the cost of one fence (none on
+/// x86). An aligned `offset` takes a straight loop of whole words.
 pub fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
+    fence(Ordering::Release);
     let mut done = 0;
+    if offset.is_multiple_of(8) {
+        let dst = &words[offset / 8..][..data.len().div_ceil(8)];
+        let mut chunks = data.chunks_exact(8);
+        for (d, w) in (&mut chunks).zip(dst) {
+            w.store(
+                u64::from_ne_bytes(d.try_into().expect("8 bytes")),
+                Ordering::Relaxed,
+            );
+        }
+        done = data.len() - chunks.remainder().len();
+    }
     while done < data.len() {
         let pos = offset + done;
         let (w, b) = (pos / 8, pos % 8);
@@ -283,7 +338,7 @@ pub fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
         if n == 8 {
             let mut v = [0u8; 8];
             v.copy_from_slice(&data[done..done + 8]);
-            words[w].store(u64::from_ne_bytes(v), Ordering::Release);
+            words[w].store(u64::from_ne_bytes(v), Ordering::Relaxed);
         } else {
             let part = &data[done..done + n];
             let _ = words[w].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
@@ -294,6 +349,34 @@ pub fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
         }
         done += n;
     }
+}
+
+/// Asks the CPU to start fetching the cache lines of `len` bytes at byte
+/// `offset` of `words`, so that a batch's copies wait for memory together
+/// rather than one after another. A hint: it changes no memory and is
+/// skipped where the range is outside `words` or the CPU has no such
+/// instruction.
+pub fn prefetch_words(words: &[AtomicU64], offset: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let Some(end) = offset.checked_add(len) else {
+            return;
+        };
+        if len == 0 || end.div_ceil(8) > words.len() {
+            return;
+        }
+        let base = words.as_ptr().cast::<i8>();
+        let mut at = offset & !63;
+        while at < end {
+            // SAFETY: `at` is inside the slice (checked above); a prefetch
+            // neither reads nor writes memory as far as the program sees.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.add(at)) };
+            at += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (words, offset, len);
 }
 
 /// The process that created a fabkit segment, as the segment's name

@@ -10,7 +10,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fabkit_fabric::shm::{read_words, write_words};
+use fabkit_fabric::shm::{prefetch_words, read_words, write_words};
+
+use super::shm::PREFETCH_AHEAD;
 use std::sync::Arc;
 
 use fabkit_fabric::{Error, Op, OpKind, Remote, Result};
@@ -80,6 +82,18 @@ impl LocalTransport {
         Ok(region)
     }
 
+    /// Starts fetching the lines a read or write will copy (see
+    /// [`PREFETCH_AHEAD`]).
+    fn prefetch(&self, op: &Op<'_>) {
+        if matches!(op.kind(), OpKind::Read | OpKind::Write) {
+            let at = op.target();
+            if let Some(r) = self.shared.words.get(at.rank) {
+                let off = usize::try_from(at.offset).unwrap_or(usize::MAX);
+                prefetch_words(r, off, op.len());
+            }
+        }
+    }
+
     fn word(&self, op: OpKind, at: Remote) -> Result<&AtomicU64> {
         if !at.offset.is_multiple_of(8) {
             return Err(Error::InvalidArgument(format!(
@@ -109,7 +123,14 @@ impl Transport for LocalTransport {
     }
 
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
-        for op in ops.iter_mut() {
+        for op in ops.iter().take(PREFETCH_AHEAD) {
+            self.prefetch(op);
+        }
+        for i in 0..ops.len() {
+            if let Some(ahead) = ops.get(i + PREFETCH_AHEAD) {
+                self.prefetch(ahead);
+            }
+            let op = &mut ops[i];
             let kind = op.kind();
             match op {
                 Op::Read { from, into } => {

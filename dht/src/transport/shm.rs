@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fabkit_fabric::bootstrap::{host_id, Bootstrap};
-use fabkit_fabric::shm::{read_words, write_words, SharedSegment, SHM_DIR};
+use fabkit_fabric::shm::{prefetch_words, read_words, write_words, SharedSegment, SHM_DIR};
 use fabkit_fabric::{Error, Op, OpKind, Rank, RankConfig, Remote, Result};
 
 use super::Transport;
@@ -151,7 +151,22 @@ impl ShmTransport {
         };
         direct.then_some(seg)
     }
+
+    /// Starts fetching the lines a same-node read or write will copy.
+    fn prefetch(&self, op: &Op<'_>) {
+        if matches!(op.kind(), OpKind::Read | OpKind::Write) {
+            if let Some(seg) = self.shortcut(op) {
+                let at = usize::try_from(op.target().offset).unwrap_or(usize::MAX);
+                prefetch_words(seg.words(), at, op.len());
+            }
+        }
+    }
 }
+
+/// Ops of a batch whose lines are being fetched ahead of the one being
+/// copied: a bucket's misses overlap those of the next ones, as a NIC
+/// keeps several reads in flight, instead of one bucket's lines at a time.
+pub(crate) const PREFETCH_AHEAD: usize = 8;
 
 fn bounds(seg: &SharedSegment, op: OpKind, at: Remote, len: usize) -> Result<usize> {
     let off = usize::try_from(at.offset).ok();
@@ -226,18 +241,28 @@ impl Transport for ShmTransport {
         // Same-node operations are done at once, in place; the rest form
         // one fabric batch. Ops in a batch are unordered, so either order
         // is allowed.
-        let mut remote: Vec<&mut Op<'_>> = Vec::new();
-        for op in ops.iter_mut() {
-            match self.shortcut(op) {
-                Some(seg) => direct(seg, op)?,
-                None => remote.push(op),
+        for op in ops.iter().take(PREFETCH_AHEAD) {
+            self.prefetch(op);
+        }
+        let mut remote = false;
+        for i in 0..ops.len() {
+            if let Some(ahead) = ops.get(i + PREFETCH_AHEAD) {
+                self.prefetch(ahead);
+            }
+            match self.shortcut(&ops[i]) {
+                Some(seg) => direct(seg, &mut ops[i])?,
+                None => remote = true,
             }
         }
-        if remote.is_empty() {
+        if !remote {
             return Ok(());
         }
-        // Rebuild a contiguous batch of the remaining ops for the fabric.
-        let mut batch: Vec<Op<'_>> = remote.into_iter().map(reborrow).collect();
+        // A contiguous batch of the remaining ops for the fabric.
+        let mut batch: Vec<Op<'_>> = ops
+            .iter_mut()
+            .filter(|op| self.shortcut(op).is_none())
+            .map(reborrow)
+            .collect();
         self.fabric.execute(&mut batch)
     }
 }
