@@ -216,10 +216,13 @@ pub struct Batch {
     pub(crate) wait: Option<Duration>,
     /// Whether the transport's own region lock was taken (coarse over MPI).
     pub(crate) native: bool,
+    /// Counts the batch's plannings: which round a completed batch was.
+    pub(crate) round: u64,
 }
 
 impl Batch {
     pub(crate) fn clear(&mut self) {
+        self.round = self.round.wrapping_add(1);
         self.ops.clear();
         self.data.clear();
         self.words.clear();
@@ -492,6 +495,8 @@ pub(crate) struct Run<'a> {
     pub(crate) stats: Stats,
     /// Rounds in a row in which only waits happened.
     pub(crate) idle: u32,
+    /// The buckets this round's writers store to (see [`contended`]).
+    pub(crate) stores: StoreFilter,
     /// When giving back after an error must stop trying.
     pub(crate) release_by: Option<Instant>,
 }
@@ -525,6 +530,7 @@ impl<'a> Run<'a> {
             error: None,
             stats: Stats::default(),
             idle: 0,
+            stores: StoreFilter::default(),
             release_by: None,
         }
     }
@@ -666,9 +672,15 @@ impl<'a> Run<'a> {
 /// `phase` is Store): wait out that batch (`Defer`), then read again; one
 /// stored there in the batch just completed (`done`), unordered with the
 /// read: read again now (`Data`).
-pub(crate) fn contended(run: &Run<'_>, done: &Batch, i: usize) -> Option<Role> {
-    let p = &run.probes[i];
+pub(crate) fn contended(run: &mut Run<'_>, done: &Batch, i: usize) -> Option<Role> {
+    let p = run.probes[i];
     let at = run.shape.data_at(p.rank, p.bucket);
+    // Most buckets are nobody else's: the filter says so in one look, and
+    // only a bucket it may hold is searched for (a round stays linear in
+    // its keys, not quadratic).
+    if !run.stores.may_hold(run.shape, done, run.probes, at) {
+        return None;
+    }
     if run.probes[..i]
         .iter()
         .any(|q| q.phase == Some(Role::Store) && q.rank == p.rank && q.bucket == p.bucket)
@@ -681,6 +693,64 @@ pub(crate) fn contended(run: &Run<'_>, done: &Batch, i: usize) -> Option<Role> {
             op.role == Role::Store && op.at == at && op.probe as usize != i
         })
         .then_some(Role::Data)
+}
+
+/// The buckets a round's writers may contend for: every bucket a probe is
+/// about to store to, and every bucket the batch just completed stored to.
+/// A set of bits (a Bloom filter with one hash), filled once per round from
+/// the probes and the batch and then as probes choose to store: a clear bit
+/// means no writer of the run wants the bucket; a set one may be another
+/// bucket's, and the caller searches. No allocation: it lives in the run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StoreFilter {
+    /// The batch round the bits were filled for (`Batch::round`).
+    round: Option<u64>,
+    bits: [u64; FILTER_WORDS],
+}
+
+const FILTER_WORDS: usize = 32;
+
+impl Default for StoreFilter {
+    fn default() -> Self {
+        StoreFilter {
+            round: None,
+            bits: [0; FILTER_WORDS],
+        }
+    }
+}
+
+impl StoreFilter {
+    fn bit(at: Remote) -> (usize, u64) {
+        let h = crate::placement::mix(at.offset ^ (at.rank as u64).rotate_right(20));
+        let n = (h % (FILTER_WORDS as u64 * 64)) as usize;
+        (n / 64, 1 << (n % 64))
+    }
+
+    /// Adds the data of a bucket a probe chose to store to.
+    pub(crate) fn insert(&mut self, at: Remote) {
+        let (w, b) = Self::bit(at);
+        self.bits[w] |= b;
+    }
+
+    /// Whether the data at `at` may be a store of `probes` or of `done`;
+    /// refills the bits when `done` is another round's batch.
+    fn may_hold(&mut self, shape: &Shape, done: &Batch, probes: &[Probe], at: Remote) -> bool {
+        if self.round != Some(done.round) {
+            self.round = Some(done.round);
+            self.bits = [0; FILTER_WORDS];
+            for q in probes.iter().filter(|q| q.phase == Some(Role::Store)) {
+                self.insert(shape.data_at(q.rank, q.bucket));
+            }
+            for j in 0..done.len() {
+                let op = done.op(j);
+                if op.role == Role::Store {
+                    self.insert(op.at);
+                }
+            }
+        }
+        let (w, b) = Self::bit(at);
+        self.bits[w] & b != 0
+    }
 }
 
 /// A writer without a lock of its own on the bucket (lockfree, coarse)
@@ -701,6 +771,8 @@ pub(crate) fn store_or_advance(run: &mut Run<'_>, done: &Batch, i: usize, choice
     } else {
         p.pending = Outcome::of(w);
         p.phase = Some(Role::Store);
+        let at = run.shape.data_at(p.rank, p.bucket);
+        run.stores.insert(at);
     }
 }
 
