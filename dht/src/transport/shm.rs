@@ -2,6 +2,8 @@
 //! does): every rank's region is a shared-memory segment, registered with
 //! the fabric for other nodes and mapped directly by peers on this node,
 //! whose reads and writes then are plain memory copies instead of RMA.
+//! When every rank is on this node there is no fabric rank at all: no
+//! endpoint, no progress thread, no provider lock, only the mappings.
 //!
 //! Atomics: CPU atomics and the provider's (or NIC's) atomics on the same
 //! words are not atomic together, so a region's atomics all go one way. When
@@ -27,9 +29,16 @@ use fabkit_fabric::{Error, Op, OpKind, Rank, RankConfig, Remote, Result};
 
 use super::Transport;
 
-/// A fabric rank whose same-node peers' regions are mapped.
+/// A fabric rank whose same-node peers' regions are mapped; no fabric at
+/// all when every rank is on this node.
 pub struct ShmTransport {
-    fabric: Rank,
+    /// The fabric for ranks elsewhere: `None` when every rank is on this
+    /// node, which then needs no endpoint, no progress thread and no
+    /// provider lock.
+    fabric: Option<Rank>,
+    rank: usize,
+    /// Bytes of every rank's region.
+    lens: Vec<usize>,
     /// Mapped regions of same-node ranks (this rank's own included).
     mapped: Vec<Option<Arc<SharedSegment>>>,
     cpu_atomics: bool,
@@ -50,7 +59,9 @@ impl std::fmt::Debug for ShmTransport {
 
 impl ShmTransport {
     /// Sets up the fabric rank over a shared segment and maps the segments
-    /// of the ranks on this host. Collective.
+    /// of the ranks on this host; when every rank is on this host, only
+    /// maps them, with no fabric rank (`rc` then gives only the region's
+    /// size). Collective.
     pub fn establish(rc: RankConfig, boot: &dyn Bootstrap) -> Result<Self> {
         // Same machine and same network namespace: see `host_id`.
         let host = host_id();
@@ -93,26 +104,45 @@ impl ShmTransport {
         // ranks), so a later start can tell whether its creator still runs.
         let mine = fabkit_fabric::shm::segment_name(&format!("dht-r{me}"))?;
         let seg = Arc::new(SharedSegment::create(&mine, rc.region_len)?);
-        let names = boot.allgather(mine.as_bytes())?;
-        rc.shared_region = Some(seg.clone());
-        let fabric = Rank::establish(rc, boot)?;
+        // Each rank's region size, then its segment's name.
+        let mut card = (rc.region_len as u64).to_le_bytes().to_vec();
+        card.extend_from_slice(mine.as_bytes());
+        let cards = boot.allgather(&card)?;
+        let everyone_here = same_node.iter().all(|&s| s);
+        let fabric = if everyone_here {
+            None
+        } else {
+            rc.shared_region = Some(seg.clone());
+            Some(Rank::establish(rc, boot)?)
+        };
+        let mut lens = Vec::with_capacity(same_node.len());
         let mut mapped = Vec::with_capacity(same_node.len());
         for (r, &same) in same_node.iter().enumerate() {
+            let card = cards.get(r).filter(|c| c.len() > 8);
+            let (len, name) = match card {
+                Some(c) => {
+                    let len = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+                    let name = std::str::from_utf8(&c[8..])
+                        .ok()
+                        .filter(|n| fabkit_fabric::shm::parse_name(n).is_some());
+                    (usize::try_from(len).ok(), name)
+                }
+                None => (None, None),
+            };
+            let unknown = || {
+                Error::Bootstrap(format!(
+                    "rank {r} sent no fabkit segment name and size (a rank of another \
+                     fabkit version?)"
+                ))
+            };
+            let len = len.ok_or_else(unknown)?;
+            lens.push(len);
             mapped.push(match (r == me, same) {
                 (true, _) => Some(seg.clone()),
-                (false, true) => {
-                    let name = names
-                        .get(r)
-                        .and_then(|n| std::str::from_utf8(n).ok())
-                        .filter(|n| fabkit_fabric::shm::parse_name(n).is_some())
-                        .ok_or_else(|| {
-                            Error::Bootstrap(format!(
-                                "rank {r} sent no fabkit segment name (a rank of another \
-                                 fabkit version?)"
-                            ))
-                        })?;
-                    Some(Arc::new(SharedSegment::open(name, fabric.region_len(r)?)?))
-                }
+                (false, true) => Some(Arc::new(SharedSegment::open(
+                    name.ok_or_else(unknown)?,
+                    len,
+                )?)),
                 (false, false) => None,
             });
         }
@@ -120,20 +150,26 @@ impl ShmTransport {
         boot.barrier()?;
         seg.unlink();
         Ok(ShmTransport {
-            cpu_atomics: same_node.iter().all(|&s| s),
+            cpu_atomics: everyone_here,
             fabric,
+            rank: me,
+            lens,
             mapped,
         })
     }
 
-    /// Ends the job cleanly (as [`Rank::finish`]). Collective.
+    /// Ends the job cleanly (as [`Rank::finish`]; a barrier without a
+    /// fabric). Collective.
     pub fn finish(self, boot: &dyn Bootstrap) -> Result<()> {
-        self.fabric.finish(boot)
+        match self.fabric {
+            Some(f) => f.finish(boot),
+            None => boot.barrier(),
+        }
     }
 
-    /// The fabric rank underneath.
-    pub fn fabric(&self) -> &Rank {
-        &self.fabric
+    /// The fabric rank underneath, if some rank is on another node.
+    pub fn fabric(&self) -> Option<&Rank> {
+        self.fabric.as_ref()
     }
 
     /// Whether atomics are CPU atomics (every rank on this node).
@@ -220,22 +256,26 @@ fn direct(seg: &SharedSegment, op: &mut Op<'_>) -> Result<()> {
 
 impl Transport for ShmTransport {
     fn rank(&self) -> usize {
-        self.fabric.rank()
+        self.rank
     }
     fn ranks(&self) -> usize {
-        self.fabric.ranks()
+        self.lens.len()
     }
     fn region_len(&self, rank: usize) -> usize {
-        self.fabric.region_len(rank).unwrap_or(0)
+        self.lens.get(rank).copied().unwrap_or(0)
     }
     fn has_atomics(&self) -> bool {
-        self.cpu_atomics || Transport::has_atomics(&self.fabric)
+        self.cpu_atomics || self.fabric.as_ref().is_some_and(Transport::has_atomics)
     }
     fn delivers(&self) -> bool {
-        Transport::delivers(&self.fabric)
+        // Same-node writes are done when `execute` returns.
+        self.fabric.as_ref().is_none_or(Transport::delivers)
     }
     fn name(&self) -> String {
-        format!("shm shortcut + fabric {}", self.fabric.info().provider())
+        match &self.fabric {
+            Some(f) => format!("shm shortcut + fabric {}", f.info().provider()),
+            None => "shared memory (every rank on this node, no fabric)".into(),
+        }
     }
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
         // Same-node operations are done at once, in place; the rest form
@@ -263,7 +303,14 @@ impl Transport for ShmTransport {
             .filter(|op| self.shortcut(op).is_none())
             .map(reborrow)
             .collect();
-        self.fabric.execute(&mut batch)
+        match &self.fabric {
+            Some(f) => f.execute(&mut batch),
+            // Every rank is mapped: only a rank out of range gets here.
+            None => Err(Error::NoSuchRank {
+                peer: batch[0].target().rank,
+                ranks: self.lens.len(),
+            }),
+        }
     }
 }
 
