@@ -3,6 +3,7 @@
 //! so a test can drive a deadline to its end without sleeping.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Where the table gets the time, and how it waits before a retry.
@@ -14,14 +15,26 @@ pub trait Clock: Send + Sync {
     fn pause(&self, d: Duration);
 }
 
-/// The real clock: `Instant::now`, and a sleep (or a yield) between retries,
-/// so that a waiting rank does not spin a core its peer needs.
+/// The real clock, and a sleep (or a yield) between retries, so that a
+/// waiting rank does not spin a core its peer needs.
+///
+/// The time is the kernel's tick-resolution monotonic clock
+/// (`CLOCK_MONOTONIC_COARSE`, 1 to 4 ms), as an [`Instant`]: a few
+/// nanoseconds to read where `Instant::now` takes tens in a guest, and an
+/// operation on one key reads it at every step. Deadlines are seconds; one
+/// below a tick ends up to a tick late.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
-        Instant::now()
+        // `Instant` has no constructor from a timespec: the coarse clock's
+        // progress since a first reading is added to the `Instant` taken
+        // with it (the same clock, CLOCK_MONOTONIC, at a finer grain).
+        static BASE: OnceLock<(Instant, Duration)> = OnceLock::new();
+        let (at, coarse) =
+            *BASE.get_or_init(|| (Instant::now(), fabkit_fabric::time::coarse_monotonic()));
+        at + fabkit_fabric::time::coarse_monotonic().saturating_sub(coarse)
     }
     fn pause(&self, d: Duration) {
         if d.is_zero() {

@@ -54,6 +54,7 @@ pub mod mpi_rma;
 pub mod mr;
 pub mod rank;
 pub mod shm;
+pub mod time;
 pub mod verbs;
 
 pub use av::{AddressVector, FiAddr};
