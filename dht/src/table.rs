@@ -258,6 +258,7 @@ impl<T: Transport> Dht<T> {
             checksum_retries: cfg.checksum_retries,
             rank: t.rank(),
             deadline: default_deadline(),
+            near: t.near(),
         };
         Ok(Dht {
             t,

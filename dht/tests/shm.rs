@@ -133,3 +133,38 @@ fn a_start_reaps_the_segment_a_killed_rank_left_and_keeps_live_ones() {
     drop(live);
     assert!(!live_path.exists());
 }
+
+#[test]
+fn with_every_region_mapped_there_is_no_fabric_and_chunked_reads_one_chunk_a_round() {
+    use fabkit_dht::transport::recording::RecordingTransport;
+    use fabkit_dht::transport::{OpKind, Transport};
+    use fabkit_dht::Variant;
+    let cfg = small(Variant::Chunked, 256);
+    let boots = ThreadGroup::members(2, Duration::from_secs(30));
+    std::thread::scope(|s| {
+        for b in &boots {
+            s.spawn(move || {
+                let mut rc = RankConfig::new("shm");
+                rc.region_len = cfg.region_len();
+                rc.atomics = true;
+                let t = ShmTransport::establish(rc, b).unwrap();
+                assert!(t.fabric().is_none(), "every rank is on this node");
+                assert!(t.near() && t.cpu_atomics());
+                let rec = RecordingTransport::new(&t);
+                let d = Dht::create(&rec, cfg, b).unwrap();
+                let k = key(b.rank() as u64);
+                d.write(&k, &value(&k, 0, 1, 24)).unwrap();
+                // Chunk, claim, fill, publish: one read in the first round,
+                // where a transport with round trips reads two chunks.
+                let kinds = rec.kinds();
+                assert_eq!(kinds[0], vec![OpKind::Read], "{kinds:?}");
+                assert_eq!(kinds.len(), 4, "{kinds:?}");
+                rec.clear();
+                assert_eq!(d.read(&k).unwrap(), Read::Hit(value(&k, 0, 1, 24)));
+                assert_eq!(rec.kinds(), vec![vec![OpKind::Read]]);
+                d.free(b).unwrap();
+                t.finish(b).unwrap();
+            });
+        }
+    });
+}

@@ -612,6 +612,9 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     fn delivers(&self) -> bool {
         self.inner.delivers()
     }
+    fn near(&self) -> bool {
+        self.inner.near()
+    }
     fn name(&self) -> String {
         format!("faulty {}", self.inner.name())
     }

@@ -74,6 +74,9 @@ impl<T: Transport> Transport for HookedTransport<T> {
     fn delivers(&self) -> bool {
         self.inner.delivers()
     }
+    fn near(&self) -> bool {
+        self.inner.near()
+    }
     fn name(&self) -> String {
         format!("hooked {}", self.inner.name())
     }

@@ -57,6 +57,15 @@ pub trait Transport {
         true
     }
 
+    /// Whether every rank's region is memory this process maps, so that a
+    /// round of operations costs about what its memory accesses do, not a
+    /// network round trip. Machines then fetch no further ahead than their
+    /// next step needs (chunked reads one chunk per round, not two). False
+    /// unless the transport knows.
+    fn near(&self) -> bool {
+        false
+    }
+
     /// Locks `rank`'s whole region with the transport's own mechanism, if it
     /// has one (MPI: `MPI_Win_lock`), for the coarse variant. `Ok(false)`:
     /// no such mechanism, and the variant drives a lock word with atomics.
@@ -117,6 +126,9 @@ impl<T: Transport + ?Sized> Transport for &T {
     }
     fn delivers(&self) -> bool {
         (**self).delivers()
+    }
+    fn near(&self) -> bool {
+        (**self).near()
     }
     fn lock_region(&self, rank: usize, exclusive: bool) -> fabkit_fabric::Result<bool> {
         (**self).lock_region(rank, exclusive)

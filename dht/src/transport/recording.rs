@@ -80,6 +80,9 @@ impl<T: Transport> Transport for RecordingTransport<T> {
     fn delivers(&self) -> bool {
         self.inner.delivers()
     }
+    fn near(&self) -> bool {
+        self.inner.near()
+    }
     fn name(&self) -> String {
         format!("recording {}", self.inner.name())
     }

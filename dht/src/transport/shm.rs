@@ -271,6 +271,9 @@ impl Transport for ShmTransport {
         // Same-node writes are done when `execute` returns.
         self.fabric.as_ref().is_none_or(Transport::delivers)
     }
+    fn near(&self) -> bool {
+        self.fabric.is_none()
+    }
     fn name(&self) -> String {
         match &self.fabric {
             Some(f) => format!("shm shortcut + fabric {}", f.info().provider()),

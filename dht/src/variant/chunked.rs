@@ -3,7 +3,9 @@
 //! candidate bucket (distinct and uniform, see [`crate::placement`]), so
 //! runs do not cluster. A chunk wraps past the region's last bucket to
 //! bucket 0 (two reads then). Each round fetches two chunks (the
-//! next one with the current), halving round trips for long probes.
+//! next one with the current), halving round trips for long probes; where
+//! a round costs no round trip ([`crate::transport::Transport::near`]: every
+//! region mapped), one, halving the bytes read instead.
 //!
 //! Every store is made under a claim of the bucket's state word (see
 //! [`crate::layout`]): empty or full becomes a claim by compare-and-swap,
@@ -375,7 +377,9 @@ impl<'a> Chunked<'a> {
             match p.phase {
                 Some(Role::Data) => {
                     read_chunk(&shape, b, p.rank, start(&shape, p.hash, p.k), i, Role::Data);
-                    if p.k + 1 < chunks {
+                    // The next chunk with this one saves a round trip
+                    // where there is one to save.
+                    if p.k + 1 < chunks && !shape.near {
                         let s = start(&shape, p.hash, p.k + 1);
                         read_chunk(&shape, b, p.rank, s, i, Role::Next);
                     }

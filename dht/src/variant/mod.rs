@@ -92,6 +92,8 @@ pub(crate) struct Shape {
     pub(crate) rank: usize,
     /// How long one operation may wait on locks, claims and re-reads.
     pub(crate) deadline: Duration,
+    /// Rounds are memory accesses, not round trips ([`crate::transport::Transport::near`]).
+    pub(crate) near: bool,
 }
 
 impl Shape {
