@@ -447,10 +447,18 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
     // Every rank holds the same combined samples; rank 0's are reported.
     let n = runs.len();
     let provider = if args.shm {
-        format!(
-            "libfabric {} with the same-node shortcut (--shm)",
-            args.provider
-        )
+        // The transport's own name says whether a fabric is in it: none
+        // when every rank is on this node.
+        let named = runs
+            .first()
+            .and_then(|s| s.iter().find(|x| x.system == "fabkit"))
+            .map(|x| format!("{} (--shm)", x.transport));
+        named.unwrap_or_else(|| {
+            format!(
+                "libfabric {} with the same-node shortcut (--shm)",
+                args.provider
+            )
+        })
     } else {
         format!("libfabric {}", args.provider)
     };
