@@ -584,8 +584,12 @@ impl<T: Transport> Dht<T> {
         let vl = self.cfg.value_len;
         w.out.clear();
         w.out.resize(keys.len(), Outcome::Pending);
-        w.found.clear();
-        w.found.resize(keys.len() * vl, 0);
+        // Values found land here; a key's bytes are read only when it hits,
+        // so the buffer only grows and is never cleared.
+        let need = keys.len() * vl;
+        if w.found.len() < need {
+            w.found.resize(need, 0);
+        }
         let Work {
             batch,
             ops,

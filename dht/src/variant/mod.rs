@@ -212,7 +212,12 @@ pub(crate) struct Planned {
 #[derive(Debug, Default)]
 pub struct Batch {
     ops: Vec<Planned>,
+    /// The data of reads and writes: `data[..used]` is this batch's; the
+    /// rest is kept from earlier batches, so that planning zero-fills only
+    /// bytes it has never used (a read's bytes are overwritten by the read,
+    /// a write's by its planner).
     data: Vec<u8>,
+    used: usize,
     words: Vec<u64>,
     /// Wait this long before posting (a retry of a lock or claim).
     pub(crate) wait: Option<Duration>,
@@ -226,7 +231,7 @@ impl Batch {
     pub(crate) fn clear(&mut self) {
         self.round = self.round.wrapping_add(1);
         self.ops.clear();
-        self.data.clear();
+        self.used = 0;
         self.words.clear();
         self.wait = None;
     }
@@ -243,16 +248,25 @@ impl Batch {
         self.ops[i]
     }
 
+    /// `len` more bytes of data for the op being planned: their offset.
+    fn take(&mut self, len: usize) -> usize {
+        let off = self.used;
+        self.used += len;
+        if self.data.len() < self.used {
+            self.data.resize(self.used, 0);
+        }
+        off
+    }
+
     pub(crate) fn read(&mut self, at: Remote, len: usize, probe: usize, role: Role) {
-        let off = self.data.len();
-        self.data.resize(off + len, 0);
+        let off = self.take(len);
         self.push(Plan::Read { len }, at, off, probe, role);
     }
 
-    /// Plans a write of `len` bytes and returns them to be filled.
+    /// Plans a write of `len` bytes and returns them to be filled: the
+    /// caller sets every byte (they hold an earlier batch's).
     pub(crate) fn write(&mut self, at: Remote, len: usize, probe: usize, role: Role) -> &mut [u8] {
-        let off = self.data.len();
-        self.data.resize(off + len, 0);
+        let off = self.take(len);
         self.push(Plan::Write { len }, at, off, probe, role);
         &mut self.data[off..off + len]
     }
@@ -292,7 +306,7 @@ impl Batch {
                 Plan::Read { .. } | Plan::Write { .. } => 0,
             })
             .sum();
-        (self.data.len() + 8 * words) as u64
+        (self.used + 8 * words) as u64
     }
 
     /// The bytes op `i` read.
@@ -333,7 +347,7 @@ impl Batch {
     /// were allocated in planning order, so the buffers split in order.
     pub(crate) fn as_ops<'a>(&'a mut self, ops: &mut Vec<Op<'a>>) {
         ops.clear();
-        let mut data: &'a mut [u8] = &mut self.data;
+        let mut data: &'a mut [u8] = &mut self.data[..self.used];
         let mut words = self.words.iter_mut();
         for p in &self.ops {
             match p.plan {
