@@ -540,46 +540,32 @@ fn machine() -> String {
     format!("{cpu}, {cores} cores, {mem}, Linux {kernel}")
 }
 
-/// The demo's DHT benchmark: `fabkit dht --mpi allocate` under `mpirun -n
-/// 2`, the fastest same-node path measured here (results/dht-bench), or the
-/// in-process same-node shortcut when mpirun cannot be started.
+/// The demo's DHT benchmark on the fastest path measured here
+/// (results/dht-speed): two in-process ranks sharing their regions through
+/// the same-node shortcut, with no fabric and no launcher, Redis beside
+/// them when it is installed.
 fn demo_dht() -> Result<bool> {
-    let args = ["-w", "paper,a", "-k", "20000", "--latency-ops", "5000"];
-    let exe = std::env::current_exe().context("finding this fabkit to start under mpirun")?;
-    let mut c = std::process::Command::new("mpirun");
-    // Open MPI's default binding: each rank (and the redis-server it
-    // starts, which inherits it) on a core of its own; unbound ranks ran
-    // a third slower here.
-    c.args(["-n", "2", "--oversubscribe"]);
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        // Open MPI refuses root unless asked; the demo asks for its own job.
-        c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    use clap::Parser;
+    #[derive(Parser)]
+    struct DhtCmd {
+        #[command(flatten)]
+        a: dhtbench::DhtArgs,
     }
-    c.arg(&exe).args(["dht", "--mpi", "allocate"]).args(args);
+    let args = [
+        "dht",
+        "-n",
+        "2",
+        "--shm",
+        "-w",
+        "paper,a",
+        "-k",
+        "20000",
+        "--latency-ops",
+        "5000",
+    ];
+    let a = DhtCmd::try_parse_from(args)?.a;
     let _ = std::io::stdout().flush();
-    match c.status() {
-        Ok(st) => Ok(st.success()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!(
-                "fabkit: note: mpirun not found ({e}); the DHT runs as in-process ranks with \
-                 the same-node shortcut instead (install openmpi-bin for the faster path)"
-            );
-            use clap::Parser;
-            #[derive(Parser)]
-            struct DhtCmd {
-                #[command(flatten)]
-                a: dhtbench::DhtArgs,
-            }
-            let a =
-                DhtCmd::try_parse_from(["dht", "-n", "2", "--shm"].iter().chain(args.iter()))?.a;
-            run_dht(&a)
-        }
-        Err(e) => Err(anyhow::anyhow!(
-            "starting mpirun for the DHT benchmark: {e}"
-        )),
-    }
+    run_dht(&a)
 }
 
 fn set_default_env() {
