@@ -137,11 +137,18 @@ for r in $(seq 1 "$rounds"); do
   echo "run-speed: round $r of $rounds" >&2
   round "$r"
 done
-# Beside them, once: zipf and YCSB on the fastest path.
-"$fk" dht -n 2 --shm -v lockfree -w paper --distribution zipf -k "$keys" --buckets "$buckets" \
-  --no-redis --json "$out/raw/zipf-paper.json" > "$out/raw/zipf-paper.txt"
-"$fk" dht -n 2 --shm -v lockfree -w load-a,a,b,c,d,f -k "$keys" --buckets "$buckets" \
-  --no-redis --json "$out/raw/ycsb.json" > "$out/raw/ycsb.txt"
+# Beside them, once, with Redis in the same run (one server per rank on
+# loopback): the paper's uniform and zipf phases and YCSB on the fastest
+# path.
+beside() {
+  local name=$1
+  shift
+  "$fk" dht -n 2 --shm -v lockfree -k "$keys" --buckets "$buckets" "$@" \
+    --json "$out/raw/$name.json" > "$out/raw/$name.txt"
+}
+beside uniform-paper-a -w paper,a --reps 3
+beside zipf-paper -w paper --distribution zipf --reps 3
+beside ycsb -w load-a,b,c,d,f --reps 3
 
 bash results/dht-speed/speed-table.sh "$out" > "$out/speed.md"
 cat "$out/speed.md"

@@ -55,14 +55,18 @@ jq -rs '
       | select($cells | any(. != "-"))
       | "| \($f) | \($a) | \($target) | \($ph) | " + ($cells | join(" | ")) + " |")
 ' "$dir/records.jsonl"
-for f in zipf-paper ycsb; do
+for f in uniform-paper-a zipf-paper ycsb; do
   [ -f "$dir/raw/$f.json" ] || continue
   echo
-  echo "Beside them, once (\`$(jq -r .meta.command "$dir/raw/$f.json")\`):"
+  echo "Beside them, once, Redis in the same run (\`$(jq -r .meta.command "$dir/raw/$f.json")\`):"
   echo
-  echo "| workload | distribution | phase | M ops/s | p50 us | p99 us |"
-  echo "|---|---|---|---:|---:|---:|"
-  jq -r '.runs[] | select(.system == "fabkit") |
-    "| \(.workload) | \(.distribution) | \(.phase) | \(.ops_per_sec / 1e6 * 1000 | round / 1000) | \(.latency_us.p50 // "-") | \(.latency_us.p99 // "-") |"' \
+  echo "| workload | distribution | phase | fabkit M ops/s (min-max of reps) | Redis M ops/s | fabkit / Redis | fabkit p50 us (batch) | fabkit p99 us |"
+  echo "|---|---|---|---:|---:|---:|---:|---:|"
+  jq -r '
+    def m: . / 1e6 * 1000 | round / 1000;
+    (.runs | map(select(.system == "redis"))) as $redis
+    | .runs[] | select(.system == "fabkit") | . as $f
+    | ($redis | map(select(.workload == $f.workload and .phase == $f.phase)) | .[0]) as $r
+    | "| \(.workload) | \(.distribution) | \(.phase) | \(.ops_per_sec | m) (\(.ops_per_sec_min | m)-\(.ops_per_sec_max | m)) | \(if $r then ($r.ops_per_sec | m) else "-" end) | \(if .vs_redis then (.vs_redis * 100 | round / 100) else "-" end) | \(.latency_us.p50 // "-") | \(.latency_us.p99 // "-") |"' \
     "$dir/raw/$f.json"
 done
