@@ -42,6 +42,7 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ffi::c_void;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
@@ -151,6 +152,9 @@ pub struct Window<'env> {
     /// The distinct targets of the batch being executed, kept from batch to
     /// batch so that executing one allocates nothing (see [`Targets`]).
     targets: Targets,
+    /// Unique in the process: names this window in its [`Prepared`]
+    /// batches (a handle could be reused by a later window).
+    id: u64,
     boot: &'env MpiBootstrap,
     /// Test seam: how many more data-moving calls succeed before one fails.
     #[cfg(feature = "test-seams")]
@@ -333,6 +337,7 @@ impl<'env> Window<'env> {
             locked: BTreeSet::new(),
             posted: RefCell::new(Vec::new()),
             targets: Targets::new(boot.size()),
+            id: NEXT_WINDOW_ID.fetch_add(1, AtomicOrdering::Relaxed),
             boot,
             #[cfg(feature = "test-seams")]
             fail_after: std::cell::Cell::new(None),
@@ -783,6 +788,69 @@ impl<'env> Window<'env> {
         r
     }
 
+    /// Checks `ops` against this window once, as [`Window::execute`] does
+    /// on every call, for [`Window::execute_prepared`] to run them again and
+    /// again without the check. The same errors as `execute`'s, before any
+    /// MPI call; the ops are dropped then.
+    pub fn prepare<'b>(&self, ops: Vec<Op<'b>>) -> Result<Prepared<'b>> {
+        let mut firsts: Vec<(usize, usize)> = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let rank = self.validate(op)?;
+            if !firsts.iter().any(|&(t, _)| t == rank) {
+                firsts.push((rank, i));
+            }
+        }
+        firsts.sort_unstable();
+        Ok(Prepared {
+            prefix: Vec::with_capacity(firsts.len()),
+            ops,
+            firsts,
+            window: self.id,
+        })
+    }
+
+    /// Executes the first `count` ops of a batch [`Window::prepare`]d for
+    /// this window, as [`Window::execute`] would execute them (the same
+    /// synchronisation, errors and aborts), without checking each op again:
+    /// what a benchmark loop that repeats one window of operations needs,
+    /// so that it costs what the MPI calls cost and no more. A batch
+    /// prepared for another window, or a `count` beyond it, is refused
+    /// before any MPI call (under fence and PSCW the other ranks' epoch is
+    /// then not met, as for a batch inside a lock epoch).
+    pub fn execute_prepared(
+        &mut self,
+        sync: Sync,
+        batch: &mut Prepared<'_>,
+        count: usize,
+    ) -> Result<()> {
+        if batch.window != self.id {
+            return Err(Error::InvalidArgument(
+                "a batch prepared for another window; prepare it on this one".into(),
+            ));
+        }
+        if count > batch.ops.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the first {count} ops of a prepared batch of {}",
+                batch.ops.len()
+            )));
+        }
+        self.refuse_active_in_lock(sync)?;
+        let Prepared {
+            ops,
+            firsts,
+            prefix,
+            ..
+        } = batch;
+        prefix.clear();
+        prefix.extend(
+            firsts
+                .iter()
+                .filter(|&&(_, first)| first < count)
+                .map(|&(t, _)| t),
+        );
+        self.run_epoch(sync, &mut ops[..count], Ok(()), prefix)
+    }
+
     /// An active-target epoch inside a lock epoch is erroneous MPI: refused.
     fn refuse_active_in_lock(&self, sync: Sync) -> Result<()> {
         if sync != Sync::LockAll && (self.locked_all || !self.locked.is_empty()) {
@@ -1012,6 +1080,49 @@ fn op_failed(op: &Op<'_>, rc: i32) -> Error {
         },
         code: rc,
         msg: error_string(rc),
+    }
+}
+
+/// Where window ids come from ([`Window`]'s `id`).
+static NEXT_WINDOW_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A batch checked once against a window ([`Window::prepare`]) to execute
+/// any number of times ([`Window::execute_prepared`]): a benchmark's window
+/// of operations, which OSU's loops post again and again with no check at
+/// all. It owns its ops, so they cannot change after the check;
+/// [`Prepared::into_ops`] gives them back.
+#[derive(Debug)]
+pub struct Prepared<'b> {
+    ops: Vec<Op<'b>>,
+    /// Each distinct target with the index of its first op, in rank order:
+    /// a prefix's targets without a pass over its ops.
+    firsts: Vec<(usize, usize)>,
+    /// The targets of the prefix being executed (reused: no allocation).
+    prefix: Vec<usize>,
+    /// The window it was checked against.
+    window: u64,
+}
+
+impl<'b> Prepared<'b> {
+    /// Ops in the batch.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The ops, read-only (results of reads and atomics are in their
+    /// buffers).
+    pub fn ops(&self) -> &[Op<'b>] {
+        &self.ops
+    }
+
+    /// Gives the ops back.
+    pub fn into_ops(self) -> Vec<Op<'b>> {
+        self.ops
     }
 }
 
