@@ -348,7 +348,16 @@ fn run_mpi_perf(args: &mpiperf::MpiPerfArgs) -> Result<bool> {
         args.win, args.sync
     )
     .to_lowercase()
-        + "; idle ranks poll MPI_Test, yielding between polls";
+        + "; idle ranks poll MPI_Test, yielding between polls"
+        + &if args.pattern == perf::Pattern::Lat {
+            format!(
+                "; usec/xfer times the whole loop (as OSU does), min/p50/p99/max up to {} \
+                 more operations timed one by one after it",
+                mpiperf::LAT_SAMPLES
+            )
+        } else {
+            String::new()
+        };
     emit(
         &args.sweep,
         &launch.describe(per_rank.len()),

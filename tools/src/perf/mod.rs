@@ -48,8 +48,8 @@ impl PerfOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pattern {
-    /// One operation in flight; every operation timed (min/p50/p99/max).
-    /// For send: pingpong, half the round trip.
+    /// One operation in flight: usec/xfer is the mean, min/p50/p99/max
+    /// time operations one by one. For send: pingpong, half the round trip.
     Lat,
     /// A window of operations in flight: bandwidth and message rate.
     Bw,
