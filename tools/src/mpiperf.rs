@@ -3,7 +3,7 @@
 //! `MPI_Fetch_and_op`) with a chosen synchronisation and window kind, so
 //! MPI and native fabric can be laid side by side.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
@@ -112,9 +112,23 @@ impl clap::builder::TypedValueParser for MpiOpParser {
     }
 }
 
+/// How long mpi-perf runs each size when neither -n nor -t is given: OSU's
+/// fixed counts (and `perf`'s 10000) last a fraction of a millisecond at
+/// small sizes here, too short to time.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(1);
+
 /// `fabkit mpi-perf` options.
 #[derive(Args, Debug, Clone)]
-#[command(mut_arg("op", |a| a.value_parser(MpiOpParser)))]
+#[command(
+    mut_arg("op", |a| a.value_parser(MpiOpParser)),
+    mut_arg("iters", |a| a.help(
+        "Timed transfers per size, at most 10^9 [default: as many as fill -t 1, calibrated]"
+    )),
+    mut_arg("duration", |a| a.help(
+        "Run each size for about this many seconds (calibrated on short runs first), at \
+         most a day [default: 1 unless -n is given]"
+    )),
+)]
 pub struct MpiPerfArgs {
     /// What to measure (same flags as `fabkit perf`).
     #[command(flatten)]
@@ -136,6 +150,18 @@ impl std::ops::Deref for MpiPerfArgs {
     type Target = SweepArgs;
     fn deref(&self) -> &SweepArgs {
         &self.sweep
+    }
+}
+
+impl MpiPerfArgs {
+    /// How long each size runs: -t, else [`DEFAULT_DURATION`] unless -n
+    /// fixed the count.
+    pub fn duration(&self) -> Option<Duration> {
+        match (self.sweep.duration, self.sweep.iters) {
+            (Some(d), _) => Some(d),
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_DURATION),
+        }
     }
 }
 
@@ -342,7 +368,8 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     // --timeout if longer. While it waits it yields between MPI_Test calls
     // instead of napping: under osc pt2pt the origin's lock, flush and
     // atomics need the target's progress, and a nap would be measured.
-    boot.set_timeout(match a.duration {
+    let duration = a.duration();
+    boot.set_timeout(match duration {
         Some(t) => a.timeout.saturating_add(t.saturating_mul(2)),
         None => a.timeout.max(std::time::Duration::from_secs(3600)),
     });
@@ -367,8 +394,8 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     debug_assert!(c.me < boot.size());
     let mut out = Vec::new();
     for &bytes in &sizes {
-        let iters = match a.duration {
-            None => a.iters,
+        let iters = match duration {
+            None => a.iters.unwrap_or(crate::perf::DEFAULT_ITERS),
             Some(d) => calibrate(&mut win, &c, bytes, d.as_secs_f64(), boot)?,
         };
         boot.barrier()?;
