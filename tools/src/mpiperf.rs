@@ -365,9 +365,11 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     // The target waits in a barrier while the origin runs a whole size:
     // with -t, calibration (up to 0.4 t) and the run (t) plus --timeout;
     // with -n the length of a size is not known, so up to an hour, or
-    // --timeout if longer. While it waits it yields between MPI_Test calls
-    // instead of napping: under osc pt2pt the origin's lock, flush and
-    // atomics need the target's progress, and a nap would be measured.
+    // --timeout if longer. While it waits it spins on MPI_Test, as OSU's
+    // target does in MPI_Barrier, yielding only every few hundred tests
+    // (MpiBootstrap::set_max_nap): under osc pt2pt the origin's lock, flush
+    // and atomics need the target's progress, and a nap or a yield per test
+    // would be measured.
     let duration = a.duration();
     boot.set_timeout(match duration {
         Some(t) => a.timeout.saturating_add(t.saturating_mul(2)),
