@@ -232,6 +232,9 @@ fn epochs(win: &mut Window, c: &Ctx<'_>, batch: &mut Prepared<'_>, n: u64) -> Re
     Ok(())
 }
 
+/// Alignment of the operations' buffer.
+const PAGE: usize = 4096;
+
 /// Operations timed one by one after a latency run, for its percentiles.
 pub const LAT_SAMPLES: u64 = 10_000;
 
@@ -259,7 +262,11 @@ fn run(
     (iters, warmup, samples): (u64, u64, u64),
 ) -> Result<Raw> {
     let w = c.a.window_for(bytes);
-    let mut buf = vec![b'a'; w * bytes];
+    // Page-aligned, as OSU's buffer (posix_memalign): where a copy starts
+    // in a page changes what a large one costs.
+    let mut backing = vec![b'a'; w * bytes + PAGE];
+    let skip = backing.as_ptr().align_offset(PAGE);
+    let buf = &mut backing[skip..skip + w * bytes];
     let mut olds = vec![0u64; w];
     let ops: Vec<Op> = buf
         .chunks_exact_mut(bytes)
