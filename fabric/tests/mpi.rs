@@ -369,6 +369,96 @@ fn child_mpi_error_mid_batch() {
     run_sync_child(mpi_error_mid_batch);
 }
 
+/// A batch checked once (`Window::prepare`) runs again and again, whole or
+/// a prefix, in every synchronisation mode and both components; a bad op is
+/// refused at `prepare`, and a batch is refused on another window or beyond
+/// its length, all before any MPI call.
+#[test]
+fn a_prepared_batch_runs_again_and_again_in_every_sync_mode() {
+    each_osc_and_sync("child_prepared_batch", &SYNCS);
+}
+
+fn prepared_batch(boot: &MpiBootstrap, sync: Sync) -> Result<String, String> {
+    let e = |e: Error| e.to_string();
+    let mut win = Window::new(boot, 4096, WindowKind::Allocate).map_err(e)?;
+    // Collective: rank 0 tries its batch on it.
+    let mut other = Window::new(boot, 4096, WindowKind::Allocate).map_err(e)?;
+    if sync == Sync::Fence {
+        win.fence().map_err(e)?; // opens the first epoch
+    }
+    let at = |offset| Remote { rank: 1, offset };
+    let verdict = if boot.rank() == 1 {
+        // Four executions of the batch and the check.
+        for _ in 0..5 {
+            serve(&win, sync).map_err(|e| format!("the target's epoch: {e}"))?;
+        }
+        "served every epoch".to_string()
+    } else {
+        let mut got = [SENTINEL; 8];
+        let bad = win.prepare(vec![Op::Read {
+            from: at(4090),
+            into: &mut got,
+        }]);
+        if !matches!(bad, Err(Error::OutOfBounds { offset: 4090, .. })) {
+            return Err(format!("preparing an out-of-bounds Get gave {bad:?}"));
+        }
+        let mut olds = [SENTINEL64; 3];
+        let ops = olds
+            .iter_mut()
+            .enumerate()
+            .map(|(i, old)| Op::FetchAdd {
+                at: at(8 * i as u64),
+                delta: 1,
+                old,
+            })
+            .collect();
+        let mut batch = win.prepare(ops).map_err(e)?;
+        for count in [3, 3, 3, 1] {
+            win.execute_prepared(sync, &mut batch, count)
+                .map_err(|e| format!("execution of {count}: {e}"))?;
+        }
+        let foreign = other.execute_prepared(sync, &mut batch, 1);
+        if !matches!(&foreign, Err(Error::InvalidArgument(m)) if m.contains("another window")) {
+            return Err(format!("on another window: {foreign:?}"));
+        }
+        let beyond = win.execute_prepared(sync, &mut batch, 4);
+        if !matches!(beyond, Err(Error::InvalidArgument(_))) {
+            return Err(format!("4 ops of a batch of 3: {beyond:?}"));
+        }
+        drop(batch.into_ops());
+        // The last execution, of the first op only, saw 3 added to word 0.
+        if olds[0] != 3 {
+            return Err(format!("word 0 was {} before the last add, not 3", olds[0]));
+        }
+        let mut words = [SENTINEL64; 3];
+        let mut check: Vec<Op> = words
+            .iter_mut()
+            .enumerate()
+            .map(|(i, value)| Op::Fetch {
+                at: at(8 * i as u64),
+                value,
+            })
+            .collect();
+        win.execute(sync, &mut check).map_err(e)?;
+        if words != [4, 3, 3] {
+            return Err(format!("the words are {words:?}, not [4, 3, 3]"));
+        }
+        "4 executions added [4, 3, 3]; bad op, other window, long prefix refused".to_string()
+    };
+    if sync == Sync::Fence {
+        win.fence().map_err(e)?; // closes the last epoch
+    }
+    win.free().map_err(e)?;
+    other.free().map_err(e)?;
+    Ok(verdict)
+}
+
+#[test]
+#[ignore = "a rank of a_prepared_batch_runs_again_and_again_in_every_sync_mode"]
+fn child_prepared_batch() {
+    run_sync_child(prepared_batch);
+}
+
 /// How the survivor's peer leaves, and which collective the survivor is in.
 /// `kill-window`: the survivor's Window::new ends in the size agreement
 /// before MPI_Win_allocate, which is the bounded part of creation (a rank

@@ -348,7 +348,19 @@ fn run_mpi_perf(args: &mpiperf::MpiPerfArgs) -> Result<bool> {
         args.win, args.sync
     )
     .to_lowercase()
-        + "; idle ranks poll MPI_Test, yielding between polls";
+        + &format!(
+            "; idle ranks poll MPI_Test back to back, yielding every {} polls",
+            fabkit_fabric::bootstrap::SPIN_TESTS
+        )
+        + &if args.pattern == perf::Pattern::Lat {
+            format!(
+                "; usec/xfer times the whole loop (as OSU does), min/p50/p99/max up to {} \
+                 more operations timed one by one after it",
+                mpiperf::LAT_SAMPLES
+            )
+        } else {
+            String::new()
+        };
     emit(
         &args.sweep,
         &launch.describe(per_rank.len()),

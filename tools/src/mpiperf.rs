@@ -3,12 +3,12 @@
 //! `MPI_Fetch_and_op`) with a chosen synchronisation and window kind, so
 //! MPI and native fabric can be laid side by side.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use fabkit_fabric::bootstrap::{Bootstrap, MpiBootstrap};
-use fabkit_fabric::mpi_rma::{Sync, Window, WindowKind};
+use fabkit_fabric::mpi_rma::{Prepared, Sync, Window, WindowKind};
 use fabkit_fabric::{Op, Remote};
 
 use crate::perf::{Pattern, PerfOp, Raw, SweepArgs};
@@ -112,9 +112,23 @@ impl clap::builder::TypedValueParser for MpiOpParser {
     }
 }
 
+/// How long mpi-perf runs each size when neither -n nor -t is given: OSU's
+/// fixed counts (and `perf`'s 10000) last a fraction of a millisecond at
+/// small sizes here, too short to time.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(1);
+
 /// `fabkit mpi-perf` options.
 #[derive(Args, Debug, Clone)]
-#[command(mut_arg("op", |a| a.value_parser(MpiOpParser)))]
+#[command(
+    mut_arg("op", |a| a.value_parser(MpiOpParser)),
+    mut_arg("iters", |a| a.help(
+        "Timed transfers per size, at most 10^9 [default: as many as fill -t 1, calibrated]"
+    )),
+    mut_arg("duration", |a| a.help(
+        "Run each size for about this many seconds (calibrated on short runs first), at \
+         most a day [default: 1 unless -n is given]"
+    )),
+)]
 pub struct MpiPerfArgs {
     /// What to measure (same flags as `fabkit perf`).
     #[command(flatten)]
@@ -136,6 +150,18 @@ impl std::ops::Deref for MpiPerfArgs {
     type Target = SweepArgs;
     fn deref(&self) -> &SweepArgs {
         &self.sweep
+    }
+}
+
+impl MpiPerfArgs {
+    /// How long each size runs: -t, else [`DEFAULT_DURATION`] unless -n
+    /// fixed the count.
+    pub fn duration(&self) -> Option<Duration> {
+        match (self.sweep.duration, self.sweep.iters) {
+            (Some(d), _) => Some(d),
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_DURATION),
+        }
     }
 }
 
@@ -162,15 +188,10 @@ struct Ctx<'a> {
     origins: Vec<usize>,
 }
 
-/// One window of `count` operations, with this rank's part of the
-/// synchronisation.
-fn epoch(
-    win: &mut Window,
-    c: &Ctx<'_>,
-    count: usize,
-    bufs: &mut [Vec<u8>],
-    olds: &mut [u64],
-) -> Result<()> {
+/// One window of operations, the first `count` of `batch`, with this
+/// rank's part of the synchronisation (targets and bystanders only take
+/// part in it).
+fn epoch(win: &mut Window, c: &Ctx<'_>, batch: &mut Prepared<'_>, count: usize) -> Result<()> {
     let bidir_pscw = c.sync == Sync::Pscw && c.a.bidir;
     match c.role {
         Role::Origin => {
@@ -178,14 +199,7 @@ fn epoch(
                 // Both ways: each origin is also the other's target.
                 win.post(&[c.peer])?;
             }
-            let at = Remote::new(c.peer, 0);
-            let mut ops: Vec<Op> = bufs
-                .iter_mut()
-                .zip(olds.iter_mut())
-                .take(count)
-                .map(|(b, o)| crate::perf::rma_op(c.a.op, at, b, o))
-                .collect();
-            win.execute(c.sync, &mut ops)
+            win.execute_prepared(c.sync, batch, count)
                 .with_context(|| format!("{:?} to rank {} ({:?})", c.a.op, c.peer, c.sync))?;
             if bidir_pscw {
                 win.wait()?;
@@ -207,42 +221,92 @@ fn epoch(
     }
 }
 
-/// Runs `iters` timed operations after `warmup`, in windows.
-fn run(win: &mut Window, c: &Ctx<'_>, bytes: usize, iters: u64, warmup: u64) -> Result<Raw> {
+/// `n` operations in windows of at most `batch.len()`.
+fn epochs(win: &mut Window, c: &Ctx<'_>, batch: &mut Prepared<'_>, n: u64) -> Result<()> {
+    let mut k = 0;
+    while k < n {
+        let count = (n - k).min(batch.len() as u64) as usize;
+        epoch(win, c, batch, count)?;
+        k += count as u64;
+    }
+    Ok(())
+}
+
+/// Alignment of the operations' buffer.
+const PAGE: usize = 4096;
+
+/// Operations timed one by one after a latency run, for its percentiles.
+pub const LAT_SAMPLES: u64 = 10_000;
+
+/// Bytes of the RMA window one size needs: a window of operations at
+/// distinct offsets (see [`run`]).
+fn window_bytes(a: &MpiPerfArgs, bytes: usize) -> usize {
+    a.window_for(bytes) * bytes
+}
+
+/// Runs `iters` operations after `warmup`, in windows, and times the loop
+/// as a whole, as OSU does: no clock is read per operation. Then, for
+/// --pattern lat, `samples` more operations are timed one by one for the
+/// percentiles (the mean comes from the loop).
+///
+/// The operations are OSU's: one buffer, whose bytes `j * size..` the
+/// window's operation `j` moves to or from the same offset of the target's
+/// window, so a window touches as many distinct bytes at both ends as
+/// OSU's does. They are built and checked once per size
+/// ([`Window::prepare`]) and executed again for every window, so the loop
+/// allocates nothing and checks nothing: it costs the MPI calls, as OSU's.
+fn run(
+    win: &mut Window,
+    c: &Ctx<'_>,
+    bytes: usize,
+    (iters, warmup, samples): (u64, u64, u64),
+) -> Result<Raw> {
     let w = c.a.window_for(bytes);
-    let mut bufs: Vec<Vec<u8>> = (0..w).map(|i| vec![i as u8; bytes]).collect();
+    // Page-aligned, as OSU's buffer (posix_memalign): where a copy starts
+    // in a page changes what a large one costs.
+    let mut backing = vec![b'a'; w * bytes + PAGE];
+    let skip = backing.as_ptr().align_offset(PAGE);
+    let buf = &mut backing[skip..skip + w * bytes];
     let mut olds = vec![0u64; w];
-    let mut samples_ns = Vec::new();
+    let ops: Vec<Op> = buf
+        .chunks_exact_mut(bytes)
+        .zip(olds.iter_mut())
+        .enumerate()
+        .map(|(j, (b, o))| {
+            let at = Remote::new(c.peer, (j * bytes) as u64);
+            crate::perf::rma_op(c.a.op, at, b, o)
+        })
+        .collect();
+    let mut batch = win
+        .prepare(ops)
+        .with_context(|| format!("{:?} of {bytes} B to rank {}", c.a.op, c.peer))?;
     if c.sync == Sync::LockAll && c.role == Role::Origin {
         win.lock_all()?;
     }
     if c.sync == Sync::Fence {
         win.fence()?; // opens the first epoch on every rank
     }
-    let mut go = |n: u64, timed: bool, samples: &mut Vec<u64>| -> Result<()> {
-        let mut k = 0;
-        while k < n {
-            let count = (n - k).min(w as u64) as usize;
-            let t = Instant::now();
-            epoch(win, c, count, &mut bufs, &mut olds)?;
-            if timed && c.a.pattern == Pattern::Lat && c.role == Role::Origin {
-                samples.push(t.elapsed().as_nanos() as u64);
-            }
-            k += count as u64;
-        }
-        Ok(())
-    };
-    go(warmup, false, &mut samples_ns)?;
+    epochs(win, c, &mut batch, warmup)?;
     let start = Instant::now();
-    go(iters, true, &mut samples_ns)?;
+    epochs(win, c, &mut batch, iters)?;
     let secs = start.elapsed().as_secs_f64();
+    let mut samples_ns = Vec::new();
+    if c.a.pattern == Pattern::Lat {
+        samples_ns.reserve_exact(samples as usize);
+        for _ in 0..samples {
+            let t = Instant::now();
+            epoch(win, c, &mut batch, 1)?;
+            samples_ns.push(t.elapsed().as_nanos() as u64);
+        }
+    }
     win.unlock_all()?;
+    let origin = c.role == Role::Origin;
     Ok(Raw {
         bytes,
-        iters: if c.role == Role::Origin { iters } else { 0 },
+        iters: if origin { iters } else { 0 },
         secs,
         window: w,
-        samples_ns,
+        samples_ns: if origin { samples_ns } else { Vec::new() },
     })
 }
 
@@ -258,7 +322,7 @@ fn calibrate(
     let mut probe = c.a.window_for(bytes) as u64;
     loop {
         boot.barrier()?;
-        let took = run(win, c, bytes, probe, 0)?.secs;
+        let took = run(win, c, bytes, (probe, 0, 0))?.secs;
         let verdict = if took >= secs / 10.0 || probe >= crate::bounds::MAX_ITERS {
             let wanted = (secs / took.max(1e-9)) * probe as f64;
             if boot.rank() == 0 {
@@ -296,7 +360,7 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
         "mpi-perf needs 2 ranks: run it as `mpirun -n 2 fabkit mpi-perf ...`"
     );
     let sizes = a.size_list()?;
-    let max = *sizes.iter().max().unwrap();
+    let len = sizes.iter().map(|&b| window_bytes(a, b)).max().unwrap();
     let kind = match a.win {
         WinArg::Allocate => WindowKind::Allocate,
         WinArg::Create => WindowKind::Create,
@@ -304,14 +368,17 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     // Creation waits --timeout for the other ranks (a rank dead at setup is
     // reported then, not after the sweep's bound below).
     boot.set_timeout(a.timeout);
-    let mut win = Window::new(boot, max.next_multiple_of(64), kind)?;
+    let mut win = Window::new(boot, len.next_multiple_of(64), kind)?;
     // The target waits in a barrier while the origin runs a whole size:
     // with -t, calibration (up to 0.4 t) and the run (t) plus --timeout;
     // with -n the length of a size is not known, so up to an hour, or
-    // --timeout if longer. While it waits it yields between MPI_Test calls
-    // instead of napping: under osc pt2pt the origin's lock, flush and
-    // atomics need the target's progress, and a nap would be measured.
-    boot.set_timeout(match a.duration {
+    // --timeout if longer. While it waits it spins on MPI_Test, as OSU's
+    // target does in MPI_Barrier, yielding only every few hundred tests
+    // (MpiBootstrap::set_max_nap): under osc pt2pt the origin's lock, flush
+    // and atomics need the target's progress, and a nap or a yield per test
+    // would be measured.
+    let duration = a.duration();
+    boot.set_timeout(match duration {
         Some(t) => a.timeout.saturating_add(t.saturating_mul(2)),
         None => a.timeout.max(std::time::Duration::from_secs(3600)),
     });
@@ -336,12 +403,17 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     debug_assert!(c.me < boot.size());
     let mut out = Vec::new();
     for &bytes in &sizes {
-        let iters = match a.duration {
-            None => a.iters,
+        let iters = match duration {
+            None => a.iters.unwrap_or(crate::perf::DEFAULT_ITERS),
             Some(d) => calibrate(&mut win, &c, bytes, d.as_secs_f64(), boot)?,
         };
         boot.barrier()?;
-        out.push(run(&mut win, &c, bytes, iters, a.warmup)?);
+        let samples = if a.pattern == Pattern::Lat {
+            iters.min(LAT_SAMPLES)
+        } else {
+            0
+        };
+        out.push(run(&mut win, &c, bytes, (iters, a.warmup, samples))?);
         boot.barrier()?;
     }
     boot.set_max_nap(fabkit_fabric::bootstrap::DEFAULT_MAX_NAP);

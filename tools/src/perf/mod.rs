@@ -48,8 +48,8 @@ impl PerfOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pattern {
-    /// One operation in flight; every operation timed (min/p50/p99/max).
-    /// For send: pingpong, half the round trip.
+    /// One operation in flight: usec/xfer is the mean, min/p50/p99/max
+    /// time operations one by one. For send: pingpong, half the round trip.
     Lat,
     /// A window of operations in flight: bandwidth and message rate.
     Bw,
@@ -74,9 +74,10 @@ pub struct SweepArgs {
     /// Comma-separated sizes, e.g. 184,189 (the DHT's records).
     #[arg(long, value_delimiter = ',', value_parser = bounds::size)]
     pub sizes: Vec<usize>,
-    /// Iterations per size (timed transfers per thread), at most 10^9.
-    #[arg(short = 'n', long, default_value = "10000", value_parser = bounds::iters)]
-    pub iters: u64,
+    /// Iterations per size (timed transfers per thread), at most 10^9
+    /// [default: 10000].
+    #[arg(short = 'n', long, value_parser = bounds::iters)]
+    pub iters: Option<u64>,
     /// Run each size for about this many seconds instead of -n iterations
     /// (calibrated on short runs first), at most a day.
     #[arg(short = 't', long, value_name = "SECS", conflicts_with = "iters", value_parser = bounds::secs)]
@@ -135,6 +136,10 @@ impl std::ops::Deref for PerfArgs {
     }
 }
 
+/// Iterations per size when neither -n nor -t is given (`fabkit perf`;
+/// `mpi-perf` calibrates to a duration instead).
+pub const DEFAULT_ITERS: u64 = 10_000;
+
 /// Cap on the staging buffer: large sizes get a smaller effective window.
 const MAX_STAGING: usize = 64 << 20;
 
@@ -164,7 +169,7 @@ impl SweepArgs {
     /// flag; this guards values built in code).
     pub fn validate(&self) -> Result<()> {
         bounds::ensure_usage!(
-            (1..=bounds::MAX_ITERS).contains(&self.iters),
+            (1..=bounds::MAX_ITERS).contains(&self.iters.unwrap_or(DEFAULT_ITERS)),
             "-n/--iters must be at least 1 and at most {}",
             bounds::MAX_ITERS
         );
@@ -635,7 +640,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
             tick: if me == 0 { &idle } else { &[] },
         };
         let iters = match a.duration {
-            None => a.iters,
+            None => a.iters.unwrap_or(DEFAULT_ITERS),
             Some(d) => calibrate(&eps, &job, role, d.as_secs_f64(), boot)?,
         };
         boot.barrier()?;
