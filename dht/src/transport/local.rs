@@ -10,9 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fabkit_fabric::shm::{prefetch_words, read_words, write_words};
-
-use super::shm::PREFETCH_AHEAD;
+use fabkit_fabric::shm::{prefetch_words, read_words, with_prefetch, write_words};
 use std::sync::Arc;
 
 use fabkit_fabric::{Error, Op, OpKind, Remote, Result};
@@ -83,7 +81,7 @@ impl LocalTransport {
     }
 
     /// Starts fetching the lines a read or write will copy (see
-    /// [`PREFETCH_AHEAD`]).
+    /// [`with_prefetch`]).
     fn prefetch(&self, op: &Op<'_>) {
         if matches!(op.kind(), OpKind::Read | OpKind::Write) {
             let at = op.target();
@@ -123,53 +121,49 @@ impl Transport for LocalTransport {
     }
 
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
-        for op in ops.iter().take(PREFETCH_AHEAD) {
-            self.prefetch(op);
-        }
-        for i in 0..ops.len() {
-            if let Some(ahead) = ops.get(i + PREFETCH_AHEAD) {
-                self.prefetch(ahead);
+        with_prefetch(ops, |op| self.prefetch(op), |op| self.one(op))
+    }
+}
+
+impl LocalTransport {
+    /// Executes one op of a batch.
+    fn one(&self, op: &mut Op<'_>) -> Result<()> {
+        let kind = op.kind();
+        match op {
+            Op::Read { from, into } => {
+                let r = self.region(kind, *from, into.len())?;
+                read_words(r, from.offset as usize, into);
             }
-            let op = &mut ops[i];
-            let kind = op.kind();
-            match op {
-                Op::Read { from, into } => {
-                    let r = self.region(kind, *from, into.len())?;
-                    read_words(r, from.offset as usize, into);
-                }
-                // Visible when execute returns: meets Delivery trivially.
-                Op::Write { to, from, .. } => {
-                    let r = self.region(kind, *to, from.len())?;
-                    write_words(r, to.offset as usize, from);
-                }
-                Op::CompareAndSwap {
-                    at,
-                    expected,
-                    new,
-                    old,
-                } => {
-                    let w = self.word(kind, *at)?;
-                    **old = match w.compare_exchange(
-                        *expected,
-                        *new,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(v) | Err(v) => v,
-                    };
-                }
-                Op::FetchAdd { at, delta, old } => {
-                    **old = self.word(kind, *at)?.fetch_add(*delta, Ordering::AcqRel)
-                }
-                Op::Fetch { at, value } => **value = self.word(kind, *at)?.load(Ordering::Acquire),
-                Op::Swap { at, new, old } => {
-                    **old = self.word(kind, *at)?.swap(*new, Ordering::AcqRel)
-                }
-                Op::Send { .. } | Op::Recv { .. } => {
-                    return Err(Error::InvalidArgument(
-                        "the local transport does one-sided operations only".into(),
-                    ))
-                }
+            // Visible when execute returns: meets Delivery trivially.
+            Op::Write { to, from, .. } => {
+                let r = self.region(kind, *to, from.len())?;
+                write_words(r, to.offset as usize, from);
+            }
+            Op::CompareAndSwap {
+                at,
+                expected,
+                new,
+                old,
+            } => {
+                let w = self.word(kind, *at)?;
+                **old = match w.compare_exchange(
+                    *expected,
+                    *new,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(v) | Err(v) => v,
+                };
+            }
+            Op::FetchAdd { at, delta, old } => {
+                **old = self.word(kind, *at)?.fetch_add(*delta, Ordering::AcqRel)
+            }
+            Op::Fetch { at, value } => **value = self.word(kind, *at)?.load(Ordering::Acquire),
+            Op::Swap { at, new, old } => **old = self.word(kind, *at)?.swap(*new, Ordering::AcqRel),
+            Op::Send { .. } | Op::Recv { .. } => {
+                return Err(Error::InvalidArgument(
+                    "the local transport does one-sided operations only".into(),
+                ))
             }
         }
         Ok(())

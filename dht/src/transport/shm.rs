@@ -24,7 +24,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fabkit_fabric::bootstrap::{host_id, Bootstrap};
-use fabkit_fabric::shm::{prefetch_words, read_words, write_words, SharedSegment, SHM_DIR};
+use fabkit_fabric::shm::{
+    prefetch_words, read_words, with_prefetch, write_words, SharedSegment, SHM_DIR,
+};
 use fabkit_fabric::{Error, Op, OpKind, Rank, RankConfig, Remote, Result};
 
 use super::Transport;
@@ -104,11 +106,29 @@ impl ShmTransport {
         // ranks), so a later start can tell whether its creator still runs.
         let mine = fabkit_fabric::shm::segment_name(&format!("dht-r{me}"))?;
         let seg = Arc::new(SharedSegment::create(&mine, rc.region_len)?);
-        // Each rank's region size, then its segment's name.
+        // Each rank's region size, whether it sees every rank on its node
+        // (then no rank starts a fabric), then its segment's name.
+        let everyone_here = same_node.iter().all(|&s| s);
         let mut card = (rc.region_len as u64).to_le_bytes().to_vec();
+        card.push(u8::from(everyone_here));
         card.extend_from_slice(mine.as_bytes());
         let cards = boot.allgather(&card)?;
-        let everyone_here = same_node.iter().all(|&s| s);
+        // Starting a fabric is collective: ranks that disagree would wait
+        // for each other in it. Said instead.
+        if let Some(r) = cards
+            .iter()
+            .position(|c| c.get(8).copied() != Some(u8::from(everyone_here)))
+        {
+            return Err(Error::Bootstrap(format!(
+                "rank {me} {} every rank on its node and rank {r} does not agree: the \
+                 same-node sets given to establish_sharing differ",
+                if everyone_here {
+                    "has"
+                } else {
+                    "does not have"
+                }
+            )));
+        }
         let fabric = if everyone_here {
             None
         } else {
@@ -118,11 +138,11 @@ impl ShmTransport {
         let mut lens = Vec::with_capacity(same_node.len());
         let mut mapped = Vec::with_capacity(same_node.len());
         for (r, &same) in same_node.iter().enumerate() {
-            let card = cards.get(r).filter(|c| c.len() > 8);
+            let card = cards.get(r).filter(|c| c.len() > 9);
             let (len, name) = match card {
                 Some(c) => {
                     let len = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
-                    let name = std::str::from_utf8(&c[8..])
+                    let name = std::str::from_utf8(&c[9..])
                         .ok()
                         .filter(|n| fabkit_fabric::shm::parse_name(n).is_some());
                     (usize::try_from(len).ok(), name)
@@ -198,11 +218,6 @@ impl ShmTransport {
         }
     }
 }
-
-/// Ops of a batch whose lines are being fetched ahead of the one being
-/// copied: a bucket's misses overlap those of the next ones, as a NIC
-/// keeps several reads in flight, instead of one bucket's lines at a time.
-pub(crate) const PREFETCH_AHEAD: usize = 8;
 
 fn bounds(seg: &SharedSegment, op: OpKind, at: Remote, len: usize) -> Result<usize> {
     let off = usize::try_from(at.offset).ok();
@@ -284,19 +299,37 @@ impl Transport for ShmTransport {
         // Same-node operations are done at once, in place; the rest form
         // one fabric batch. Ops in a batch are unordered, so either order
         // is allowed.
-        for op in ops.iter().take(PREFETCH_AHEAD) {
-            self.prefetch(op);
+        if self.fabric.is_none() {
+            // Every rank is mapped: what the shortcut cannot do (a rank out
+            // of range, a message) is refused before anything is done.
+            if let Some(op) = ops.iter().find(|op| self.shortcut(op).is_none()) {
+                let peer = op.target().rank;
+                return Err(if peer >= self.lens.len() {
+                    Error::NoSuchRank {
+                        peer,
+                        ranks: self.lens.len(),
+                    }
+                } else {
+                    Error::InvalidArgument(format!(
+                        "{} to rank {peer}: messages need a fabric, and every rank is on this \
+                         node (the shortcut moves one-sided operations only)",
+                        op.kind()
+                    ))
+                });
+            }
         }
         let mut remote = false;
-        for i in 0..ops.len() {
-            if let Some(ahead) = ops.get(i + PREFETCH_AHEAD) {
-                self.prefetch(ahead);
-            }
-            match self.shortcut(&ops[i]) {
-                Some(seg) => direct(seg, &mut ops[i])?,
-                None => remote = true,
-            }
-        }
+        with_prefetch(
+            ops,
+            |op| self.prefetch(op),
+            |op| {
+                match self.shortcut(op) {
+                    Some(seg) => direct(seg, op)?,
+                    None => remote = true,
+                }
+                Ok::<(), Error>(())
+            },
+        )?;
         if !remote {
             return Ok(());
         }
@@ -308,11 +341,7 @@ impl Transport for ShmTransport {
             .collect();
         match &self.fabric {
             Some(f) => f.execute(&mut batch),
-            // Every rank is mapped: only a rank out of range gets here.
-            None => Err(Error::NoSuchRank {
-                peer: batch[0].target().rank,
-                ranks: self.lens.len(),
-            }),
+            None => unreachable!("refused above: every op is a shortcut's without a fabric"),
         }
     }
 }
