@@ -19,22 +19,26 @@ pub trait Clock: Send + Sync {
 /// waiting rank does not spin a core its peer needs.
 ///
 /// The time is the kernel's tick-resolution monotonic clock
-/// (`CLOCK_MONOTONIC_COARSE`, 1 to 4 ms), as an [`Instant`]: a few
+/// (`CLOCK_MONOTONIC_COARSE`, 1/HZ: 1 to 10 ms), as an [`Instant`]: a few
 /// nanoseconds to read where `Instant::now` takes tens in a guest, and an
 /// operation on one key reads it at every step. Deadlines are seconds; one
-/// below a tick ends up to a tick late.
+/// below a tick ends up to a tick late. Where the kernel lacks that clock,
+/// `Instant::now`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
+        use fabkit_fabric::time::coarse_monotonic;
         // `Instant` has no constructor from a timespec: the coarse clock's
         // progress since a first reading is added to the `Instant` taken
         // with it (the same clock, CLOCK_MONOTONIC, at a finer grain).
-        static BASE: OnceLock<(Instant, Duration)> = OnceLock::new();
-        let (at, coarse) =
-            *BASE.get_or_init(|| (Instant::now(), fabkit_fabric::time::coarse_monotonic()));
-        at + fabkit_fabric::time::coarse_monotonic().saturating_sub(coarse)
+        static BASE: OnceLock<Option<(Instant, Duration)>> = OnceLock::new();
+        let base = BASE.get_or_init(|| coarse_monotonic().map(|c| (Instant::now(), c)));
+        match (base, coarse_monotonic()) {
+            (Some((at, c0)), Some(c)) => *at + c.saturating_sub(*c0),
+            _ => Instant::now(),
+        }
     }
     fn pause(&self, d: Duration) {
         if d.is_zero() {

@@ -310,7 +310,9 @@ impl<T: Transport> Dht<T> {
     /// back what it holds and fails with [`Error::Deadline`] (default 30 s,
     /// times `FABKIT_TIMEOUT_SCALE`). Giving back after an error is retried
     /// for one more deadline.
-    /// At least 1 µs, at most [`MAX_DEADLINE`].
+    /// At least 1 µs, at most [`MAX_DEADLINE`]; the table's clock
+    /// ([`SystemClock`]) ticks at the kernel's coarse resolution (1 to 10
+    /// ms), so a deadline shorter than a tick ends up to a tick late.
     pub fn set_deadline(&mut self, d: Duration) -> Result<()> {
         if d < Duration::from_micros(1) || d > MAX_DEADLINE {
             return Err(Error::Config(format!(
