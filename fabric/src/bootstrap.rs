@@ -485,6 +485,11 @@ mod mpi_boot {
             self.max_nap.set(nap);
         }
 
+        /// The nap ceiling in force ([`MpiBootstrap::set_max_nap`]).
+        pub fn max_nap(&self) -> Duration {
+            self.max_nap.get()
+        }
+
         /// The world communicator, for code that also speaks MPI.
         pub fn world(&self) -> &SimpleCommunicator {
             &self.world

@@ -990,12 +990,31 @@ pub fn run_rank_mpi(
     // A rank done with a phase waits for the others in the bootstrap's
     // collectives, and under osc pt2pt their operations progress only when
     // it calls into MPI: with naps of up to 5 ms between its tests, a
-    // straggler's operations took a nap each (1 000 ops/s). It yields the
-    // core between tests instead, as MPI's own waits poll.
-    boot.set_max_nap(Duration::ZERO);
-    let r = bench_rank(a, boot, &make, &finish);
-    boot.set_max_nap(fabkit_fabric::bootstrap::DEFAULT_MAX_NAP);
-    r
+    // straggler's operations took a nap each (1 000 ops/s). It polls
+    // instead (a nap ceiling of zero: MPI_Test, a yield every 256), as
+    // MPI's own waits do, where each rank has a core; with more ranks than
+    // cores it naps at most 50 us, so as not to take a straggler's core.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let nap = if boot.size() <= cores {
+        Duration::ZERO
+    } else {
+        Duration::from_micros(50)
+    };
+    let _restore = NapRestore(boot, boot.max_nap());
+    boot.set_max_nap(nap);
+    bench_rank(a, boot, &make, &finish)
+}
+
+/// Puts the bootstrap's nap ceiling back when the benchmark ends, by error
+/// or panic too.
+#[cfg(feature = "mpi")]
+struct NapRestore<'b>(&'b fabkit_fabric::bootstrap::MpiBootstrap, Duration);
+
+#[cfg(feature = "mpi")]
+impl Drop for NapRestore<'_> {
+    fn drop(&mut self) {
+        self.0.set_max_nap(self.1);
+    }
 }
 
 /// How long a rank waits for the others at a phase barrier: a rank may be
