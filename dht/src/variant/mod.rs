@@ -695,6 +695,16 @@ pub(crate) fn contended(run: &mut Run<'_>, done: &Batch, i: usize) -> Option<Rol
     // only a bucket it may hold is searched for (a round stays linear in
     // its keys, not quadratic).
     if !run.stores.may_hold(run.shape, done, run.probes, at) {
+        debug_assert!(
+            !run.probes[..i]
+                .iter()
+                .any(|q| q.phase == Some(Role::Store) && q.rank == p.rank && q.bucket == p.bucket)
+                && !(0..done.len()).any(|j| {
+                    let op = done.op(j);
+                    op.role == Role::Store && op.at == at && op.probe as usize != i
+                }),
+            "the store filter missed a contended bucket"
+        );
         return None;
     }
     if run.probes[..i]
@@ -716,35 +726,41 @@ pub(crate) fn contended(run: &mut Run<'_>, done: &Batch, i: usize) -> Option<Rol
 /// A set of bits (a Bloom filter with one hash), filled once per round from
 /// the probes and the batch and then as probes choose to store: a clear bit
 /// means no writer of the run wants the bucket; a set one may be another
-/// bucket's, and the caller searches. No allocation: it lives in the run.
+/// bucket's, and the caller searches. Sized to the run, 16 bits a key (a
+/// round holds at most a store per key planned and one per key completed:
+/// at most one bit in eight set), up to [`MAX_RUN`]'s. No allocation: it
+/// lives in the run. (Debug builds check every "no" against the search.)
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct StoreFilter {
     /// The batch round the bits were filled for (`Batch::round`).
     round: Option<u64>,
+    /// The words in use: `bits[..words]`.
+    words: usize,
     bits: [u64; FILTER_WORDS],
 }
 
-const FILTER_WORDS: usize = 32;
+const FILTER_WORDS: usize = MAX_RUN * 16 / 64;
 
 impl Default for StoreFilter {
     fn default() -> Self {
         StoreFilter {
             round: None,
+            words: 1,
             bits: [0; FILTER_WORDS],
         }
     }
 }
 
 impl StoreFilter {
-    fn bit(at: Remote) -> (usize, u64) {
+    fn bit(&self, at: Remote) -> (usize, u64) {
         let h = crate::placement::mix(at.offset ^ (at.rank as u64).rotate_right(20));
-        let n = (h % (FILTER_WORDS as u64 * 64)) as usize;
+        let n = (h % (self.words as u64 * 64)) as usize;
         (n / 64, 1 << (n % 64))
     }
 
     /// Adds the data of a bucket a probe chose to store to.
     pub(crate) fn insert(&mut self, at: Remote) {
-        let (w, b) = Self::bit(at);
+        let (w, b) = self.bit(at);
         self.bits[w] |= b;
     }
 
@@ -753,7 +769,8 @@ impl StoreFilter {
     fn may_hold(&mut self, shape: &Shape, done: &Batch, probes: &[Probe], at: Remote) -> bool {
         if self.round != Some(done.round) {
             self.round = Some(done.round);
-            self.bits = [0; FILTER_WORDS];
+            self.words = (probes.len() * 16).div_ceil(64).clamp(1, FILTER_WORDS);
+            self.bits[..self.words].fill(0);
             for q in probes.iter().filter(|q| q.phase == Some(Role::Store)) {
                 self.insert(shape.data_at(q.rank, q.bucket));
             }
@@ -764,7 +781,7 @@ impl StoreFilter {
                 }
             }
         }
-        let (w, b) = Self::bit(at);
+        let (w, b) = self.bit(at);
         self.bits[w] & b != 0
     }
 }
