@@ -20,9 +20,10 @@
 //! while dumping.
 //!
 //! # Shard format (version [`FORMAT_VERSION`])
-//! Version 4 came with the word-wise key hash and word-padded buckets: its
-//! records are as version 3's, but a version 3 dump names a placement this
-//! build no longer computes, so it is refused rather than half trusted.
+//! Version 4 came with the word-wise key hash and word-padded buckets. Its
+//! records are as version 3's, and a restore places every record afresh
+//! with this build's hash, so version 3 shards restore too
+//! ([`OLDEST_READ`]).
 //! All integers little-endian. An 80-byte header:
 //!
 //! | bytes | field |
@@ -121,6 +122,9 @@ use crate::variant::word;
 
 /// The shard format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 4;
+
+/// The oldest shard format this build restores.
+pub const OLDEST_READ: u32 = 3;
 
 /// The most shards a dump may have (and so ranks that may dump).
 pub const MAX_SHARDS: usize = 1 << 16;
@@ -271,12 +275,12 @@ impl Header {
                 ),
             ));
         }
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READ..=FORMAT_VERSION).contains(&version) {
             return Err(bad(
                 at::VERSION,
                 format!(
-                    "format version {version}; this build reads version {FORMAT_VERSION}: \
-                     restore it with the fabkit that wrote it"
+                    "format version {version}; this build reads versions {OLDEST_READ} to \
+                     {FORMAT_VERSION}: restore it with the fabkit that wrote it"
                 ),
             ));
         }
