@@ -109,7 +109,13 @@ impl Variant {
 /// CRC32C (Castagnoli, the polynomial SSE 4.2 and ARMv8 compute in
 /// hardware) of key then value.
 pub fn checksum(key: &[u8], value: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(key), value)
+    crc32c::crc32c_append(record_checksum(key), value)
+}
+
+/// [`checksum`] of a key and value adjacent in memory (as in a bucket):
+/// one pass.
+pub fn record_checksum(record: &[u8]) -> u32 {
+    crc32c::crc32c(record)
 }
 
 /// A bucket as read.
@@ -142,7 +148,7 @@ impl Bucket<'_> {
 
     /// The stored checksum matches key and value (true where there is none).
     pub fn checksum_ok(&self) -> bool {
-        self.crc.is_none_or(|c| c == crc32c::crc32c(self.record))
+        self.crc.is_none_or(|c| c == record_checksum(self.record))
     }
 }
 
@@ -258,7 +264,7 @@ impl Layout {
         record[..self.key_len].copy_from_slice(key);
         record[self.key_len..].copy_from_slice(value);
         // One pass over key and value, adjacent in the bucket.
-        let crc = crc32c::crc32c(record);
+        let crc = record_checksum(record);
         if let Some(c) = self.crc {
             out[c - base..c - base + 4].copy_from_slice(&crc.to_le_bytes());
         }
@@ -346,6 +352,13 @@ mod tests {
             let zero = vec![0u8; l.data_len()];
             assert!(!l.decode(&zero, 0).occupied(), "{v:?}");
         }
+    }
+
+    #[test]
+    fn the_checksum_is_crc32c_in_one_pass_or_two() {
+        // The check value of CRC32C (RFC 3720, B.4): "123456789".
+        assert_eq!(record_checksum(b"123456789"), 0xe306_9283);
+        assert_eq!(checksum(b"1234", b"56789"), 0xe306_9283);
     }
 
     #[test]

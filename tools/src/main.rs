@@ -92,9 +92,8 @@ enum Cmd {
     /// The embedded default job: `info`, `check` with 4 in-process ranks on
     /// every provider here that offers RMA and atomics, then a short DHT
     /// benchmark (every variant, the paper's workload and YCSB A, Redis
-    /// beside it when installed) on the fastest same-node path: 2 ranks as
-    /// processes under mpirun on an MPI_Win_allocate window (in-process
-    /// ranks with the same-node shortcut when mpirun is missing).
+    /// beside it when installed) on the fastest same-node path: 2 in-process
+    /// ranks sharing their regions through the same-node shortcut.
     Demo {
         /// Ranks per check.
         #[arg(short = 'n', long, default_value = "4", value_parser = bounds::ranks)]

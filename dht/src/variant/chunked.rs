@@ -198,7 +198,8 @@ impl<'a> Chunked<'a> {
                 } => return self.torn(i, bucket, state, mine, now),
             }
         }
-        // Both chunks hold other keys: the next round reads the two after.
+        // The chunks read hold other keys: the next round reads on from the
+        // chunk after the last one read.
         let p = &mut self.run.probes[i];
         p.k += 1;
         p.retries = 0;
