@@ -547,13 +547,25 @@ impl<'env> Window<'env> {
     /// `abort()`) rather than return with the caller's buffers still
     /// targeted.
     pub fn execute_in_epoch(&mut self, ops: &mut [Op<'_>]) -> Result<()> {
-        // The window's reusable set, taken out while `self` is borrowed.
-        let mut targets = std::mem::take(&mut self.targets);
+        let mut targets = self.take_targets();
         let r = self
             .validate_all(ops, &mut targets)
             .and_then(|()| self.in_epoch(ops, targets.as_slice()));
         self.targets = targets;
         r
+    }
+
+    /// The window's reusable target set, taken out while `self` is
+    /// borrowed (and put back after the batch). A batch that panicked
+    /// never put it back and left an empty set of no ranks, which would
+    /// drop every target and flush none: a fresh one replaces it.
+    fn take_targets(&mut self) -> Targets {
+        let t = std::mem::take(&mut self.targets);
+        if t.ranks == self.size {
+            t
+        } else {
+            Targets::new(self.size)
+        }
     }
 
     /// [`Window::execute_in_epoch`] after validation.
@@ -775,8 +787,7 @@ impl<'env> Window<'env> {
     /// targeted.
     pub fn execute(&mut self, sync: Sync, ops: &mut [Op<'_>]) -> Result<()> {
         self.refuse_active_in_lock(sync)?;
-        // The window's reusable set, taken out while `self` is borrowed.
-        let mut targets = std::mem::take(&mut self.targets);
+        let mut targets = self.take_targets();
         let valid = self.validate_all(ops, &mut targets);
         if valid.is_err() && sync == Sync::Pscw {
             // The targets that posted for this origin expect an access
@@ -1164,6 +1175,7 @@ impl Targets {
     /// one before named: that is checked first.
     #[inline]
     fn add(&mut self, r: usize) {
+        debug_assert!(r < self.ranks, "rank {r} of {} validated", self.ranks);
         if self.list.last() == Some(&r) || r >= self.ranks {
             return;
         }
@@ -1182,7 +1194,8 @@ impl Targets {
     /// Makes the set the distinct `ranks`, in order.
     fn fill(&mut self, ranks: impl Iterator<Item = usize>) {
         self.clear();
-        ranks.for_each(|r| self.add(r));
+        let n = self.ranks;
+        ranks.filter(|&r| r < n).for_each(|r| self.add(r));
         self.sort();
     }
 
