@@ -20,10 +20,13 @@
 #
 # Writes results/dht-speed/speed/: every run's output (raw/, fabkit's JSON
 # with its command, commit and machine), records.jsonl (one line per phase
-# of every run) and speed.md (the per-round table and the scaling table).
-set -euo pipefail
+# of every run; a run that failed is one line with phase "failed", and the
+# table lists it) and speed.md (the per-round table and the scaling table).
+# It is written beside the old one and moved into place at the end.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=results/dht-speed/speed
+final=results/dht-speed/speed
+out=$final.new
 rounds=${ROUNDS:-3}
 keys=${KEYS:-100000}
 buckets=${BUCKETS:-262144}
@@ -35,15 +38,23 @@ trap 'rm -rf "$tmp"' EXIT
 if [ -z "$ceiling" ]; then
   src=${SHARED:-../shared}/bench/ceiling.c
   [ -f "$src" ] || { echo "run-speed: no ceiling loop: set CEILING or SHARED" >&2; exit 2; }
-  gcc -O2 -msse4.2 -o "$tmp/ceiling" "$src"
+  gcc -O2 -msse4.2 -o "$tmp/ceiling" "$src" || exit 1
   ceiling=$tmp/ceiling
 fi
-cargo build --release --quiet --bin fabkit
+if [ -n "$mpidht" ]; then
+  for v in lockfree coarse fine; do
+    [ -x "$mpidht/mpidht-bench-$v" ] || {
+      echo "run-speed: MPIDHT=$mpidht has no mpidht-bench-$v (see mpidht-driver.c)" >&2
+      exit 2
+    }
+  done
+fi
+cargo build --release --quiet --bin fabkit || exit 1
 fk=target/release/fabkit
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+rm -rf "$out"
 mkdir -p "$out/raw"
-rm -f "$out"/raw/* "$out/records.jsonl"
 common=(-w paper -k "$keys" --buckets "$buckets" --latency-ops 0 --no-redis --hot-rounds 0)
 
 # rec ROUND ROW SIDE VARIANT PHASE MOPS: one line of records.jsonl.
@@ -54,11 +65,19 @@ rec() {
     >> "$out/records.jsonl"
 }
 
+# failed ROUND ROW SIDE LOG: says so, and records it.
+failed() {
+  echo "run-speed: round $1, $2 ($3) failed; see ${4#"$out/"}" >&2
+  jq -cn --argjson round "$1" --arg row "$2" --arg side "$3" \
+    '{round: $round, row: $row, side: $side, variant: "-", phase: "failed", mops: null}' \
+    >> "$out/records.jsonl"
+}
+
 # ceiling ROUND ROW RANKS: the ceiling loop's write and read-all phases.
 ceiling() {
   local log=$out/raw/r$1-$2.txt
   echo "\$ $ceiling $3 $keys $buckets" > "$log"
-  "$ceiling" "$3" "$keys" "$buckets" >> "$log"
+  "$ceiling" "$3" "$keys" "$buckets" >> "$log" || { failed "$1" "$2" anchor "$log"; return; }
   local line
   line=$(tail -1 "$log")
   rec "$1" "$2" anchor lockfree write "$(sed -E 's/.* write ([0-9.]+) Mops.*/\1/' <<< "$line")"
@@ -70,7 +89,8 @@ mpidht() {
   local bin=$mpidht/mpidht-bench-$3 log=$out/raw/r$1-$2.txt
   [ -n "$mpidht" ] && [ -x "$bin" ] || return 0
   echo "\$ mpirun -n 2 --mca osc $4 $bin -k $keys -b $buckets" > "$log"
-  mpirun -n 2 --mca osc "$4" "$bin" -k "$keys" -b "$buckets" >> "$log"
+  mpirun -n 2 --mca osc "$4" "$bin" -k "$keys" -b "$buckets" >> "$log" 2>&1 ||
+    { failed "$1" "$2" anchor "$log"; return; }
   grep '^mpidht ' "$log" | while read -r _ v _ _ phase _ mops _; do
     rec "$1" "$2" anchor "$v" "$phase" "$mops"
   done
@@ -84,7 +104,8 @@ fabkit() {
   while [ "$1" != -- ]; do launch+=("$1"); shift; done
   shift
   local json=$out/raw/r$round-$row.json
-  "${launch[@]}" "$fk" dht "$@" "${common[@]}" --json "$json" > "$out/raw/r$round-$row.txt"
+  "${launch[@]}" "$fk" dht "$@" "${common[@]}" --json "$json" > "$out/raw/r$round-$row.txt" 2>&1 ||
+    { failed "$round" "$row" fabkit "$out/raw/r$round-$row.txt"; return; }
   jq -r '.runs[] | select(.system == "fabkit") | "\(.variant) \(.phase) \(.ops_per_sec / 1e6)"' \
     "$json" | while read -r v phase mops; do
     rec "$round" "$row" fabkit "$v" "$phase" "$mops"
@@ -144,11 +165,14 @@ beside() {
   local name=$1
   shift
   "$fk" dht -n 2 --shm -v lockfree -k "$keys" --buckets "$buckets" "$@" \
-    --json "$out/raw/$name.json" > "$out/raw/$name.txt"
+    --json "$out/raw/$name.json" > "$out/raw/$name.txt" 2>&1 ||
+    echo "run-speed: $name failed; see raw/$name.txt" >&2
 }
 beside uniform-paper-a -w paper,a --reps 3
 beside zipf-paper -w paper --distribution zipf --reps 3
 beside ycsb -w load-a,b,c,d,f --reps 3
 
-bash results/dht-speed/speed-table.sh "$out" > "$out/speed.md"
-cat "$out/speed.md"
+bash results/dht-speed/speed-table.sh "$out" > "$out/speed.md" || exit 1
+rm -rf "$final"
+mv "$out" "$final"
+cat "$final/speed.md"

@@ -6,7 +6,9 @@
 #   bash results/dht-speed/speed-table.sh results/dht-speed/speed
 set -euo pipefail
 dir=${1:?usage: speed-table.sh DIR (holding records.jsonl and raw/)}
-meta=$(ls "$dir"/raw/r1-lockfree-threads-shm.json)
+# The machine and commit from any fabkit run's JSON.
+meta=$(ls "$dir"/raw/*.json 2>/dev/null | head -1)
+[ -n "$meta" ] || { echo "speed-table: no fabkit JSON under $dir/raw" >&2; exit 1; }
 echo "# The DHT's speed against its anchors, round by round"
 echo
 echo "Written by \`results/dht-speed/run-speed.sh\` (rerun it; nothing here is edited by hand)."
@@ -18,7 +20,7 @@ echo
 jq -rs '
   def cell($f; $a):
     if $f == null then "-"
-    elif $a == null then "\($f * 1000 | round / 1000) / -"
+    elif $a == null or $a == 0 then "\($f * 1000 | round / 1000) / -"
     else "\($f * 1000 | round / 1000) / \($a * 1000 | round / 1000) = **\($f / $a * 100 | round / 100)**"
     end;
   . as $all
@@ -55,6 +57,11 @@ jq -rs '
       | select($cells | any(. != "-"))
       | "| \($f) | \($a) | \($target) | \($ph) | " + ($cells | join(" | ")) + " |")
 ' "$dir/records.jsonl"
+failed=$(jq -rs 'map(select(.phase == "failed") | "round \(.round) \(.row) (\(.side))") | join(", ")' "$dir/records.jsonl")
+if [ -n "$failed" ]; then
+  echo
+  echo "Runs that failed (their output is under raw/): $failed."
+fi
 for f in uniform-paper-a zipf-paper ycsb; do
   [ -f "$dir/raw/$f.json" ] || continue
   echo
