@@ -243,6 +243,7 @@ fn run(win: &mut Window, c: &Ctx<'_>, bytes: usize, iters: u64, warmup: u64) -> 
         secs,
         window: w,
         samples_ns,
+        ordering: None,
     })
 }
 

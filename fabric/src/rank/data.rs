@@ -13,7 +13,7 @@ use std::sync::atomic::{self, AtomicU64};
 use std::time::Instant;
 
 use fabric_sys as ffi;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Completion, Op, Rank};
 use crate::cq::{Outcome, Ticket};
@@ -45,7 +45,7 @@ struct Piece {
 
 /// What the ordering mechanism has done on a rank (see [`Rank::ordering`]).
 /// Counts posted pieces (a write larger than a transfer is several).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderingStats {
     /// Writes posted with `FI_DELIVERY_COMPLETE`.
     pub delivery_complete: u64,
