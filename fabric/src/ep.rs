@@ -7,15 +7,10 @@ use std::time::{Duration, Instant};
 use fabric_sys as ffi;
 
 use crate::av::{AddressVector, AvInner};
-use crate::cq::{CompletionQueue, CqInner, Ticket};
+use crate::cq::{CompletionQueue, CqInner, Ticket, HOT};
 use crate::domain::{close_fid, Domain, DomainInner};
 use crate::error::{call_error, check, Error, OpKind, Result};
 use crate::mr::MemoryRegion;
-
-/// Retries of a post refused with -FI_EAGAIN that only poll the CQ and
-/// yield before the poster naps: a few, so a peer sharing the core runs,
-/// and a refused post neither spins a core away nor waits a nap per op.
-const EAGAIN_YIELDS: u32 = 64;
 
 /// An enabled RDM endpoint bound to one CQ (transmit and receive) and one AV.
 #[doc(alias = "fi_endpoint")]
@@ -157,7 +152,8 @@ impl Endpoint {
             None => Error::Timeout { op, peer, timeout },
         };
         let t = cq.acquire(deadline).ok_or_else(failed)?;
-        let mut tries = 0u32;
+        // The first refusal, or the last completion dispatched since.
+        let mut active: Option<Instant> = None;
         loop {
             let rc = post(cq.context(t));
             if rc == 0 {
@@ -170,22 +166,28 @@ impl Endpoint {
                     _ => call_error("post", ffi::FI_EOTHER as i32),
                 });
             }
-            if Instant::now() >= deadline || cq.broken().is_some() {
+            let now = Instant::now();
+            if now >= deadline || cq.broken().is_some() {
                 cq.cancel_unposted(t);
                 return Err(failed());
             }
             // The transmit queue is full, or the peer has not yet taken what
-            // we sent (shm's delivery-complete writes wait for the target to
-            // progress): complete something first. The first retries only
-            // poll and yield the core, so a peer on it can progress and a
-            // batch is not paced by naps of tens of microseconds; after
-            // that, nap as before.
-            tries += 1;
-            if tries <= EAGAIN_YIELDS {
-                cq.drive(Duration::ZERO);
+            // we sent (shm 1.17 keeps one delivery-complete write per peer
+            // in flight, and it completes only once the target has
+            // progressed): complete something first. While completions
+            // come (see HOT), only poll and yield the core, so a peer on it
+            // can progress and a batch is not paced by naps of tens of
+            // microseconds; after that, nap as before.
+            let since = *active.get_or_insert(now);
+            let n = if now.duration_since(since) < HOT {
+                let n = cq.drive(Duration::ZERO);
                 std::thread::yield_now();
+                n
             } else {
-                cq.drive(Duration::from_micros(100));
+                cq.drive(Duration::from_micros(100))
+            };
+            if n > 0 {
+                active = Some(now);
             }
         }
     }
