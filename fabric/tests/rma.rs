@@ -228,13 +228,7 @@ fn publish_rounds(prov: &str, ordering: Ordering, rounds: u64) -> OrderingStats 
                     std::thread::yield_now();
                 }
             }
-            let after = r.ordering_stats();
-            Some(OrderingStats {
-                delivery_complete: after.delivery_complete - before.delivery_complete,
-                fenced: after.fenced - before.fenced,
-                read_backs: after.read_backs - before.read_backs,
-                unordered: after.unordered - before.unordered,
-            })
+            Some(r.ordering_stats().since(before))
         } else {
             let mut seen = 0;
             while seen < rounds {

@@ -8,6 +8,15 @@
 //! batch, by a read of its bytes (read-after-write data order); or, with
 //! `FI_FENCE`, by marking its peer in the [`FenceBook`] when the batch ends,
 //! so that the next operation posted to that peer carries the fence.
+//!
+//! Delivery-complete writes to one peer in one round go out together, as
+//! one `fi_writemsg` with a remote segment each (a scatter write), up to
+//! the provider's `rma_iov_limit` ([`plan_posts`]). Its completion means
+//! every segment was delivered (fi_cq(3)), so each write is as visible as
+//! if posted alone, and a round costs one acknowledgement per group
+//! instead of one per write: on `shm`, which keeps one delivery-complete
+//! write per peer in flight and completes it only once the target has
+//! progressed, that is what a round of them waits for.
 
 use std::sync::atomic::{self, AtomicU64};
 use std::time::Instant;
@@ -23,6 +32,10 @@ use crate::mr::MemoryRegion;
 
 /// Staging layout of an atomic: operand, compare value, result.
 pub(super) const ATOMIC_STAGE: usize = 24;
+
+/// Most writes one scatter write carries (the provider's `rma_iov_limit`
+/// and `iov_limit` may allow fewer; `shm` allows 4).
+pub(super) const MAX_SCATTER: usize = 4;
 
 /// One piece of an op as posted: RMA ops larger than a transfer are split.
 #[derive(Clone, Copy, Debug)]
@@ -47,14 +60,45 @@ struct Piece {
 /// Counts posted pieces (a write larger than a transfer is several).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderingStats {
-    /// Writes posted with `FI_DELIVERY_COMPLETE`.
+    /// Writes posted with `FI_DELIVERY_COMPLETE`, alone or in a scatter
+    /// write.
     pub delivery_complete: u64,
+    /// Of those, the writes that rode in a scatter write posted for an
+    /// earlier one of their round (see the module doc): each saved a post
+    /// and an acknowledgement.
+    #[serde(default)]
+    pub scattered: u64,
     /// Operations posted with `FI_FENCE`.
     pub fenced: u64,
     /// Reads posted after Delivery writes to make them visible.
     pub read_backs: u64,
     /// Delivery writes posted with no mechanism ([`Ordering::None`]).
     pub unordered: u64,
+}
+
+impl OrderingStats {
+    /// What was done between `earlier` (a snapshot of the same rank's
+    /// counters) and `self`.
+    pub fn since(self, earlier: OrderingStats) -> OrderingStats {
+        OrderingStats {
+            delivery_complete: self.delivery_complete - earlier.delivery_complete,
+            scattered: self.scattered - earlier.scattered,
+            fenced: self.fenced - earlier.fenced,
+            read_backs: self.read_backs - earlier.read_backs,
+            unordered: self.unordered - earlier.unordered,
+        }
+    }
+
+    /// The counts of two ranks (or endpoints) together.
+    pub fn plus(self, other: OrderingStats) -> OrderingStats {
+        OrderingStats {
+            delivery_complete: self.delivery_complete + other.delivery_complete,
+            scattered: self.scattered + other.scattered,
+            fenced: self.fenced + other.fenced,
+            read_backs: self.read_backs + other.read_backs,
+            unordered: self.unordered + other.unordered,
+        }
+    }
 }
 
 /// Which peers an operation must be fenced to ([`Ordering::Fence`]), shared
@@ -72,6 +116,7 @@ pub(super) struct FenceBook {
     marks: Box<[AtomicU64]>,
     covered: Box<[AtomicU64]>,
     delivery_complete: AtomicU64,
+    scattered: AtomicU64,
     fenced: AtomicU64,
     read_backs: AtomicU64,
     unordered: AtomicU64,
@@ -84,6 +129,7 @@ impl FenceBook {
             marks: zeros(),
             covered: zeros(),
             delivery_complete: AtomicU64::new(0),
+            scattered: AtomicU64::new(0),
             fenced: AtomicU64::new(0),
             read_backs: AtomicU64::new(0),
             unordered: AtomicU64::new(0),
@@ -114,11 +160,84 @@ impl FenceBook {
         let get = |c: &AtomicU64| c.load(atomic::Ordering::Relaxed);
         OrderingStats {
             delivery_complete: get(&self.delivery_complete),
+            scattered: get(&self.scattered),
             fenced: get(&self.fenced),
             read_backs: get(&self.read_backs),
             unordered: get(&self.unordered),
         }
     }
+}
+
+/// Pieces posted as one operation: one piece, or up to [`MAX_SCATTER`]
+/// delivery-complete writes to one peer as a scatter write. Indexes into
+/// the round; the first is the lead, whose kind and peer the post has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Post {
+    pieces: [u16; MAX_SCATTER],
+    n: u8,
+}
+
+impl Post {
+    fn one(i: usize) -> Post {
+        Post {
+            pieces: [i as u16, 0, 0, 0],
+            n: 1,
+        }
+    }
+
+    fn members(&self) -> &[u16] {
+        &self.pieces[..self.n as usize]
+    }
+
+    fn lead(&self) -> usize {
+        self.pieces[0] as usize
+    }
+}
+
+/// Plans a round's posts: every piece alone, except the pieces `joins`
+/// admits (delivery-complete writes), which join the open group of their
+/// peer until it holds `scatter` of them or `max_len` bytes. A group is
+/// posted where its first piece stood; ops in a batch are unordered, and
+/// only writes of a mechanism that needs no per-peer order (delivery
+/// completion: no read-back after them, no fence before) are joined.
+fn plan_posts(
+    round: &[Piece],
+    scatter: usize,
+    max_len: usize,
+    joins: impl Fn(&Piece) -> bool,
+) -> Vec<Post> {
+    let scatter = scatter.clamp(1, MAX_SCATTER);
+    let mut posts: Vec<Post> = Vec::with_capacity(round.len());
+    // Open groups: (peer, post index, bytes so far); one per peer at most.
+    let mut open: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, p) in round.iter().enumerate() {
+        if scatter == 1 || !joins(p) {
+            posts.push(Post::one(i));
+            continue;
+        }
+        match open.iter().position(|&(peer, _, _)| peer == p.peer) {
+            Some(g) if open[g].2 + p.len <= max_len => {
+                let (_, at, bytes) = &mut open[g];
+                let post = &mut posts[*at];
+                post.pieces[post.n as usize] = i as u16;
+                post.n += 1;
+                *bytes += p.len;
+                if post.n as usize == scatter {
+                    open.swap_remove(g);
+                }
+            }
+            found => {
+                if let Some(g) = found {
+                    open.swap_remove(g);
+                }
+                posts.push(Post::one(i));
+                if scatter > 1 {
+                    open.push((p.peer, posts.len() - 1, p.len));
+                }
+            }
+        }
+    }
+    posts
 }
 
 impl Rank {
@@ -269,6 +388,19 @@ impl Rank {
         result
     }
 
+    /// Most delivery-complete writes one scatter write may carry here: 1
+    /// unless the rank posts them with `FI_DELIVERY_COMPLETE` and the
+    /// provider takes several local and remote segments per write.
+    fn scatter(&self) -> usize {
+        if self.ordering != Ordering::DeliveryComplete {
+            return 1;
+        }
+        self.info
+            .rma_iov_limit()
+            .min(self.info.iov_limit())
+            .clamp(1, MAX_SCATTER)
+    }
+
     /// Plans the pieces into rounds and runs them, stopping at the first
     /// failed round.
     fn run_rounds(
@@ -337,11 +469,15 @@ impl Rank {
 
         let timeout = self.cfg.timeout;
         let deadline = Instant::now() + timeout;
-        let mut tickets: Vec<(Ticket, &Piece, bool)> = Vec::with_capacity(round.len());
+        let delivery_complete = self.ordering == Ordering::DeliveryComplete;
+        let posts = plan_posts(round, self.scatter(), self.info.max_msg_size(), |p| {
+            delivery_complete && p.kind == OpKind::Write && p.delivery
+        });
+        let mut tickets: Vec<(Ticket, usize, bool)> = Vec::with_capacity(posts.len());
         let mut first_err = None;
-        for p in round {
-            match self.post_piece(staging, p, deadline) {
-                Ok((t, fenced)) => tickets.push((t, p, fenced)),
+        for post in &posts {
+            match self.post_pieces(staging, round, post, deadline) {
+                Ok((t, fenced)) => tickets.push((t, post.lead(), fenced)),
                 Err(e) => {
                     first_err = Some(e);
                     break;
@@ -352,9 +488,10 @@ impl Rank {
         // staging buffer), so the buffer must be retired.
         let mut retire = false;
         let mut received = vec![0usize; round.len()];
-        for (i, (t, p, fenced)) in tickets.iter().enumerate() {
-            let outcome = self.cq.inner.wait(*t, deadline);
-            if *fenced && !matches!(outcome, Outcome::Done { .. }) {
+        for &(t, i, fenced) in &tickets {
+            let p = &round[i];
+            let outcome = self.cq.inner.wait(t, deadline);
+            if fenced && !matches!(outcome, Outcome::Done { .. }) {
                 // What a failed fence guarantees is not defined: fence the
                 // next operation to that peer again.
                 self.fences.mark(p.peer);
@@ -369,7 +506,7 @@ impl Rank {
                     retire = true;
                     if p.kind == OpKind::Recv {
                         // A receive would otherwise stay posted.
-                        self.ep.cancel(*t);
+                        self.ep.cancel(t);
                     }
                     first_err.get_or_insert(Error::completion_queue(p.kind, p.peer, call, code));
                 }
@@ -377,7 +514,7 @@ impl Rank {
                     retire = true;
                     if p.kind == OpKind::Recv {
                         // A receive would otherwise stay posted.
-                        self.ep.cancel(*t);
+                        self.ep.cancel(t);
                     }
                     first_err.get_or_insert(Error::Timeout {
                         op: p.kind,
@@ -469,19 +606,44 @@ impl Rank {
         }
     }
 
-    /// Posts one piece; returns its ticket and whether it carries a fence.
-    fn post_piece(
+    /// Posts one post of the round (one piece, or a scatter write of
+    /// several); returns its ticket and whether it carries a fence.
+    fn post_pieces(
         &self,
         staging: &MemoryRegion,
-        p: &Piece,
+        round: &[Piece],
+        post: &Post,
         deadline: Instant,
     ) -> Result<(Ticket, bool)> {
+        let p = &round[post.lead()];
         let peer = self.peer(p.peer)?;
         let raddr = peer.region.base + p.offset;
         let key = peer.region.key;
         let ep = self.ep.raw();
         let buf = staging.ptr_at(p.stage_off).cast::<libc::c_void>();
         let desc = staging.desc();
+        // A scatter write's segments: the lead's first, each piece's bytes
+        // in staging to its remote address (all of one peer; planned).
+        let mut iovs = [ffi::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_SCATTER];
+        let mut rma_iovs = [ffi::fi_rma_iov::default(); MAX_SCATTER];
+        for (k, &m) in post.members().iter().enumerate() {
+            let q = &round[m as usize];
+            debug_assert!(k == 0 || (q.kind == OpKind::Write && q.peer == p.peer));
+            iovs[k] = ffi::iovec {
+                iov_base: staging.ptr_at(q.stage_off).cast(),
+                iov_len: q.len,
+            };
+            rma_iovs[k] = ffi::fi_rma_iov {
+                addr: peer.region.base + q.offset,
+                len: q.len,
+                key,
+            };
+        }
+        let segments = post.members().len();
+        let mut descs = [desc; MAX_SCATTER];
         // A receive is not a transmit: a fence does not apply to it.
         let fence = match (self.ordering, p.kind) {
             (_, OpKind::Recv) => None,
@@ -509,12 +671,13 @@ impl Rank {
             OpKind::Fetch => ffi::FI_ATOMIC_READ,
             _ => ffi::FI_ATOMIC_WRITE,
         };
-        // SAFETY: (every post below) the endpoint is open; buf points into the
-        // registered staging buffer with room for the piece (planned), which
-        // stays alive and untouched until the op completes or the buffer is
-        // retired; ctx is a slot reserved for this op. The *msg variants'
-        // descriptors (iovecs, keys, the msg itself) live on this stack frame
-        // for the call: libfabric copies them (we do not set FI_ASYNC_IOV).
+        // SAFETY: (every post below) the endpoint is open; buf (and every
+        // segment of a scatter write) points into the registered staging
+        // buffer with room for its piece (planned), which stays alive and
+        // untouched until the op completes or the buffer is retired; ctx is
+        // a slot reserved for this op. The *msg variants' descriptors
+        // (iovecs, keys, the msg itself) live on this stack frame for the
+        // call: libfabric copies them (we do not set FI_ASYNC_IOV).
         let post = |ctx: *mut libc::c_void| unsafe {
             // One pointer to the descriptor, shared by whichever msg is used.
             let mut d = desc;
@@ -565,7 +728,17 @@ impl Rank {
             };
             match p.kind {
                 OpKind::Recv => ffi::fi_recv(ep, buf, p.len, desc, ffi::FI_ADDR_UNSPEC, ctx),
-                OpKind::Write => ffi::fi_writemsg(ep, &rma, flags),
+                OpKind::Write => {
+                    let scatter = ffi::fi_msg_rma {
+                        msg_iov: iovs.as_ptr(),
+                        desc: descs.as_mut_ptr(),
+                        iov_count: segments,
+                        rma_iov: rma_iovs.as_ptr(),
+                        rma_iov_count: segments,
+                        ..rma
+                    };
+                    ffi::fi_writemsg(ep, &scatter, flags)
+                }
                 OpKind::Read => ffi::fi_readmsg(ep, &rma, flags),
                 OpKind::Send => {
                     let msg = ffi::fi_msg {
@@ -602,7 +775,13 @@ impl Rank {
             self.fences.cover(p.peer, mark);
         }
         if delivery_complete {
-            count(&self.fences.delivery_complete);
+            let n = segments as u64;
+            self.fences
+                .delivery_complete
+                .fetch_add(n, atomic::Ordering::Relaxed);
+            self.fences
+                .scattered
+                .fetch_add(n - 1, atomic::Ordering::Relaxed);
         }
         if p.read_back {
             count(&self.fences.read_backs);

@@ -699,7 +699,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         let measured = match role {
             Some(role) => {
                 let raw = run_threads(&eps, &job, role, iters, a.warmup).map(|mut r| {
-                    r.ordering = Some(minus(ordering_of(&eps), before));
+                    r.ordering = Some(ordering_of(&eps).since(before));
                     r
                 });
                 // The idle ranks are told even after a failure, so that they
@@ -729,27 +729,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
 fn ordering_of(eps: &[Rank]) -> OrderingStats {
     eps.iter()
         .map(Rank::ordering_stats)
-        .fold(OrderingStats::default(), plus)
-}
-
-/// `a + b`, count by count.
-fn plus(a: OrderingStats, b: OrderingStats) -> OrderingStats {
-    OrderingStats {
-        delivery_complete: a.delivery_complete + b.delivery_complete,
-        fenced: a.fenced + b.fenced,
-        read_backs: a.read_backs + b.read_backs,
-        unordered: a.unordered + b.unordered,
-    }
-}
-
-/// `a - b`, count by count.
-fn minus(a: OrderingStats, b: OrderingStats) -> OrderingStats {
-    OrderingStats {
-        delivery_complete: a.delivery_complete - b.delivery_complete,
-        fenced: a.fenced - b.fenced,
-        read_backs: a.read_backs - b.read_backs,
-        unordered: a.unordered - b.unordered,
-    }
+        .fold(OrderingStats::default(), OrderingStats::plus)
 }
 
 /// Every rank's outcome, agreed before any rank goes on or closes: `mine`
@@ -891,7 +871,10 @@ pub fn combine(a: &SweepArgs, threads: usize, per_rank: &[Vec<Raw>]) -> Vec<Poin
                 rates,
                 latency: Latency::from_nanos(&raws[0].samples_ns),
                 completion: None,
-                ordering: raws.iter().filter_map(|x| x.ordering).reduce(plus),
+                ordering: raws
+                    .iter()
+                    .filter_map(|x| x.ordering)
+                    .reduce(OrderingStats::plus),
             }
         })
         .collect()
