@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Completion, Op, Rank};
 use crate::cq::{Outcome, Ticket};
+use crate::ep::{Attempt, Room};
 use crate::error::{Error, OpKind, Result};
 use crate::info::Ordering;
 use crate::mr::MemoryRegion;
@@ -248,6 +249,33 @@ fn plan_posts(
         }
     }
     posts
+}
+
+/// One pass over the posts still to be made (`queue`, in order): each is
+/// tried with `post` (true: posted) unless an earlier one of its key (its
+/// peer) was refused in this pass; the refused and the held back stay in
+/// `queue`, in order. `held` is scratch space.
+fn posting_pass(
+    queue: &mut Vec<usize>,
+    held: &mut Vec<usize>,
+    key: impl Fn(usize) -> usize,
+    mut post: impl FnMut(usize) -> Result<bool>,
+) -> Result<()> {
+    held.clear();
+    let mut left = 0;
+    for q in 0..queue.len() {
+        let i = queue[q];
+        let k = key(i);
+        if held.contains(&k) || !post(i)? {
+            if !held.contains(&k) {
+                held.push(k);
+            }
+            queue[left] = i;
+            left += 1;
+        }
+    }
+    queue.truncate(left);
+    Ok(())
 }
 
 impl Rank {
@@ -484,19 +512,9 @@ impl Rank {
             delivery_complete && p.kind == OpKind::Write && p.delivery
         });
         let mut tickets: Vec<(Ticket, usize, bool)> = Vec::with_capacity(posts.len());
-        let mut first_err = None;
-        for (k, post) in posts.iter().enumerate() {
-            if self.serve_while_posting && k % SERVE_EVERY == SERVE_EVERY - 1 {
-                self.cq.inner.drive(Duration::ZERO);
-            }
-            match self.post_pieces(staging, round, post, deadline) {
-                Ok((t, fenced)) => tickets.push((t, post.lead(), fenced)),
-                Err(e) => {
-                    first_err = Some(e);
-                    break;
-                }
-            }
-        }
+        let mut first_err = self
+            .post_round(staging, round, &posts, deadline, &mut tickets)
+            .err();
         // Set when an operation's fate is unknown (it may still access the
         // staging buffer), so the buffer must be retired.
         let mut retire = false;
@@ -619,15 +637,76 @@ impl Rank {
         }
     }
 
+    /// Posts every post of a round, pushing each one's ticket (with its
+    /// lead piece and whether it carries a fence) as it goes out, and stops
+    /// at the first error. A post refused with -FI_EAGAIN holds back the
+    /// posts after it to the same peer (every receive counts as one peer:
+    /// they match in posting order), so each peer's posts keep their order
+    /// (a read-back after its write, a fence on the first), while posts to
+    /// other peers go on: `shm` refuses a second delivery-complete write to
+    /// a peer until the target has answered the first, and a round's writes
+    /// to its own rank need not wait behind those to another. Once every
+    /// post left is refused, the CQ is progressed until there is room.
+    fn post_round(
+        &self,
+        staging: &MemoryRegion,
+        round: &[Piece],
+        posts: &[Post],
+        deadline: Instant,
+        tickets: &mut Vec<(Ticket, usize, bool)>,
+    ) -> Result<()> {
+        let key = |post: &Post| {
+            let p = &round[post.lead()];
+            if p.kind == OpKind::Recv {
+                usize::MAX
+            } else {
+                p.peer
+            }
+        };
+        let mut queue: Vec<usize> = (0..posts.len()).collect();
+        let mut held: Vec<usize> = Vec::new();
+        let mut room = Room::default();
+        let mut tries = 0usize;
+        loop {
+            posting_pass(
+                &mut queue,
+                &mut held,
+                |i| key(&posts[i]),
+                |i| {
+                    tries += 1;
+                    if self.serve_while_posting && tries.is_multiple_of(SERVE_EVERY) {
+                        self.cq.inner.drive(Duration::ZERO);
+                    }
+                    Ok(
+                        match self.post_pieces(staging, round, &posts[i], deadline)? {
+                            Some((t, fenced)) => {
+                                tickets.push((t, posts[i].lead(), fenced));
+                                true
+                            }
+                            None => false,
+                        },
+                    )
+                },
+            )?;
+            let Some(&first) = queue.first() else {
+                return Ok(());
+            };
+            let p = &round[posts[first].lead()];
+            self.ep
+                .make_room(&mut room, p.kind, p.peer, deadline, self.cfg.timeout)?;
+        }
+    }
+
     /// Posts one post of the round (one piece, or a scatter write of
-    /// several); returns its ticket and whether it carries a fence.
+    /// several) once; returns its ticket and whether it carries a fence,
+    /// or None if the provider refused it for now (-FI_EAGAIN).
     fn post_pieces(
         &self,
         staging: &MemoryRegion,
         round: &[Piece],
         post: &Post,
         deadline: Instant,
-    ) -> Result<(Ticket, bool)> {
+    ) -> Result<Option<(Ticket, bool)>> {
         let p = &round[post.lead()];
         let peer = self.peer(p.peer)?;
         let raddr = peer.region.base + p.offset;
@@ -778,9 +857,13 @@ impl Rank {
                 _ => ffi::fi_fetch_atomicmsg(ep, &atomic, &mut result, &mut result_desc, 1, flags),
             }
         };
-        let t = self
+        let t = match self
             .ep
-            .post(p.kind, p.peer, deadline, self.cfg.timeout, post)?;
+            .try_post(p.kind, p.peer, deadline, self.cfg.timeout, post)?
+        {
+            Attempt::Posted(t) => t,
+            Attempt::Refused => return Ok(None),
+        };
         let count = |c: &AtomicU64| {
             c.fetch_add(1, atomic::Ordering::Relaxed);
         };
@@ -802,7 +885,7 @@ impl Rank {
         if p.delivery && self.ordering == Ordering::None {
             count(&self.fences.unordered);
         }
-        Ok((t, fence.is_some()))
+        Ok(Some((t, fence.is_some())))
     }
 }
 
@@ -819,5 +902,127 @@ impl Initiator<'_> {
     /// As [`Rank::execute`].
     pub fn execute(&mut self, ops: &mut [Op<'_>]) -> Result<()> {
         self.rank.execute_with(&mut self.staging, ops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A piece of `kind` to `peer`, `len` bytes, delivery-complete if a write.
+    fn piece(kind: OpKind, peer: usize, len: usize) -> Piece {
+        Piece {
+            op: 0,
+            kind,
+            peer,
+            offset: 0,
+            len,
+            user_off: 0,
+            stage_off: 0,
+            delivery: kind == OpKind::Write,
+            read_back: false,
+        }
+    }
+
+    fn groups(posts: &[Post]) -> Vec<Vec<u16>> {
+        posts.iter().map(|p| p.members().to_vec()).collect()
+    }
+
+    #[test]
+    fn delivery_writes_to_one_peer_share_scatter_writes_up_to_the_limit() {
+        use OpKind::{CompareAndSwap as Cas, Read as R, Write as W};
+        let joins = |p: &Piece| p.kind == W && p.delivery;
+        // (pieces as (kind, peer, len), scatter limit, max bytes) -> posts
+        type Case = (
+            &'static [(OpKind, usize, usize)],
+            usize,
+            usize,
+            &'static [&'static [u16]],
+        );
+        let cases: &[Case] = &[
+            // Six writes to one peer, limit 4: two posts, each where its
+            // first write stood.
+            (&[(W, 1, 8); 6], 4, 1 << 20, &[&[0, 1, 2, 3], &[4, 5]]),
+            // Interleaved peers: one group each, at its first write.
+            (
+                &[(W, 1, 8), (W, 0, 8), (W, 1, 8), (W, 0, 8), (W, 1, 8)],
+                4,
+                1 << 20,
+                &[&[0, 2, 4], &[1, 3]],
+            ),
+            // Reads and atomics never join, nor break a group.
+            (
+                &[(W, 1, 8), (R, 1, 8), (Cas, 1, 8), (W, 1, 8)],
+                4,
+                1 << 20,
+                &[&[0, 3], &[1], &[2]],
+            ),
+            // A provider that takes one remote segment: every write alone.
+            (&[(W, 1, 8); 3], 1, 1 << 20, &[&[0], &[1], &[2]]),
+            // A limit above MAX_SCATTER is held to it.
+            (&[(W, 1, 8); 5], 64, 1 << 20, &[&[0, 1, 2, 3], &[4]]),
+            // No group grows past the largest transfer: a new one starts.
+            (&[(W, 1, 100); 3], 4, 250, &[&[0, 1], &[2]]),
+        ];
+        for &(spec, scatter, max_len, want) in cases {
+            let round: Vec<Piece> = spec.iter().map(|&(k, p, l)| piece(k, p, l)).collect();
+            let got = groups(&plan_posts(&round, scatter, max_len, joins));
+            let want: Vec<Vec<u16>> = want.iter().map(|g| g.to_vec()).collect();
+            assert_eq!(got, want, "{spec:?}, scatter {scatter}, max {max_len}");
+            // Every piece is posted exactly once.
+            let mut all: Vec<u16> = got.concat();
+            all.sort_unstable();
+            assert_eq!(all, (0..round.len() as u16).collect::<Vec<_>>());
+        }
+        // Writes that do not ask for delivery completion are never joined.
+        let round = vec![piece(W, 1, 8); 3];
+        assert_eq!(plan_posts(&round, 4, 1 << 20, |_| false).len(), 3);
+    }
+
+    #[test]
+    fn a_refused_post_holds_back_its_peers_later_posts_but_not_other_peers() {
+        // Posts 0..6 to peers 1, 0, 1, 0, 2, 1; peer 1 refuses once.
+        let peers = [1, 0, 1, 0, 2, 1];
+        let mut queue: Vec<usize> = (0..peers.len()).collect();
+        let mut held = Vec::new();
+        let mut tried = Vec::new();
+        let mut refuse = 1;
+        posting_pass(
+            &mut queue,
+            &mut held,
+            |i| peers[i],
+            |i| {
+                tried.push(i);
+                let refused = peers[i] == 1 && refuse > 0;
+                refuse -= refused as i32;
+                Ok(!refused)
+            },
+        )
+        .unwrap();
+        // Post 0 was refused: 2 and 5 (peer 1) were not tried; the others went.
+        assert_eq!(tried, [0, 1, 3, 4]);
+        assert_eq!(queue, [0, 2, 5]);
+        // The next pass posts peer 1's in their order.
+        tried.clear();
+        posting_pass(
+            &mut queue,
+            &mut held,
+            |i| peers[i],
+            |i| {
+                tried.push(i);
+                Ok(true)
+            },
+        )
+        .unwrap();
+        assert_eq!((tried, queue), (vec![0, 2, 5], vec![]));
+        // An error ends the pass.
+        let mut queue = vec![0, 1];
+        let err = posting_pass(
+            &mut queue,
+            &mut held,
+            |i| i,
+            |_| Err(Error::InvalidArgument("refused for good".into())),
+        );
+        assert!(err.is_err());
     }
 }
