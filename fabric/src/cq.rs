@@ -21,7 +21,7 @@
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    self, AtomicBool, AtomicI32, AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -56,6 +56,16 @@ const POLL_NAP: Duration = Duration::from_micros(50);
 pub(crate) const ACTIVE_GRACE: Duration = Duration::from_millis(5);
 /// Longest nap of a waiter polling a CQ without a wait object.
 const POLL_NAP_MAX: Duration = Duration::from_micros(50);
+/// How long a poller of a CQ without a wait object (`shm`) keeps polling,
+/// yielding the core between reads, after the last sign of life (its wait
+/// began, its post was refused, or a read dispatched a completion), before
+/// it naps. Such a rank is also its peers' target, and with manual progress
+/// their delivery-complete writes and atomics advance only while it polls:
+/// a nap of tens of microseconds in one rank's wait paced every operation
+/// of its peer (a batch of 64 writes took 64 naps). Yielding lets a peer
+/// sharing the core run; the bound keeps a rank that waits for a quiet peer
+/// from taking a core, and it naps as before once the bound has passed.
+pub(crate) const HOT: Duration = Duration::from_millis(1);
 
 /// The per-operation context handed to libfabric. `ctx` must come first: the
 /// provider may use the `fi_context2` as scratch space (FI_CONTEXT mode), and
@@ -119,6 +129,10 @@ pub(crate) struct CqInner {
     dispatched: Condvar,
     /// Threads currently in `wait`; the progress thread idles while > 0.
     waiters: AtomicUsize,
+    /// Threads asleep on `dispatched` (followers): a dispatch wakes them
+    /// only if there are any, so a lone reader makes no futex call per
+    /// completion.
+    followers: AtomicUsize,
     /// When the last wait ended, in nanoseconds since `born`.
     last_wait_end: AtomicU64,
     born: Instant,
@@ -217,6 +231,7 @@ impl CompletionQueue {
                 epoch: Mutex::new(0),
                 dispatched: Condvar::new(),
                 waiters: AtomicUsize::new(0),
+                followers: AtomicUsize::new(0),
                 last_wait_end: AtomicU64::new(0),
                 born: Instant::now(),
                 lost: AtomicIsize::new(0),
@@ -453,7 +468,7 @@ impl CqInner {
     pub(crate) fn fail(&self, call: &'static str, code: i32) {
         if self.broken.set((call, code)).is_ok() {
             // Wake every follower so that each sees the failure now.
-            self.notify();
+            self.notify_all();
         }
     }
 
@@ -494,14 +509,18 @@ impl CqInner {
 
     /// Progresses the provider and dispatches what completes, for up to
     /// `block` (zero: one non-blocking pass). Used by the progress thread and
-    /// by posting loops on -FI_EAGAIN.
-    pub(crate) fn drive(&self, block: Duration) {
+    /// by posting loops on -FI_EAGAIN. Returns how many completions this
+    /// call dispatched (none when another thread was reading the CQ).
+    pub(crate) fn drive(&self, block: Duration) -> usize {
         let Ok(leader) = self.leader.try_lock() else {
             // Someone else is reading the CQ right now, which drives progress
             // for us; nap until they dispatch something.
-            let e = self.epoch.lock().unwrap();
-            let _ = self.dispatched.wait_timeout(e, block.min(FOLLOWER_NAP));
-            return;
+            if !block.is_zero() {
+                let e = self.epoch.lock().unwrap();
+                let _follower = Follower::enter(self);
+                let _ = self.dispatched.wait_timeout(e, block.min(FOLLOWER_NAP));
+            }
+            return 0;
         };
         let busy = self.busy_poll.load(Ordering::Relaxed);
         let n = self.read_once(if self.can_block() && !busy {
@@ -517,6 +536,7 @@ impl CqInner {
         } else if !self.can_block() && !block.is_zero() && !busy {
             std::thread::sleep(block.min(POLL_NAP));
         }
+        n
     }
 
     /// One step of a background progress thread: drive the CQ for up to
@@ -538,7 +558,21 @@ impl CqInner {
         self.drive(block);
     }
 
+    /// Wakes the followers after a dispatch, if any sleep. A follower
+    /// counts itself (under the epoch lock) before it checks its slot and
+    /// sleeps, and the dispatcher set the slots before it reads the count,
+    /// both behind a SeqCst fence: either the follower sees its slot done or
+    /// the dispatcher sees the follower, and the epoch lock it then takes
+    /// orders its wake-up after the follower's sleep began.
     fn notify(&self) {
+        atomic::fence(Ordering::SeqCst);
+        if self.followers.load(Ordering::Relaxed) > 0 {
+            self.notify_all();
+        }
+    }
+
+    /// Wakes every follower whatever the count says (a broken CQ).
+    fn notify_all(&self) {
         *self.epoch.lock().unwrap() += 1;
         self.dispatched.notify_all();
     }
@@ -568,6 +602,9 @@ impl CqInner {
         let s = &self.slots[t.0 as usize];
         let mut empty_reads = 0u32;
         let mut nap = Duration::from_micros(5);
+        // The last sign of life: the wait began (its op was just posted),
+        // or a read dispatched something. Polls yield until HOT after it.
+        let mut active = Instant::now();
         loop {
             match s.state.load(Ordering::Acquire) {
                 DONE => {
@@ -609,19 +646,26 @@ impl CqInner {
                 if n > 0 {
                     empty_reads = 0;
                     nap = Duration::from_micros(5);
+                    active = now;
                     self.notify();
                 } else {
                     empty_reads += 1;
                     if !spinning && !self.can_block() {
-                        // No wait object: poll with growing naps.
-                        std::thread::sleep(nap.min(remaining));
-                        nap = (nap * 2).min(POLL_NAP_MAX);
+                        // No wait object: poll, yielding while the CQ is
+                        // live (see HOT), then with growing naps.
+                        if now.duration_since(active) < HOT {
+                            std::thread::yield_now();
+                        } else {
+                            std::thread::sleep(nap.min(remaining));
+                            nap = (nap * 2).min(POLL_NAP_MAX);
+                        }
                     }
                 }
             } else {
                 // Follower: sleep until the leader dispatches something.
                 let e = self.epoch.lock().unwrap();
                 let seen = *e;
+                let _follower = Follower::enter(self);
                 if s.state.load(Ordering::Acquire) != POSTED {
                     continue;
                 }
@@ -645,6 +689,24 @@ fn tighten_timer_slack() {
             unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
         }
     });
+}
+
+/// Counts a follower for as long as it may sleep on `dispatched` (see
+/// [`CqInner::notify`]); entered with the epoch lock held.
+struct Follower<'a>(&'a CqInner);
+
+impl<'a> Follower<'a> {
+    fn enter(cq: &'a CqInner) -> Self {
+        cq.followers.fetch_add(1, Ordering::Relaxed);
+        atomic::fence(Ordering::SeqCst);
+        Follower(cq)
+    }
+}
+
+impl Drop for Follower<'_> {
+    fn drop(&mut self) {
+        self.0.followers.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Counts a thread in `wait` for the duration of the wait.

@@ -7,15 +7,10 @@ use std::time::{Duration, Instant};
 use fabric_sys as ffi;
 
 use crate::av::{AddressVector, AvInner};
-use crate::cq::{CompletionQueue, CqInner, Ticket};
+use crate::cq::{CompletionQueue, CqInner, Ticket, HOT};
 use crate::domain::{close_fid, Domain, DomainInner};
 use crate::error::{call_error, check, Error, OpKind, Result};
 use crate::mr::MemoryRegion;
-
-/// Retries of a post refused with -FI_EAGAIN that only poll the CQ and
-/// yield before the poster naps: a few, so a peer sharing the core runs,
-/// and a refused post neither spins a core away nor waits a nap per op.
-const EAGAIN_YIELDS: u32 = 64;
 
 /// An enabled RDM endpoint bound to one CQ (transmit and receive) and one AV.
 #[doc(alias = "fi_endpoint")]
@@ -150,44 +145,78 @@ impl Endpoint {
         timeout: Duration,
         mut post: impl FnMut(*mut libc::c_void) -> isize,
     ) -> Result<Ticket> {
-        let cq = &self.inner.cq;
-        // A broken CQ fails the post at once rather than at the deadline.
-        let failed = || match cq.broken() {
-            Some((call, code)) => Error::completion_queue(op, peer, call, code),
-            None => Error::Timeout { op, peer, timeout },
-        };
-        let t = cq.acquire(deadline).ok_or_else(failed)?;
-        let mut tries = 0u32;
+        let mut room = Room::default();
         loop {
-            let rc = post(cq.context(t));
-            if rc == 0 {
-                return Ok(t);
-            }
-            if rc != -(ffi::FI_EAGAIN as isize) {
-                cq.cancel_unposted(t);
-                return Err(match rc {
-                    rc if rc < 0 => Error::completion(op, peer, -rc as i32, 0),
-                    _ => call_error("post", ffi::FI_EOTHER as i32),
-                });
-            }
-            if Instant::now() >= deadline || cq.broken().is_some() {
-                cq.cancel_unposted(t);
-                return Err(failed());
-            }
-            // The transmit queue is full, or the peer has not yet taken what
-            // we sent (shm's delivery-complete writes wait for the target to
-            // progress): complete something first. The first retries only
-            // poll and yield the core, so a peer on it can progress and a
-            // batch is not paced by naps of tens of microseconds; after
-            // that, nap as before.
-            tries += 1;
-            if tries <= EAGAIN_YIELDS {
-                cq.drive(Duration::ZERO);
-                std::thread::yield_now();
-            } else {
-                cq.drive(Duration::from_micros(100));
+            match self.try_post(op, peer, deadline, timeout, &mut post)? {
+                Attempt::Posted(t) => return Ok(t),
+                Attempt::Refused => self.make_room(&mut room, op, peer, deadline, timeout)?,
             }
         }
+    }
+
+    /// Posts one operation with `post(context)` once: [`Attempt::Refused`]
+    /// if the provider said -FI_EAGAIN (its slot is given back; progress
+    /// with [`Endpoint::make_room`] and try again).
+    pub(crate) fn try_post(
+        &self,
+        op: OpKind,
+        peer: usize,
+        deadline: Instant,
+        timeout: Duration,
+        post: impl FnOnce(*mut libc::c_void) -> isize,
+    ) -> Result<Attempt> {
+        let cq = &self.inner.cq;
+        let t = cq
+            .acquire(deadline)
+            .ok_or_else(|| stuck(cq, op, peer, timeout))?;
+        let rc = post(cq.context(t));
+        if rc == 0 {
+            return Ok(Attempt::Posted(t));
+        }
+        cq.cancel_unposted(t);
+        if rc == -(ffi::FI_EAGAIN as isize) {
+            return Ok(Attempt::Refused);
+        }
+        Err(match rc {
+            rc if rc < 0 => Error::completion(op, peer, -rc as i32, 0),
+            _ => call_error("post", ffi::FI_EOTHER as i32),
+        })
+    }
+
+    /// One step of waiting for room after posts were refused with
+    /// -FI_EAGAIN: the transmit queue is full, or the peer has not yet
+    /// taken what we sent (shm 1.17 keeps one delivery-complete write per
+    /// peer in flight, and it completes only once the target has
+    /// progressed), so complete something first. While completions come
+    /// (see [`HOT`]), only poll and yield the core, so a peer on it can
+    /// progress and a batch is not paced by naps of tens of microseconds;
+    /// after that, nap as before. Fails at `deadline`, or at once if the
+    /// CQ broke, naming `op` and `peer` (the refused post waited for).
+    pub(crate) fn make_room(
+        &self,
+        room: &mut Room,
+        op: OpKind,
+        peer: usize,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<()> {
+        let cq = &self.inner.cq;
+        let now = Instant::now();
+        if now >= deadline || cq.broken().is_some() {
+            return Err(stuck(cq, op, peer, timeout));
+        }
+        let since = *room.active.get_or_insert(now);
+        let n = if now.duration_since(since) < HOT {
+            let n = cq.drive(Duration::ZERO);
+            std::thread::yield_now();
+            n
+        } else {
+            cq.drive(Duration::from_micros(100))
+        };
+        if n > 0 {
+            room.active = Some(now);
+        }
+        Ok(())
     }
 
     pub(crate) fn raw(&self) -> *mut ffi::fid_ep {
@@ -201,6 +230,32 @@ impl Endpoint {
         unsafe {
             ffi::fi_cancel(&mut (*self.raw()).fid, self.inner.cq.context(t));
         }
+    }
+}
+
+/// What one attempt at posting came to.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// Posted; the ticket's slot is the operation's context.
+    Posted(Ticket),
+    /// -FI_EAGAIN: nothing was posted.
+    Refused,
+}
+
+/// The state of waiting for room after refused posts (see
+/// [`Endpoint::make_room`]).
+#[derive(Debug, Default)]
+pub(crate) struct Room {
+    /// The first refusal, or the last completion dispatched since.
+    active: Option<Instant>,
+}
+
+/// Why a post could not be made: the CQ broke (at once), else the deadline
+/// passed.
+fn stuck(cq: &CqInner, op: OpKind, peer: usize, timeout: Duration) -> Error {
+    match cq.broken() {
+        Some((call, code)) => Error::completion_queue(op, peer, call, code),
+        None => Error::Timeout { op, peer, timeout },
     }
 }
 

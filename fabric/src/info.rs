@@ -789,6 +789,18 @@ impl Info {
         self.tx_attr().map_or(0, |t| t.inject_size)
     }
 
+    /// Most local buffers (iovecs) one transmit may gather
+    /// (`tx_attr->iov_limit`).
+    pub fn iov_limit(&self) -> usize {
+        self.tx_attr().map_or(0, |t| t.iov_limit)
+    }
+
+    /// Most remote segments one RMA operation may scatter to or gather
+    /// from (`tx_attr->rma_iov_limit`).
+    pub fn rma_iov_limit(&self) -> usize {
+        self.tx_attr().map_or(0, |t| t.rma_iov_limit)
+    }
+
     /// Transmit queue depth.
     pub fn tx_size(&self) -> usize {
         self.tx_attr().map_or(0, |t| t.size)

@@ -228,13 +228,7 @@ fn publish_rounds(prov: &str, ordering: Ordering, rounds: u64) -> OrderingStats 
                     std::thread::yield_now();
                 }
             }
-            let after = r.ordering_stats();
-            Some(OrderingStats {
-                delivery_complete: after.delivery_complete - before.delivery_complete,
-                fenced: after.fenced - before.fenced,
-                read_backs: after.read_backs - before.read_backs,
-                unordered: after.unordered - before.unordered,
-            })
+            Some(r.ordering_stats().since(before))
         } else {
             let mut seen = 0;
             while seen < rounds {
@@ -390,5 +384,114 @@ fn read_back_splits_a_large_delivery_write_and_reads_every_piece() {
             r.read(Remote::new(peer, base), &mut back).unwrap();
             assert_eq!(back, big, "{prov}");
         });
+    }
+}
+
+/// A batch of Delivery writes to one peer (and some to the writer itself),
+/// then a release in the next batch: every record is visible to the
+/// reader once it sees the release. Writes posted with
+/// FI_DELIVERY_COMPLETE share scatter writes, up to what the provider
+/// takes per write (rma_iov_limit and iov_limit, at most 4); with another
+/// mechanism none is shared.
+#[test]
+fn a_batch_of_delivery_writes_is_visible_at_its_release_in_scatter_writes() {
+    const ROUNDS: u64 = 20;
+    const TO_PEER: usize = 10;
+    const TO_SELF: usize = 3;
+    const REC: usize = 184;
+    const SEQ: u64 = 0;
+    const ACK: u64 = 8;
+    let slot = |k: usize| 64 + (k * REC) as u64;
+    let record = |round: u64, k: usize| pattern(round as usize * 64 + k, REC);
+    for prov in providers() {
+        let prov = prov.as_str();
+        let Some(offered) = documented(prov) else {
+            continue;
+        };
+        for &m in offered {
+            let mut cfg = RankConfig::new(prov);
+            cfg.ordering = Some(m);
+            let stats = with_ranks(2, cfg, |r| {
+                if r.rank() == 1 {
+                    let mut seen = 0;
+                    while seen < ROUNDS {
+                        let published = r.fetch(Remote::new(1, SEQ)).unwrap();
+                        if published == seen {
+                            std::thread::yield_now();
+                            continue;
+                        }
+                        let i = published - 1;
+                        let mut back = vec![0u8; TO_PEER * REC];
+                        r.read(Remote::new(1, slot(0)), &mut back).unwrap();
+                        for (k, got) in back.chunks(REC).enumerate() {
+                            assert_eq!(got, record(i, k), "{prov} {m:?}: round {i} record {k}");
+                        }
+                        seen = published;
+                        r.swap(Remote::new(1, ACK), seen).unwrap();
+                    }
+                    return None;
+                }
+                let limit = r
+                    .info()
+                    .rma_iov_limit()
+                    .min(r.info().iov_limit())
+                    .clamp(1, 4);
+                let before = r.ordering_stats();
+                for i in 0..ROUNDS {
+                    let to_peer: Vec<Vec<u8>> = (0..TO_PEER).map(|k| record(i, k)).collect();
+                    let to_self: Vec<Vec<u8>> = (0..TO_SELF).map(|k| record(i, k)).collect();
+                    // Interleaved, as a DHT batch mixes its targets.
+                    let mut ops: Vec<Op> = Vec::new();
+                    for (k, d) in to_peer.iter().enumerate() {
+                        ops.push(Op::Write {
+                            to: Remote::new(1, slot(k)),
+                            from: d,
+                            completion: Completion::Delivery,
+                        });
+                        if let Some(d) = to_self.get(k) {
+                            ops.push(Op::Write {
+                                to: Remote::new(0, slot(k)),
+                                from: d,
+                                completion: Completion::Delivery,
+                            });
+                        }
+                    }
+                    r.execute(&mut ops).unwrap();
+                    drop(ops);
+                    // The release: a later batch.
+                    assert_eq!(
+                        r.compare_and_swap(Remote::new(1, SEQ), i, i + 1).unwrap(),
+                        i
+                    );
+                    // Its own writes are visible to itself too.
+                    let mut back = vec![0u8; TO_SELF * REC];
+                    r.read(Remote::new(0, slot(0)), &mut back).unwrap();
+                    assert_eq!(
+                        back,
+                        to_self.concat(),
+                        "{prov} {m:?}: round {i}, own records"
+                    );
+                    // The reader is done with round i before its slots are reused.
+                    while r.fetch(Remote::new(1, ACK)).unwrap() < i + 1 {
+                        std::thread::yield_now();
+                    }
+                }
+                Some((r.ordering_stats().since(before), limit))
+            });
+            let (s, limit) = stats.into_iter().flatten().next().unwrap();
+            let posts = |n: usize| n.div_ceil(limit) as u64;
+            let (writes, shared) = match m {
+                Ordering::DeliveryComplete => (
+                    ROUNDS * (TO_PEER + TO_SELF) as u64,
+                    ROUNDS * ((TO_PEER + TO_SELF) as u64 - posts(TO_PEER) - posts(TO_SELF)),
+                ),
+                _ => (0, 0),
+            };
+            assert_eq!(
+                (s.delivery_complete, s.scattered),
+                (writes, shared),
+                "{prov} {m:?} (limit {limit}): {s:?}"
+            );
+        }
     }
 }

@@ -298,7 +298,10 @@ fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
     let Some(per_rank) = per_rank else {
         return Ok(true);
     };
-    let points = perf::combine(args, args.threads, &per_rank);
+    let mut points = perf::combine(args, args.threads, &per_rank);
+    for p in &mut points {
+        p.completion = Some(args.completion);
+    }
     // The interface really used (a network given with -d names one).
     let mut hints = fabkit_fabric::Hints::new(args.provider.clone(), fabkit_fabric::Caps::RMA);
     hints.domain = args.domain.clone();
@@ -306,7 +309,7 @@ fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
         .map(|i| i.domain_name())
         .unwrap_or_else(|_| args.domain.clone().unwrap_or_default());
     let method = format!(
-        "libfabric {} on {domain}, threads {}{}{}",
+        "libfabric {} on {domain}, threads {}{}{}{}",
         args.provider,
         args.threads,
         if args.ep_per_thread {
@@ -314,7 +317,11 @@ fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
         } else {
             ""
         },
-        if args.busy_poll { ", busy-poll" } else { "" }
+        if args.busy_poll { ", busy-poll" } else { "" },
+        match args.completion {
+            perf::WriteCompletion::Delivery => ", delivery-complete writes",
+            perf::WriteCompletion::Transmit => "",
+        }
     );
     emit(
         &args.sweep,

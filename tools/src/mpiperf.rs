@@ -307,6 +307,7 @@ fn run(
         secs,
         window: w,
         samples_ns: if origin { samples_ns } else { Vec::new() },
+        ordering: None,
     })
 }
 

@@ -326,6 +326,40 @@ fn perf_measures_every_op_and_pattern_for_real() {
 }
 
 #[test]
+fn perf_writes_wait_for_the_completion_asked_for() {
+    // Delivery: every write (warm-up included) was made visible at the
+    // target by the rank's mechanism, which on shm is FI_DELIVERY_COMPLETE
+    // in scatter writes of up to 4.
+    let v = perf_json(
+        fabkit(),
+        &[
+            "-p",
+            "shm",
+            "-s",
+            "184",
+            "-n",
+            "300",
+            "--completion",
+            "delivery",
+        ],
+    );
+    assert_sane(&v, "write", &[184], 300);
+    let p = &v["points"][0];
+    assert_eq!(p["completion"], "delivery", "{p:#}");
+    assert_eq!(p["ordering"]["delivery_complete"], 400, "{p:#}");
+    assert!(p["ordering"]["scattered"].as_u64().unwrap() > 0, "{p:#}");
+    assert!(v["meta"]["method"]
+        .as_str()
+        .unwrap()
+        .contains("delivery-complete writes"));
+    // Transmit, the default: nothing is asked of the ordering mechanism.
+    let v = perf_json(fabkit(), &["-p", "shm", "-s", "184", "-n", "300"]);
+    let p = &v["points"][0];
+    assert_eq!(p["completion"], "transmit", "{p:#}");
+    assert_eq!(p["ordering"]["delivery_complete"], 0, "{p:#}");
+}
+
+#[test]
 fn perf_threads_share_or_own_endpoints_and_run_for_a_duration() {
     for extra in [&[][..], &["--ep-per-thread"][..]] {
         let mut args = vec![
@@ -416,6 +450,10 @@ fn perf_refuses_bad_input_with_one_line() {
         (&["perf", "-n", "0"], "--iters must be at least 1"),
         (&["perf", "-p", "net", "-o", "cas"], "atomics"),
         (&["perf", "-T", "0"], "--threads must be at least 1"),
+        (
+            &["perf", "-o", "read", "--completion", "delivery"],
+            "--completion delivery is for writes",
+        ),
         (
             &["perf", "-p", "shm", "-w", "1000000"],
             "transmit queue depth",

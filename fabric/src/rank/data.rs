@@ -8,21 +8,45 @@
 //! batch, by a read of its bytes (read-after-write data order); or, with
 //! `FI_FENCE`, by marking its peer in the [`FenceBook`] when the batch ends,
 //! so that the next operation posted to that peer carries the fence.
+//!
+//! Delivery-complete writes to one peer in one round go out together, as
+//! one `fi_writemsg` with a remote segment each (a scatter write), up to
+//! the provider's `rma_iov_limit` ([`plan_posts`]). Its completion means
+//! every segment was delivered (fi_cq(3)), so each write is as visible as
+//! if posted alone, and a round costs one acknowledgement per group
+//! instead of one per write: on `shm`, which keeps one delivery-complete
+//! write per peer in flight and completes it only once the target has
+//! progressed, that is what a round of them waits for.
 
 use std::sync::atomic::{self, AtomicU64};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fabric_sys as ffi;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Completion, Op, Rank};
 use crate::cq::{Outcome, Ticket};
+use crate::ep::{Attempt, Room};
 use crate::error::{Error, OpKind, Result};
 use crate::info::Ordering;
 use crate::mr::MemoryRegion;
 
 /// Staging layout of an atomic: operand, compare value, result.
 pub(super) const ATOMIC_STAGE: usize = 24;
+
+/// A rank whose provider progresses only when its CQ is read reads it
+/// (without waiting) after every this many posts of a round: it is its
+/// peers' target too, and their delivery-complete writes and atomics
+/// advance only then. Without it a rank posting a round of 64 reads (each
+/// a copy by the kernel on `shm`, a few microseconds) left its peer's
+/// writes waiting for the whole round (write rounds of the DHT took 83-98
+/// us, 50-54 with it). Every post would serve sooner and cost a CQ read
+/// each; four measured as fast.
+const SERVE_EVERY: usize = 4;
+
+/// Most writes one scatter write carries (the provider's `rma_iov_limit`
+/// and `iov_limit` may allow fewer; `shm` allows 4).
+pub(super) const MAX_SCATTER: usize = 4;
 
 /// One piece of an op as posted: RMA ops larger than a transfer are split.
 #[derive(Clone, Copy, Debug)]
@@ -45,16 +69,47 @@ struct Piece {
 
 /// What the ordering mechanism has done on a rank (see [`Rank::ordering`]).
 /// Counts posted pieces (a write larger than a transfer is several).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderingStats {
-    /// Writes posted with `FI_DELIVERY_COMPLETE`.
+    /// Writes posted with `FI_DELIVERY_COMPLETE`, alone or in a scatter
+    /// write.
     pub delivery_complete: u64,
+    /// Of those, the writes that rode in a scatter write posted for an
+    /// earlier one of their round (see the module doc): each saved a post
+    /// and an acknowledgement.
+    #[serde(default)]
+    pub scattered: u64,
     /// Operations posted with `FI_FENCE`.
     pub fenced: u64,
     /// Reads posted after Delivery writes to make them visible.
     pub read_backs: u64,
     /// Delivery writes posted with no mechanism ([`Ordering::None`]).
     pub unordered: u64,
+}
+
+impl OrderingStats {
+    /// What was done between `earlier` (a snapshot of the same rank's
+    /// counters) and `self`.
+    pub fn since(self, earlier: OrderingStats) -> OrderingStats {
+        OrderingStats {
+            delivery_complete: self.delivery_complete - earlier.delivery_complete,
+            scattered: self.scattered - earlier.scattered,
+            fenced: self.fenced - earlier.fenced,
+            read_backs: self.read_backs - earlier.read_backs,
+            unordered: self.unordered - earlier.unordered,
+        }
+    }
+
+    /// The counts of two ranks (or endpoints) together.
+    pub fn plus(self, other: OrderingStats) -> OrderingStats {
+        OrderingStats {
+            delivery_complete: self.delivery_complete + other.delivery_complete,
+            scattered: self.scattered + other.scattered,
+            fenced: self.fenced + other.fenced,
+            read_backs: self.read_backs + other.read_backs,
+            unordered: self.unordered + other.unordered,
+        }
+    }
 }
 
 /// Which peers an operation must be fenced to ([`Ordering::Fence`]), shared
@@ -72,6 +127,7 @@ pub(super) struct FenceBook {
     marks: Box<[AtomicU64]>,
     covered: Box<[AtomicU64]>,
     delivery_complete: AtomicU64,
+    scattered: AtomicU64,
     fenced: AtomicU64,
     read_backs: AtomicU64,
     unordered: AtomicU64,
@@ -84,6 +140,7 @@ impl FenceBook {
             marks: zeros(),
             covered: zeros(),
             delivery_complete: AtomicU64::new(0),
+            scattered: AtomicU64::new(0),
             fenced: AtomicU64::new(0),
             read_backs: AtomicU64::new(0),
             unordered: AtomicU64::new(0),
@@ -114,11 +171,111 @@ impl FenceBook {
         let get = |c: &AtomicU64| c.load(atomic::Ordering::Relaxed);
         OrderingStats {
             delivery_complete: get(&self.delivery_complete),
+            scattered: get(&self.scattered),
             fenced: get(&self.fenced),
             read_backs: get(&self.read_backs),
             unordered: get(&self.unordered),
         }
     }
+}
+
+/// Pieces posted as one operation: one piece, or up to [`MAX_SCATTER`]
+/// delivery-complete writes to one peer as a scatter write. Indexes into
+/// the round; the first is the lead, whose kind and peer the post has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Post {
+    pieces: [u16; MAX_SCATTER],
+    n: u8,
+}
+
+impl Post {
+    fn one(i: usize) -> Post {
+        Post {
+            pieces: [i as u16, 0, 0, 0],
+            n: 1,
+        }
+    }
+
+    fn members(&self) -> &[u16] {
+        &self.pieces[..self.n as usize]
+    }
+
+    fn lead(&self) -> usize {
+        self.pieces[0] as usize
+    }
+}
+
+/// Plans a round's posts: every piece alone, except the pieces `joins`
+/// admits (delivery-complete writes), which join the open group of their
+/// peer until it holds `scatter` of them or `max_len` bytes. A group is
+/// posted where its first piece stood; ops in a batch are unordered, and
+/// only writes of a mechanism that needs no per-peer order (delivery
+/// completion: no read-back after them, no fence before) are joined.
+fn plan_posts(
+    round: &[Piece],
+    scatter: usize,
+    max_len: usize,
+    joins: impl Fn(&Piece) -> bool,
+) -> Vec<Post> {
+    let scatter = scatter.clamp(1, MAX_SCATTER);
+    let mut posts: Vec<Post> = Vec::with_capacity(round.len());
+    // Open groups: (peer, post index, bytes so far); one per peer at most.
+    let mut open: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, p) in round.iter().enumerate() {
+        if scatter == 1 || !joins(p) {
+            posts.push(Post::one(i));
+            continue;
+        }
+        match open.iter().position(|&(peer, _, _)| peer == p.peer) {
+            Some(g) if open[g].2 + p.len <= max_len => {
+                let (_, at, bytes) = &mut open[g];
+                let post = &mut posts[*at];
+                post.pieces[post.n as usize] = i as u16;
+                post.n += 1;
+                *bytes += p.len;
+                if post.n as usize == scatter {
+                    open.swap_remove(g);
+                }
+            }
+            found => {
+                if let Some(g) = found {
+                    open.swap_remove(g);
+                }
+                posts.push(Post::one(i));
+                if scatter > 1 {
+                    open.push((p.peer, posts.len() - 1, p.len));
+                }
+            }
+        }
+    }
+    posts
+}
+
+/// One pass over the posts still to be made (`queue`, in order): each is
+/// tried with `post` (true: posted) unless an earlier one of its key (its
+/// peer) was refused in this pass; the refused and the held back stay in
+/// `queue`, in order. `held` is scratch space.
+fn posting_pass(
+    queue: &mut Vec<usize>,
+    held: &mut Vec<usize>,
+    key: impl Fn(usize) -> usize,
+    mut post: impl FnMut(usize) -> Result<bool>,
+) -> Result<()> {
+    held.clear();
+    let mut left = 0;
+    for q in 0..queue.len() {
+        let i = queue[q];
+        let k = key(i);
+        if held.contains(&k) || !post(i)? {
+            if !held.contains(&k) {
+                held.push(k);
+            }
+            queue[left] = i;
+            left += 1;
+        }
+    }
+    queue.truncate(left);
+    Ok(())
 }
 
 impl Rank {
@@ -269,6 +426,19 @@ impl Rank {
         result
     }
 
+    /// Most delivery-complete writes one scatter write may carry here: 1
+    /// unless the rank posts them with `FI_DELIVERY_COMPLETE` and the
+    /// provider takes several local and remote segments per write.
+    fn scatter(&self) -> usize {
+        if self.ordering != Ordering::DeliveryComplete {
+            return 1;
+        }
+        self.info
+            .rma_iov_limit()
+            .min(self.info.iov_limit())
+            .clamp(1, MAX_SCATTER)
+    }
+
     /// Plans the pieces into rounds and runs them, stopping at the first
     /// failed round.
     fn run_rounds(
@@ -337,24 +507,22 @@ impl Rank {
 
         let timeout = self.cfg.timeout;
         let deadline = Instant::now() + timeout;
-        let mut tickets: Vec<(Ticket, &Piece, bool)> = Vec::with_capacity(round.len());
-        let mut first_err = None;
-        for p in round {
-            match self.post_piece(staging, p, deadline) {
-                Ok((t, fenced)) => tickets.push((t, p, fenced)),
-                Err(e) => {
-                    first_err = Some(e);
-                    break;
-                }
-            }
-        }
+        let delivery_complete = self.ordering == Ordering::DeliveryComplete;
+        let posts = plan_posts(round, self.scatter(), self.info.max_msg_size(), |p| {
+            delivery_complete && p.kind == OpKind::Write && p.delivery
+        });
+        let mut tickets: Vec<(Ticket, usize, bool)> = Vec::with_capacity(posts.len());
+        let mut first_err = self
+            .post_round(staging, round, &posts, deadline, &mut tickets)
+            .err();
         // Set when an operation's fate is unknown (it may still access the
         // staging buffer), so the buffer must be retired.
         let mut retire = false;
         let mut received = vec![0usize; round.len()];
-        for (i, (t, p, fenced)) in tickets.iter().enumerate() {
-            let outcome = self.cq.inner.wait(*t, deadline);
-            if *fenced && !matches!(outcome, Outcome::Done { .. }) {
+        for &(t, i, fenced) in &tickets {
+            let p = &round[i];
+            let outcome = self.cq.inner.wait(t, deadline);
+            if fenced && !matches!(outcome, Outcome::Done { .. }) {
                 // What a failed fence guarantees is not defined: fence the
                 // next operation to that peer again.
                 self.fences.mark(p.peer);
@@ -369,7 +537,7 @@ impl Rank {
                     retire = true;
                     if p.kind == OpKind::Recv {
                         // A receive would otherwise stay posted.
-                        self.ep.cancel(*t);
+                        self.ep.cancel(t);
                     }
                     first_err.get_or_insert(Error::completion_queue(p.kind, p.peer, call, code));
                 }
@@ -377,7 +545,7 @@ impl Rank {
                     retire = true;
                     if p.kind == OpKind::Recv {
                         // A receive would otherwise stay posted.
-                        self.ep.cancel(*t);
+                        self.ep.cancel(t);
                     }
                     first_err.get_or_insert(Error::Timeout {
                         op: p.kind,
@@ -469,19 +637,105 @@ impl Rank {
         }
     }
 
-    /// Posts one piece; returns its ticket and whether it carries a fence.
-    fn post_piece(
+    /// Posts every post of a round, pushing each one's ticket (with its
+    /// lead piece and whether it carries a fence) as it goes out, and stops
+    /// at the first error. A post refused with -FI_EAGAIN holds back the
+    /// posts after it to the same peer (every receive counts as one peer:
+    /// they match in posting order), so each peer's posts keep their order
+    /// (a read-back after its write, a fence on the first), while posts to
+    /// other peers go on: `shm` refuses a second delivery-complete write to
+    /// a peer until the target has answered the first, and a round's writes
+    /// to its own rank need not wait behind those to another. Once every
+    /// post left is refused, the CQ is progressed until there is room.
+    fn post_round(
         &self,
         staging: &MemoryRegion,
-        p: &Piece,
+        round: &[Piece],
+        posts: &[Post],
         deadline: Instant,
-    ) -> Result<(Ticket, bool)> {
+        tickets: &mut Vec<(Ticket, usize, bool)>,
+    ) -> Result<()> {
+        let key = |post: &Post| {
+            let p = &round[post.lead()];
+            if p.kind == OpKind::Recv {
+                usize::MAX
+            } else {
+                p.peer
+            }
+        };
+        let mut queue: Vec<usize> = (0..posts.len()).collect();
+        let mut held: Vec<usize> = Vec::new();
+        let mut room = Room::default();
+        let mut tries = 0usize;
+        loop {
+            posting_pass(
+                &mut queue,
+                &mut held,
+                |i| key(&posts[i]),
+                |i| {
+                    tries += 1;
+                    if self.serve_while_posting && tries.is_multiple_of(SERVE_EVERY) {
+                        self.cq.inner.drive(Duration::ZERO);
+                    }
+                    Ok(
+                        match self.post_pieces(staging, round, &posts[i], deadline)? {
+                            Some((t, fenced)) => {
+                                tickets.push((t, posts[i].lead(), fenced));
+                                true
+                            }
+                            None => false,
+                        },
+                    )
+                },
+            )?;
+            let Some(&first) = queue.first() else {
+                return Ok(());
+            };
+            let p = &round[posts[first].lead()];
+            self.ep
+                .make_room(&mut room, p.kind, p.peer, deadline, self.cfg.timeout)?;
+        }
+    }
+
+    /// Posts one post of the round (one piece, or a scatter write of
+    /// several) once; returns its ticket and whether it carries a fence,
+    /// or None if the provider refused it for now (-FI_EAGAIN).
+    fn post_pieces(
+        &self,
+        staging: &MemoryRegion,
+        round: &[Piece],
+        post: &Post,
+        deadline: Instant,
+    ) -> Result<Option<(Ticket, bool)>> {
+        let p = &round[post.lead()];
         let peer = self.peer(p.peer)?;
         let raddr = peer.region.base + p.offset;
         let key = peer.region.key;
         let ep = self.ep.raw();
         let buf = staging.ptr_at(p.stage_off).cast::<libc::c_void>();
         let desc = staging.desc();
+        // A scatter write's segments: the lead's first, each piece's bytes
+        // in staging to its remote address (all of one peer; planned).
+        let mut iovs = [ffi::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_SCATTER];
+        let mut rma_iovs = [ffi::fi_rma_iov::default(); MAX_SCATTER];
+        for (k, &m) in post.members().iter().enumerate() {
+            let q = &round[m as usize];
+            debug_assert!(k == 0 || (q.kind == OpKind::Write && q.peer == p.peer));
+            iovs[k] = ffi::iovec {
+                iov_base: staging.ptr_at(q.stage_off).cast(),
+                iov_len: q.len,
+            };
+            rma_iovs[k] = ffi::fi_rma_iov {
+                addr: peer.region.base + q.offset,
+                len: q.len,
+                key,
+            };
+        }
+        let segments = post.members().len();
+        let mut descs = [desc; MAX_SCATTER];
         // A receive is not a transmit: a fence does not apply to it.
         let fence = match (self.ordering, p.kind) {
             (_, OpKind::Recv) => None,
@@ -509,12 +763,13 @@ impl Rank {
             OpKind::Fetch => ffi::FI_ATOMIC_READ,
             _ => ffi::FI_ATOMIC_WRITE,
         };
-        // SAFETY: (every post below) the endpoint is open; buf points into the
-        // registered staging buffer with room for the piece (planned), which
-        // stays alive and untouched until the op completes or the buffer is
-        // retired; ctx is a slot reserved for this op. The *msg variants'
-        // descriptors (iovecs, keys, the msg itself) live on this stack frame
-        // for the call: libfabric copies them (we do not set FI_ASYNC_IOV).
+        // SAFETY: (every post below) the endpoint is open; buf (and every
+        // segment of a scatter write) points into the registered staging
+        // buffer with room for its piece (planned), which stays alive and
+        // untouched until the op completes or the buffer is retired; ctx is
+        // a slot reserved for this op. The *msg variants' descriptors
+        // (iovecs, keys, the msg itself) live on this stack frame for the
+        // call: libfabric copies them (we do not set FI_ASYNC_IOV).
         let post = |ctx: *mut libc::c_void| unsafe {
             // One pointer to the descriptor, shared by whichever msg is used.
             let mut d = desc;
@@ -565,7 +820,17 @@ impl Rank {
             };
             match p.kind {
                 OpKind::Recv => ffi::fi_recv(ep, buf, p.len, desc, ffi::FI_ADDR_UNSPEC, ctx),
-                OpKind::Write => ffi::fi_writemsg(ep, &rma, flags),
+                OpKind::Write => {
+                    let scatter = ffi::fi_msg_rma {
+                        msg_iov: iovs.as_ptr(),
+                        desc: descs.as_mut_ptr(),
+                        iov_count: segments,
+                        rma_iov: rma_iovs.as_ptr(),
+                        rma_iov_count: segments,
+                        ..rma
+                    };
+                    ffi::fi_writemsg(ep, &scatter, flags)
+                }
                 OpKind::Read => ffi::fi_readmsg(ep, &rma, flags),
                 OpKind::Send => {
                     let msg = ffi::fi_msg {
@@ -592,9 +857,13 @@ impl Rank {
                 _ => ffi::fi_fetch_atomicmsg(ep, &atomic, &mut result, &mut result_desc, 1, flags),
             }
         };
-        let t = self
+        let t = match self
             .ep
-            .post(p.kind, p.peer, deadline, self.cfg.timeout, post)?;
+            .try_post(p.kind, p.peer, deadline, self.cfg.timeout, post)?
+        {
+            Attempt::Posted(t) => t,
+            Attempt::Refused => return Ok(None),
+        };
         let count = |c: &AtomicU64| {
             c.fetch_add(1, atomic::Ordering::Relaxed);
         };
@@ -602,7 +871,13 @@ impl Rank {
             self.fences.cover(p.peer, mark);
         }
         if delivery_complete {
-            count(&self.fences.delivery_complete);
+            let n = segments as u64;
+            self.fences
+                .delivery_complete
+                .fetch_add(n, atomic::Ordering::Relaxed);
+            self.fences
+                .scattered
+                .fetch_add(n - 1, atomic::Ordering::Relaxed);
         }
         if p.read_back {
             count(&self.fences.read_backs);
@@ -610,7 +885,7 @@ impl Rank {
         if p.delivery && self.ordering == Ordering::None {
             count(&self.fences.unordered);
         }
-        Ok((t, fence.is_some()))
+        Ok(Some((t, fence.is_some())))
     }
 }
 
@@ -627,5 +902,127 @@ impl Initiator<'_> {
     /// As [`Rank::execute`].
     pub fn execute(&mut self, ops: &mut [Op<'_>]) -> Result<()> {
         self.rank.execute_with(&mut self.staging, ops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A piece of `kind` to `peer`, `len` bytes, delivery-complete if a write.
+    fn piece(kind: OpKind, peer: usize, len: usize) -> Piece {
+        Piece {
+            op: 0,
+            kind,
+            peer,
+            offset: 0,
+            len,
+            user_off: 0,
+            stage_off: 0,
+            delivery: kind == OpKind::Write,
+            read_back: false,
+        }
+    }
+
+    fn groups(posts: &[Post]) -> Vec<Vec<u16>> {
+        posts.iter().map(|p| p.members().to_vec()).collect()
+    }
+
+    #[test]
+    fn delivery_writes_to_one_peer_share_scatter_writes_up_to_the_limit() {
+        use OpKind::{CompareAndSwap as Cas, Read as R, Write as W};
+        let joins = |p: &Piece| p.kind == W && p.delivery;
+        // (pieces as (kind, peer, len), scatter limit, max bytes) -> posts
+        type Case = (
+            &'static [(OpKind, usize, usize)],
+            usize,
+            usize,
+            &'static [&'static [u16]],
+        );
+        let cases: &[Case] = &[
+            // Six writes to one peer, limit 4: two posts, each where its
+            // first write stood.
+            (&[(W, 1, 8); 6], 4, 1 << 20, &[&[0, 1, 2, 3], &[4, 5]]),
+            // Interleaved peers: one group each, at its first write.
+            (
+                &[(W, 1, 8), (W, 0, 8), (W, 1, 8), (W, 0, 8), (W, 1, 8)],
+                4,
+                1 << 20,
+                &[&[0, 2, 4], &[1, 3]],
+            ),
+            // Reads and atomics never join, nor break a group.
+            (
+                &[(W, 1, 8), (R, 1, 8), (Cas, 1, 8), (W, 1, 8)],
+                4,
+                1 << 20,
+                &[&[0, 3], &[1], &[2]],
+            ),
+            // A provider that takes one remote segment: every write alone.
+            (&[(W, 1, 8); 3], 1, 1 << 20, &[&[0], &[1], &[2]]),
+            // A limit above MAX_SCATTER is held to it.
+            (&[(W, 1, 8); 5], 64, 1 << 20, &[&[0, 1, 2, 3], &[4]]),
+            // No group grows past the largest transfer: a new one starts.
+            (&[(W, 1, 100); 3], 4, 250, &[&[0, 1], &[2]]),
+        ];
+        for &(spec, scatter, max_len, want) in cases {
+            let round: Vec<Piece> = spec.iter().map(|&(k, p, l)| piece(k, p, l)).collect();
+            let got = groups(&plan_posts(&round, scatter, max_len, joins));
+            let want: Vec<Vec<u16>> = want.iter().map(|g| g.to_vec()).collect();
+            assert_eq!(got, want, "{spec:?}, scatter {scatter}, max {max_len}");
+            // Every piece is posted exactly once.
+            let mut all: Vec<u16> = got.concat();
+            all.sort_unstable();
+            assert_eq!(all, (0..round.len() as u16).collect::<Vec<_>>());
+        }
+        // Writes that do not ask for delivery completion are never joined.
+        let round = vec![piece(W, 1, 8); 3];
+        assert_eq!(plan_posts(&round, 4, 1 << 20, |_| false).len(), 3);
+    }
+
+    #[test]
+    fn a_refused_post_holds_back_its_peers_later_posts_but_not_other_peers() {
+        // Posts 0..6 to peers 1, 0, 1, 0, 2, 1; peer 1 refuses once.
+        let peers = [1, 0, 1, 0, 2, 1];
+        let mut queue: Vec<usize> = (0..peers.len()).collect();
+        let mut held = Vec::new();
+        let mut tried = Vec::new();
+        let mut refuse = 1;
+        posting_pass(
+            &mut queue,
+            &mut held,
+            |i| peers[i],
+            |i| {
+                tried.push(i);
+                let refused = peers[i] == 1 && refuse > 0;
+                refuse -= refused as i32;
+                Ok(!refused)
+            },
+        )
+        .unwrap();
+        // Post 0 was refused: 2 and 5 (peer 1) were not tried; the others went.
+        assert_eq!(tried, [0, 1, 3, 4]);
+        assert_eq!(queue, [0, 2, 5]);
+        // The next pass posts peer 1's in their order.
+        tried.clear();
+        posting_pass(
+            &mut queue,
+            &mut held,
+            |i| peers[i],
+            |i| {
+                tried.push(i);
+                Ok(true)
+            },
+        )
+        .unwrap();
+        assert_eq!((tried, queue), (vec![0, 2, 5], vec![]));
+        // An error ends the pass.
+        let mut queue = vec![0, 1];
+        let err = posting_pass(
+            &mut queue,
+            &mut held,
+            |i| i,
+            |_| Err(Error::InvalidArgument("refused for good".into())),
+        );
+        assert!(err.is_err());
     }
 }

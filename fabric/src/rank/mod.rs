@@ -180,6 +180,10 @@ pub struct Rank {
     retired: Mutex<Vec<Retired>>,
     /// Close retired registrations before the endpoint (`FI_MR_ENDPOINT`).
     regions_first: bool,
+    /// The provider's data progress is not automatic: peers' operations on
+    /// this rank advance only while its CQ is read, so a round being posted
+    /// reads it now and then too (see `data`).
+    serve_while_posting: bool,
 }
 
 impl Drop for Rank {

@@ -218,6 +218,7 @@ impl Rank {
             region: std::mem::ManuallyDrop::new(region),
             peers,
             regions_first: info.mr_mode() & fabric_sys::FI_MR_ENDPOINT != 0,
+            serve_while_posting: info.data_progress() != Progress::Auto,
             ep: std::mem::ManuallyDrop::new(ep),
             cq,
             _av: av,

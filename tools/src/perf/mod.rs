@@ -14,7 +14,7 @@ use anyhow::{bail, ensure, Context, Result};
 use crate::bounds;
 use clap::{Args, ValueEnum};
 use fabkit_fabric::bootstrap::Bootstrap;
-use fabkit_fabric::{Completion, Initiator, Op, Rank, RankConfig, Remote};
+use fabkit_fabric::{Completion, Initiator, Op, OrderingStats, Rank, RankConfig, Remote};
 use serde::{Deserialize, Serialize};
 
 use self::stats::{Latency, Rates};
@@ -127,6 +127,31 @@ pub struct PerfArgs {
     /// the peer when ranks share cores.
     #[arg(long)]
     pub busy_poll: bool,
+    /// The completion writes wait for: `transmit` (fi_rma_bw's, the
+    /// provider's default) or `delivery` (FI_DELIVERY_COMPLETE, or the
+    /// rank's other mechanism for it: what the DHT's stores ask for, so
+    /// the bound they are compared with).
+    #[arg(long, value_enum, default_value = "transmit")]
+    pub completion: WriteCompletion,
+}
+
+/// The completion a write of `fabkit perf` waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteCompletion {
+    /// Transmit-complete: the write no longer needs the local buffer.
+    Transmit,
+    /// Delivery-complete: the bytes are visible at the target.
+    Delivery,
+}
+
+impl From<WriteCompletion> for Completion {
+    fn from(c: WriteCompletion) -> Completion {
+        match c {
+            WriteCompletion::Transmit => Completion::Transmit,
+            WriteCompletion::Delivery => Completion::Delivery,
+        }
+    }
 }
 
 impl std::ops::Deref for PerfArgs {
@@ -205,6 +230,11 @@ impl PerfArgs {
             "-T/--threads must be at least 1 and at most {}",
             bounds::MAX_RANKS
         );
+        bounds::ensure_usage!(
+            self.completion == WriteCompletion::Transmit || self.op == PerfOp::Write,
+            "--completion delivery is for writes (-o write): reads and atomics return \
+             data, so they complete at the target already"
+        );
         Ok(())
     }
 }
@@ -232,6 +262,15 @@ pub struct Point {
     pub rates: Rates,
     /// Latency percentiles (pattern lat; rank 0, thread 0).
     pub latency: Option<Latency>,
+    /// The completion `fabkit perf`'s writes waited for (None from
+    /// `mpi-perf`, whose writes complete at its synchronisation).
+    #[serde(default)]
+    pub completion: Option<WriteCompletion>,
+    /// What the initiators' ordering mechanism did for this size (warm-up
+    /// included): with `--completion delivery`, how each write was made
+    /// visible (see `fabkit info`, column order). None from `mpi-perf`.
+    #[serde(default)]
+    pub ordering: Option<OrderingStats>,
 }
 
 /// One rank's measurement of one size, summed over its threads.
@@ -247,6 +286,10 @@ pub struct Raw {
     pub window: usize,
     /// Per-operation latencies of thread 0 (pattern lat), nanoseconds.
     pub samples_ns: Vec<u64>,
+    /// What this rank's ordering mechanism did for this size, summed over
+    /// its endpoints (None from `mpi-perf`).
+    #[serde(default)]
+    pub ordering: Option<OrderingStats>,
 }
 
 /// Message the initiator sends idle ranks while it measures, and when done.
@@ -275,14 +318,26 @@ struct Job<'a> {
     tick: &'a [usize],
 }
 
-/// The one-sided operation `op` on `at` with the given buffers.
+/// The one-sided operation `op` on `at` with the given buffers; a write
+/// transmit-complete.
 pub(crate) fn rma_op<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op<'b> {
+    rma_op_with(op, at, buf, old, Completion::Transmit)
+}
+
+/// As [`rma_op`], a write waiting for `completion`.
+pub(crate) fn rma_op_with<'b>(
+    op: PerfOp,
+    at: Remote,
+    buf: &'b mut [u8],
+    old: &'b mut u64,
+    completion: Completion,
+) -> Op<'b> {
     match op {
-        // Transmit-complete: what fi_rma_bw measures.
+        // Transmit-complete is what fi_rma_bw measures.
         PerfOp::Write => Op::Write {
             to: at,
             from: buf,
-            completion: Completion::Transmit,
+            completion,
         },
         PerfOp::Read => Op::Read {
             from: at,
@@ -318,7 +373,7 @@ fn step(
             .iter_mut()
             .zip(olds.iter_mut())
             .take(count)
-            .map(|(b, o)| rma_op(a.op, at, b, o))
+            .map(|(b, o)| rma_op_with(a.op, at, b, o, a.completion.into()))
             .collect();
         return init.execute(&mut ops).with_context(what);
     }
@@ -446,6 +501,7 @@ fn run_thread(
         secs: start.elapsed().as_secs_f64(),
         window: w,
         samples_ns,
+        ordering: None,
     })
 }
 
@@ -644,9 +700,13 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
             Some(d) => calibrate(&eps, &job, role, d.as_secs_f64(), boot)?,
         };
         boot.barrier()?;
+        let before = ordering_of(&eps);
         let measured = match role {
             Some(role) => {
-                let raw = run_threads(&eps, &job, role, iters, a.warmup);
+                let raw = run_threads(&eps, &job, role, iters, a.warmup).map(|mut r| {
+                    r.ordering = Some(ordering_of(&eps).since(before));
+                    r
+                });
                 // The idle ranks are told even after a failure, so that they
                 // reach the agreement below at once.
                 let told: Result<()> = if me == 0 {
@@ -668,6 +728,13 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         r.finish(boot)?;
     }
     Ok(out.into_iter().filter(|r| r.iters > 0).collect())
+}
+
+/// What the ordering mechanism of every endpoint in `eps` has done so far.
+fn ordering_of(eps: &[Rank]) -> OrderingStats {
+    eps.iter()
+        .map(Rank::ordering_stats)
+        .fold(OrderingStats::default(), OrderingStats::plus)
 }
 
 /// Every rank's outcome, agreed before any rank goes on or closes: `mine`
@@ -808,6 +875,11 @@ pub fn combine(a: &SweepArgs, threads: usize, per_rank: &[Vec<Raw>]) -> Vec<Poin
                 bidir: a.bidir,
                 rates,
                 latency: Latency::from_nanos(&raws[0].samples_ns),
+                completion: None,
+                ordering: raws
+                    .iter()
+                    .filter_map(|x| x.ordering)
+                    .reduce(OrderingStats::plus),
             }
         })
         .collect()

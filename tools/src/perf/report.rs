@@ -188,6 +188,8 @@ mod tests {
             rates: Rates::new(bytes, iters, secs),
             latency: (pattern == Pattern::Lat)
                 .then(|| Latency::from_nanos(&[1000, 2000, 3000]).unwrap()),
+            completion: None,
+            ordering: None,
         }
     }
 
