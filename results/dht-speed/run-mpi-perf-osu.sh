@@ -5,7 +5,10 @@
 # `--sync lock-all`) and transfer count (OSU's iterations x its window of 64
 # for bandwidth). Each point runs OSU and fabkit back to back, in an order
 # that swaps every round; this machine's speed drifts by 2x within an hour,
-# so only the ratio within a round means anything. Writes the raw output of
+# so only the ratio within a round means anything. Before each point it waits
+# (up to IDLE_WAIT seconds, default 120) for a second in which the machine is
+# 90 % idle, since a build beside the two ranks on 2 cores swings either
+# tool by 2x; a point that started busy says so. Writes the raw output of
 # every run with its command (NAME.log) and the table of per-round ratios
 # (NAME.md).
 #
@@ -62,6 +65,14 @@ iters() { # win kind bytes
   esac
 }
 
+idle() { # -> yes, or busy when IDLE_WAIT passed without an idle second
+  local end=$((SECONDS + ${IDLE_WAIT:-120}))
+  while [ "$(vmstat 1 2 | tail -1 | awk '{print $15}')" -lt 90 ]; do
+    [ $SECONDS -ge $end ] && { echo busy; return; }
+  done
+  echo yes
+}
+
 run_osu() { # binary+flags win bytes iters warmup -> figure (MB/s or us)
   local cmd="${mpirun[*]} $osu/$1 -w $2 -s flush -m $3:$3 -i $4 -x $5"
   echo "\$ $cmd" >> "$log"
@@ -93,6 +104,8 @@ for r in $(seq 1 "$rounds"); do
         n=$i w=$x
         # OSU counts bandwidth iterations of a window of 64 transfers.
         [ "$kind" = bw ] && n=$((i * 64)) w=$((x * 64))
+        quiet=$(idle)
+        echo "# round $r: idle before the point: $quiet" >> "$log"
         if [ $((r % 2)) = 1 ]; then
           o=$(run_osu "$bin" "$win" "$b" "$i" "$x")
           f=$(run_fabkit "$flags" "$win" "$b" "$n" "$w" "$kind")
@@ -100,7 +113,7 @@ for r in $(seq 1 "$rounds"); do
           f=$(run_fabkit "$flags" "$win" "$b" "$n" "$w" "$kind")
           o=$(run_osu "$bin" "$win" "$b" "$i" "$x")
         fi
-        echo "$r $win $test $b $n $kind $o $f" >> "$rows"
+        echo "$r $win $test $b $n $kind $o $f $quiet" >> "$rows"
       done
     done
   done
@@ -120,24 +133,43 @@ done
     "--sync lock-all -s B -n N --warmup N/10\` with N = 64 I for bandwidth, I for latency." \
     "Ratio: fabkit / OSU for MB/s, OSU / fabkit for µs (above 1: fabkit faster)."
   echo
-  echo "| round | window | test | bytes | transfers | OSU | fabkit | unit | ratio |"
-  echo "|---|---|---|---:|---:|---:|---:|---|---:|"
+  echo "| round | window | test | bytes | transfers | OSU | fabkit | unit | ratio | idle before |"
+  echo "|---|---|---|---:|---:|---:|---:|---|---:|---|"
   awk '{
     unit = ($6 == "bw") ? "MB/s" : "us"
     ratio = ($6 == "bw") ? $8 / $7 : $7 / $8
-    printf "| %s | %s | %s | %s | %s | %.2f | %.2f | %s | %.2f |\n", $1, $2, $3, $4, $5, $7, $8, unit, ratio
+    printf "| %s | %s | %s | %s | %s | %.2f | %.2f | %s | %.2f | %s |\n", $1, $2, $3, $4, $5, $7, $8, unit, ratio, $9
   }' "$rows"
   echo
-  echo "Per point, the ratio's range over the rounds:"
+  echo "Per point, the ratio over all rounds (median and range) and over the rounds"
+  echo "that started on an idle machine:"
   echo
-  echo "| window | test | bytes | ratio min | ratio max |"
-  echo "|---|---|---:|---:|---:|"
-  awk '{
-    k = $2 " | " $3 " | " $4
-    ratio = ($6 == "bw") ? $8 / $7 : $7 / $8
-    if (!(k in lo)) { order[n++] = k; lo[k] = ratio; hi[k] = ratio }
-    if (ratio < lo[k]) lo[k] = ratio
-    if (ratio > hi[k]) hi[k] = ratio
-  } END { for (i = 0; i < n; i++) printf "| %s | %.2f | %.2f |\n", order[i], lo[order[i]], hi[order[i]] }' "$rows"
+  echo "| window | test | bytes | median | min | max | idle rounds | their median | their min |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+  awk '
+    # Sorts v[k, 0..m-1] into s[] and sets med, lo, hi.
+    function stats(v, k, m,    a, b, t) {
+      for (a = 0; a < m; a++) s[a] = v[k, a]
+      for (a = 1; a < m; a++) for (b = a; b > 0 && s[b - 1] > s[b]; b--) { t = s[b]; s[b] = s[b - 1]; s[b - 1] = t }
+      med = (m % 2) ? s[int(m / 2)] : (s[m / 2 - 1] + s[m / 2]) / 2
+      lo = s[0]; hi = s[m - 1]
+    }
+    {
+      k = $2 " | " $3 " | " $4
+      ratio = ($6 == "bw") ? $8 / $7 : $7 / $8
+      if (!(k in all)) order[n++] = k
+      v[k, all[k]++] = ratio
+      if (!(k in idle)) idle[k] = 0
+      if ($9 == "yes") w[k, idle[k]++] = ratio
+    }
+    END {
+      for (i = 0; i < n; i++) {
+        k = order[i]
+        stats(v, k, all[k]); line = sprintf("| %s | %.2f | %.2f | %.2f | %d", k, med, lo, hi, idle[k])
+        if (idle[k] > 0) { stats(w, k, idle[k]); line = line sprintf(" | %.2f | %.2f |", med, lo) }
+        else line = line " | - | - |"
+        print line
+      }
+    }' "$rows"
 } > "$out/$name.md"
 cat "$out/$name.md"
