@@ -679,7 +679,8 @@ fn dht_runs_every_variant_as_a_cache_in_process_and_under_mpirun() {
     let t = dht_row(&v, Some("fine"), "paper", "read")["transport"]
         .as_str()
         .unwrap();
-    assert!(t.starts_with("shm shortcut"), "{v:#}");
+    // Every rank on this node: the mappings alone, no fabric.
+    assert!(t.starts_with("shared memory"), "{v:#}");
     // The same algorithms over MPI one-sided RMA, both window kinds (coarse
     // with MPI_Win_lock per operation, the others in one lock_all epoch).
     for (win, n) in [("allocate", 2u64), ("create", 3)] {
@@ -1367,7 +1368,9 @@ fn dht_keys_shorter_than_the_old_generator_stay_distinct() {
         // Distinct keys: every write made a new entry (none updated an
         // earlier key), only evictions lost keys, every rank found every
         // other's, and every absent key missed.
-        assert_eq!(w["inserts"], 200, "{record}: {w:#}");
+        // (A write that evicted another key counts as an eviction.)
+        let made = w["inserts"].as_u64().unwrap() + w["evictions"].as_u64().unwrap();
+        assert_eq!(made, 200, "{record}: {w:#}");
         assert_eq!(w["updates"], 0, "{record}: {w:#}");
         let lost = r["lost"].as_u64().unwrap();
         assert_eq!(lost, 2 * w["evictions"].as_u64().unwrap(), "{r:#}");
