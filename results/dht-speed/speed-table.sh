@@ -14,6 +14,7 @@ echo
 echo "Written by \`results/dht-speed/run-speed.sh\` (rerun it; nothing here is edited by hand)."
 echo "fabkit commit $(jq -r .meta.commit "$meta"); $(jq -r .meta.machine "$meta")."
 echo "Every run: \`fabkit dht -w paper\` (uniform), $(jq -r '.runs[0].record | "\(.key) B keys / \(.value) B values"' "$meta"), $(jq -r '.meta.command' "$meta" | grep -oE -- '-k [0-9]+|--buckets [0-9]+' | tr '\n' ' ')per rank; each run's command is in its JSON under raw/."
+echo "The runs were written under speed.new/ (as their commands say) and moved here when all had ended."
 echo "Cells: fabkit M ops/s / anchor M ops/s = ratio, in that round. The ceiling has no mixed phase;"
 echo "its \`read-all\` phase (every rank's keys and as many absent ones) is the anchor of the read phase."
 echo
