@@ -184,19 +184,19 @@ impl FenceBook {
 /// the round; the first is the lead, whose kind and peer the post has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Post {
-    pieces: [u16; MAX_SCATTER],
+    pieces: [u32; MAX_SCATTER],
     n: u8,
 }
 
 impl Post {
     fn one(i: usize) -> Post {
         Post {
-            pieces: [i as u16, 0, 0, 0],
+            pieces: [i as u32, 0, 0, 0],
             n: 1,
         }
     }
 
-    fn members(&self) -> &[u16] {
+    fn members(&self) -> &[u32] {
         &self.pieces[..self.n as usize]
     }
 
@@ -230,7 +230,7 @@ fn plan_posts(
             Some(g) if open[g].2 + p.len <= max_len => {
                 let (_, at, bytes) = &mut open[g];
                 let post = &mut posts[*at];
-                post.pieces[post.n as usize] = i as u16;
+                post.pieces[post.n as usize] = i as u32;
                 post.n += 1;
                 *bytes += p.len;
                 if post.n as usize == scatter {
@@ -924,7 +924,7 @@ mod tests {
         }
     }
 
-    fn groups(posts: &[Post]) -> Vec<Vec<u16>> {
+    fn groups(posts: &[Post]) -> Vec<Vec<u32>> {
         posts.iter().map(|p| p.members().to_vec()).collect()
     }
 
@@ -937,7 +937,7 @@ mod tests {
             &'static [(OpKind, usize, usize)],
             usize,
             usize,
-            &'static [&'static [u16]],
+            &'static [&'static [u32]],
         );
         let cases: &[Case] = &[
             // Six writes to one peer, limit 4: two posts, each where its
@@ -967,12 +967,12 @@ mod tests {
         for &(spec, scatter, max_len, want) in cases {
             let round: Vec<Piece> = spec.iter().map(|&(k, p, l)| piece(k, p, l)).collect();
             let got = groups(&plan_posts(&round, scatter, max_len, joins));
-            let want: Vec<Vec<u16>> = want.iter().map(|g| g.to_vec()).collect();
+            let want: Vec<Vec<u32>> = want.iter().map(|g| g.to_vec()).collect();
             assert_eq!(got, want, "{spec:?}, scatter {scatter}, max {max_len}");
             // Every piece is posted exactly once.
-            let mut all: Vec<u16> = got.concat();
+            let mut all: Vec<u32> = got.concat();
             all.sort_unstable();
-            assert_eq!(all, (0..round.len() as u16).collect::<Vec<_>>());
+            assert_eq!(all, (0..round.len() as u32).collect::<Vec<_>>());
         }
         // Writes that do not ask for delivery completion are never joined.
         let round = vec![piece(W, 1, 8); 3];
