@@ -8,7 +8,7 @@
 //! spinning a few times and then blocking in `fi_cq_sread`, which both drives
 //! the provider's progress and sleeps in the kernel (a CQ without a wait
 //! object, as on `shm`, is polled instead: yielding the core while it is
-//! live, see [`HOT`], then with short naps). Others (followers) sleep
+//! live, for a millisecond (`HOT`), then with short naps). Others (followers) sleep
 //! on a condition variable that the leader signals after each dispatch. On a
 //! 2-core machine a busy-polling rank would starve the peer it waits for, so
 //! nobody spins for long.
