@@ -33,10 +33,11 @@ after=${AFTER:?AFTER is fabkit built from this branch}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_osc=sm,pt2pt
 
-# Waits (at most 10 minutes) while someone else's benchmark runs.
+# Waits (at most 10 minutes) while someone else's benchmark, build or
+# emulated guest runs.
 quiet() {
   for _ in $(seq 1 20); do
-    ps aux | grep -E 'mpirun|osu_|fabkit dht|ceiling' | grep -v grep > /dev/null || return 0
+    ps aux | grep -E 'mpirun|osu_|fabkit dht|ceiling|rustc|qemu-system' | grep -v grep > /dev/null || return 0
     sleep 30
   done
 }
