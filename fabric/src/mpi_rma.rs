@@ -64,13 +64,17 @@ extern "C" {
     static fabkit_mpi_err_other: i32;
 }
 
+/// Where a [`WindowKind::Create`] window starts: a page boundary.
+const PAGE: usize = 4096;
+
 /// How the window's memory is obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WindowKind {
     /// `MPI_Win_allocate`: MPI allocates (and may map shared memory).
     Allocate,
-    /// `MPI_Win_create` over memory from `MPI_Alloc_mem`.
+    /// `MPI_Win_create` over memory from `MPI_Alloc_mem`, starting on a
+    /// page.
     Create,
 }
 
@@ -140,6 +144,9 @@ pub(crate) fn check(call: &'static str, rc: i32) -> Result<()> {
 pub struct Window<'env> {
     win: ffi::MPI_Win,
     base: *mut u8,
+    /// For [`WindowKind::Create`], the block from `MPI_Alloc_mem` that
+    /// `base` lies in (what `MPI_Free_mem` takes); null otherwise.
+    alloc: *mut u8,
     len: usize,
     kind: WindowKind,
     rank: usize,
@@ -271,6 +278,7 @@ impl<'env> Window<'env> {
         // SAFETY: reading an MPI handle constant exported by rsmpi.
         let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
         let mut base: *mut u8 = std::ptr::null_mut();
+        let mut alloc: *mut u8 = std::ptr::null_mut();
         let size = len as ffi::MPI_Aint; // checked by agree_on_len
         let (call, rc) = match kind {
             WindowKind::Allocate => {
@@ -289,12 +297,24 @@ impl<'env> Window<'env> {
                 ("MPI_Win_allocate", rc)
             }
             WindowKind::Create => {
+                // The window starts on a page, as MPI_Win_allocate's memory
+                // and the memory OSU's benchmarks expose do: Open MPI 4.1's
+                // MPI_Alloc_mem is malloc (16-byte aligned), and a copy
+                // whose ends sit at other offsets in their cache lines
+                // costs more. Every rank has the same len, so all fail here
+                // alike.
+                let padded = ffi::MPI_Aint::try_from(len)
+                    .ok()
+                    .and_then(|l| l.checked_add(PAGE as ffi::MPI_Aint))
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!("an MPI window of {len} B is too large"))
+                    })?;
                 // SAFETY: the out-parameter is valid.
                 let rc = unsafe {
                     ffi::MPI_Alloc_mem(
-                        size,
+                        padded,
                         ffi::RSMPI_INFO_NULL,
-                        (&mut base as *mut *mut u8).cast(),
+                        (&mut alloc as *mut *mut u8).cast(),
                     )
                 };
                 // A rank without memory must not leave the others in
@@ -304,10 +324,13 @@ impl<'env> Window<'env> {
                     // SAFETY: a plain constant exported by the shim.
                     if rc == unsafe { fabkit_mpi_success } {
                         // SAFETY: allocated just above, not exposed.
-                        unsafe { ffi::MPI_Free_mem(base.cast()) };
+                        unsafe { ffi::MPI_Free_mem(alloc.cast()) };
                     }
                     agreed?;
                 }
+                // SAFETY: alloc holds len + PAGE bytes, so the first page
+                // boundary in it is followed by at least len of them.
+                base = unsafe { alloc.add(alloc.align_offset(PAGE)) };
                 // SAFETY: base holds `size` bytes from MPI_Alloc_mem; the
                 // communicator is live and returns errors.
                 let rc = unsafe {
@@ -322,13 +345,14 @@ impl<'env> Window<'env> {
             boot.window_created();
         } else if kind == WindowKind::Create {
             // SAFETY: from MPI_Alloc_mem above; no window exposes it.
-            unsafe { ffi::MPI_Free_mem(base.cast()) };
+            unsafe { ffi::MPI_Free_mem(alloc.cast()) };
         }
         // From here Drop leaves the window (no collective), and the
         // bootstrap, which counts it live, skips MPI_Finalize.
         let w = Window {
             win,
             base,
+            alloc,
             len,
             kind,
             rank: boot.rank(),
@@ -389,7 +413,7 @@ impl<'env> Window<'env> {
         self.boot.window_freed();
         if self.kind == WindowKind::Create {
             // SAFETY: from MPI_Alloc_mem; the window exposing it is freed.
-            unsafe { ffi::MPI_Free_mem(self.base.cast()) };
+            unsafe { ffi::MPI_Free_mem(self.alloc.cast()) };
         }
         std::mem::forget(self);
         Ok(())
