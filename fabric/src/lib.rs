@@ -54,7 +54,6 @@ pub mod mpi_rma;
 pub mod mr;
 pub mod rank;
 pub mod shm;
-pub mod time;
 pub mod verbs;
 
 pub use av::{AddressVector, FiAddr};
@@ -62,6 +61,7 @@ pub use cq::CompletionQueue;
 pub use domain::{AtomicSupport, AtomicsBy, Domain, Fabric};
 pub use ep::Endpoint;
 pub use error::{strerror, Error, OpKind, Result};
+pub use fabkit_core::time;
 pub use fabric_sys;
 pub use info::{Caps, Hints, Info, Ordering, Progress, ProviderInfo};
 pub use mr::{MemoryRegion, RemoteRegion};

@@ -48,54 +48,7 @@ impl ProcStat {
     }
 }
 
-/// The clock rate used to turn CPU seconds into cycles, and where it came
-/// from (this VM has no hardware cycle counter for `perf stat`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Clock {
-    /// Hz.
-    pub hz: f64,
-    /// "cpu MHz in /proc/cpuinfo", ...
-    pub source: String,
-}
-
-impl Clock {
-    /// Parses the first `cpu MHz` of `/proc/cpuinfo` text. Pure.
-    pub fn parse_cpuinfo(text: &str) -> Option<f64> {
-        text.lines()
-            .find(|l| l.starts_with("cpu MHz"))
-            .and_then(|l| l.split(':').nth(1))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|mhz| mhz.is_finite() && *mhz > 0.0)
-            .map(|mhz| mhz * 1e6)
-    }
-
-    /// This machine's clock: cpufreq's maximum if present, else `cpu MHz`.
-    pub fn detect() -> Clock {
-        let max = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
-            .ok()
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|khz| *khz > 0.0);
-        if let Some(khz) = max {
-            return Clock {
-                hz: khz * 1e3,
-                source: "cpufreq cpuinfo_max_freq".into(),
-            };
-        }
-        match std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|t| Clock::parse_cpuinfo(&t))
-        {
-            Some(hz) => Clock {
-                hz,
-                source: "cpu MHz in /proc/cpuinfo".into(),
-            },
-            None => Clock {
-                hz: 0.0,
-                source: "unknown (no cpufreq, no cpu MHz): cycles not computed".into(),
-            },
-        }
-    }
-}
+pub use fabkit_core::time::Clock;
 
 /// User and system time of the calling thread.
 pub fn thread_times() -> (Duration, Duration) {
@@ -120,15 +73,5 @@ mod tests {
             softirq_s: 1.0,
         };
         assert_eq!(later.since(&s).busy_s, 3.0 - 1.83);
-    }
-
-    #[test]
-    fn cpuinfo_clock() {
-        assert_eq!(
-            Clock::parse_cpuinfo("model name\t: X\ncpu MHz\t\t: 2596.144\n"),
-            Some(2596.144e6)
-        );
-        assert_eq!(Clock::parse_cpuinfo("cpu MHz : nan\n"), None);
-        assert_eq!(Clock::parse_cpuinfo(""), None);
     }
 }

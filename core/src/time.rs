@@ -1,4 +1,5 @@
-//! A clock cheap enough to read at every step of an operation.
+//! Clocks: one cheap enough to read at every step of an operation, and the
+//! CPU's clock rate that turns CPU seconds into cycles.
 
 use std::time::Duration;
 
@@ -14,6 +15,55 @@ pub fn coarse_monotonic() -> Option<Duration> {
 /// The tick of [`coarse_monotonic`].
 pub fn coarse_resolution() -> Option<Duration> {
     read(libc::CLOCK_MONOTONIC_COARSE, true)
+}
+
+/// The clock rate used to turn CPU seconds into cycles, and where it came
+/// from (this VM has no hardware cycle counter for `perf stat`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Clock {
+    /// Hz.
+    pub hz: f64,
+    /// "cpu MHz in /proc/cpuinfo", ...
+    pub source: String,
+}
+
+impl Clock {
+    /// Parses the first `cpu MHz` of `/proc/cpuinfo` text. Pure.
+    pub fn parse_cpuinfo(text: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with("cpu MHz"))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|mhz| mhz.is_finite() && *mhz > 0.0)
+            .map(|mhz| mhz * 1e6)
+    }
+
+    /// This machine's clock: cpufreq's maximum if present, else `cpu MHz`.
+    pub fn detect() -> Clock {
+        let max = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|khz| *khz > 0.0);
+        if let Some(khz) = max {
+            return Clock {
+                hz: khz * 1e3,
+                source: "cpufreq cpuinfo_max_freq".into(),
+            };
+        }
+        match std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|t| Clock::parse_cpuinfo(&t))
+        {
+            Some(hz) => Clock {
+                hz,
+                source: "cpu MHz in /proc/cpuinfo".into(),
+            },
+            None => Clock {
+                hz: 0.0,
+                source: "unknown (no cpufreq, no cpu MHz): cycles not computed".into(),
+            },
+        }
+    }
 }
 
 fn read(clock: libc::clockid_t, resolution: bool) -> Option<Duration> {
@@ -61,5 +111,15 @@ mod tests {
             moved < real + Duration::from_secs(1),
             "{moved:?} vs {real:?}"
         );
+    }
+
+    #[test]
+    fn cpuinfo_clock() {
+        assert_eq!(
+            Clock::parse_cpuinfo("model name\t: X\ncpu MHz\t\t: 2596.144\n"),
+            Some(2596.144e6)
+        );
+        assert_eq!(Clock::parse_cpuinfo("cpu MHz : nan\n"), None);
+        assert_eq!(Clock::parse_cpuinfo(""), None);
     }
 }
