@@ -2,8 +2,44 @@
 //! and tests on this crate alone, and the libfabric and MPI crates build on
 //! it.
 //!
-//! - [`time`]: a clock cheap enough for every step of an operation, and the
-//!   CPU clock rate that turns CPU seconds into cycles.
+//! - [`op`]: one-sided operations as data: where ([`Remote`]), what
+//!   ([`Op`]) and, for writes, which [`Completion`] they need. A planner
+//!   (the DHT's machines) writes them; a transport executes them.
+//! - [`bootstrap`]: the [`Bootstrap`] by which ranks exchange small byte
+//!   strings and meet at barriers, with the in-process ([`ThreadGroup`])
+//!   and shared-directory ([`FileBootstrap`]) ones; MPI's is in
+//!   `fabkit-mpi`.
+//! - [`words`]: copies to and from memory other processes or a NIC change
+//!   under us, a word at a time.
+//! - [`time`]: a clock cheap enough for every step of an operation, the
+//!   timeout scale every wait honours, and the CPU clock rate that turns
+//!   CPU seconds into cycles.
+//! - [`error`]: what any layer can meet (a timeout, a bound, a bad
+//!   argument, ranks that disagree or left); the libfabric and MPI crates
+//!   wrap it in errors of their own.
+//!
+//! ```
+//! use std::time::Duration;
+//! use fabkit_core::{Bootstrap, ThreadGroup};
+//!
+//! let boots = ThreadGroup::members(2, Duration::from_secs(10));
+//! let all = std::thread::scope(|s| {
+//!     let h: Vec<_> = boots
+//!         .iter()
+//!         .map(|b| s.spawn(move || b.allgather(&[b.rank() as u8]).unwrap()))
+//!         .collect();
+//!     h.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+//! });
+//! assert_eq!(all[1], vec![vec![0u8], vec![1u8]]);
+//! ```
 #![deny(missing_docs)]
 
+pub mod bootstrap;
+pub mod error;
+pub mod op;
 pub mod time;
+pub mod words;
+
+pub use bootstrap::{Bootstrap, FileBootstrap, ThreadBootstrap, ThreadGroup};
+pub use error::{Error, Result};
+pub use op::{Completion, Op, OpKind, Remote};

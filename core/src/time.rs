@@ -1,6 +1,8 @@
-//! Clocks: one cheap enough to read at every step of an operation, and the
-//! CPU's clock rate that turns CPU seconds into cycles.
+//! Clocks: one cheap enough to read at every step of an operation, the
+//! scale every timeout is stretched by, and the CPU's clock rate that turns
+//! CPU seconds into cycles.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// `CLOCK_MONOTONIC_COARSE`: the kernel's monotonic clock at tick
@@ -15,6 +17,30 @@ pub fn coarse_monotonic() -> Option<Duration> {
 /// The tick of [`coarse_monotonic`].
 pub fn coarse_resolution() -> Option<Duration> {
     read(libc::CLOCK_MONOTONIC_COARSE, true)
+}
+
+/// The factor by which fabkit stretches its timeouts: `FABKIT_TIMEOUT_SCALE`
+/// (a whole number from 1 to 1000), 1 when unset. For slow runs such as
+/// a guest under emulation; results are never scaled.
+pub fn timeout_scale() -> u32 {
+    static SCALE: OnceLock<u32> = OnceLock::new();
+    *SCALE.get_or_init(|| match std::env::var("FABKIT_TIMEOUT_SCALE") {
+        Err(_) => 1,
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(s @ 1..=1000) => s,
+            _ => {
+                eprintln!(
+                    "fabkit: ignoring FABKIT_TIMEOUT_SCALE={v:?}: give a whole number from 1 to 1000"
+                );
+                1
+            }
+        },
+    })
+}
+
+/// `d` stretched by [`timeout_scale`].
+pub fn scaled(d: Duration) -> Duration {
+    d.saturating_mul(timeout_scale())
 }
 
 /// The clock rate used to turn CPU seconds into cycles, and where it came

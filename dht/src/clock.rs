@@ -29,7 +29,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
-        use fabkit_fabric::time::coarse_monotonic;
+        use fabkit_core::time::coarse_monotonic;
         // `Instant` has no constructor from a timespec: the coarse clock's
         // progress since a first reading is added to the `Instant` taken
         // with it (the same clock, CLOCK_MONOTONIC, at a finer grain).

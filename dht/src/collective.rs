@@ -11,7 +11,7 @@
 //! ```
 //! use fabkit_dht::collective::agree;
 //! use fabkit_dht::Error;
-//! use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
+//! use fabkit_core::{Bootstrap, ThreadGroup};
 //! use std::time::Duration;
 //!
 //! let boots = ThreadGroup::members(2, Duration::from_secs(5));
@@ -39,7 +39,7 @@
 //! assert!(errs[0].contains("save failed on rank 1"), "{}", errs[0]);
 //! ```
 
-use fabkit_fabric::bootstrap::Bootstrap;
+use fabkit_core::Bootstrap;
 
 use crate::outcome::{Error, Result};
 
@@ -64,7 +64,7 @@ pub fn agree(
         Ok(all) => all,
         // The exchange itself failed (a peer gone): this rank's own error,
         // if it has one, says more than the bootstrap's timeout.
-        Err(e) => return Err(local.err().unwrap_or(Error::Transport(e))),
+        Err(e) => return Err(local.err().unwrap_or(Error::Bootstrap(e))),
     };
     let mut failed = Vec::new();
     let mut payloads = Vec::with_capacity(all.len());
@@ -86,41 +86,4 @@ pub fn agree(
         failed,
         local: local.err().map(Box::new),
     })
-}
-
-/// "rank 1: msg", or "ranks 0, 2: msg; rank 3: other" (ranks with the same
-/// message named together), for [`Error::Collective`].
-pub(crate) fn describe(failed: &[(usize, String)]) -> String {
-    let mut groups: Vec<(Vec<usize>, &str)> = Vec::new();
-    for (rank, msg) in failed {
-        match groups.iter_mut().find(|g| g.1 == msg) {
-            Some(g) => g.0.push(*rank),
-            None => groups.push((vec![*rank], msg)),
-        }
-    }
-    groups
-        .iter()
-        .map(|(ranks, msg)| {
-            let list: Vec<String> = ranks.iter().map(usize::to_string).collect();
-            let s = if ranks.len() == 1 { "" } else { "s" };
-            format!("rank{s} {}: {msg}", list.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::describe;
-
-    #[test]
-    fn ranks_with_one_message_are_named_together() {
-        let f = vec![
-            (0, "a".to_string()),
-            (2, "b".to_string()),
-            (3, "a".to_string()),
-        ];
-        assert_eq!(describe(&f), "ranks 0, 3: a; rank 2: b");
-        assert_eq!(describe(&f[1..2]), "rank 2: b");
-    }
 }

@@ -83,7 +83,7 @@
 //!
 //! ```
 //! use fabkit_dht::{transport::local::LocalTransport, Config, Dht, Read, Variant};
-//! use fabkit_fabric::bootstrap::ThreadGroup;
+//! use fabkit_core::bootstrap::ThreadGroup;
 //! use std::time::Duration;
 //!
 //! let dir = tempfile::tempdir().unwrap();
@@ -110,7 +110,7 @@ use std::io::{BufReader, BufWriter, Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-use fabkit_fabric::bootstrap::Bootstrap;
+use fabkit_core::Bootstrap;
 
 use crate::collective::agree;
 use crate::layout::{is_claimed, Bucket, Layout, Variant, STATE_EMPTY, STATE_FULL};
@@ -784,7 +784,7 @@ impl<T: Transport> Dht<T> {
         // 0's id, which marks the shards of this one dump.
         let ids = boot
             .allgather(&random_id().to_le_bytes())
-            .map_err(Error::Transport)?;
+            .map_err(Error::transport)?;
         let dump_id = ids
             .first()
             .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())

@@ -6,10 +6,11 @@
 //! Oortwijn's chunked linear probing (seed 002).
 //!
 //! Layers, bottom up (smoltcp-style: pure logic above a transport seam):
-//! - [`layout`]: bucket bytes <-> [`layout::Bucket`], CRC32; pure.
+//! - [`layout`]: bucket bytes <-> [`layout::Bucket`], CRC32C; pure.
 //! - [`placement`]: key -> rank and candidate buckets, unbiased; pure.
 //! - [`transport`]: the [`Transport`] trait the variants run on: native
-//!   libfabric ([`fabkit_fabric::Rank`]), and test doubles (local, recording).
+//!   libfabric (`fabkit_fabric::Rank`, feature `fabric`), MPI windows
+//!   (feature `mpi`), and test doubles (local, recording, faulty).
 //! - `variant` (private): each algorithm as a state machine that plans
 //!   batches of remote operations into buffers the table owns, is fed their
 //!   completions and the time, and gives back every lock and claim on error.
@@ -21,7 +22,7 @@
 //!
 //! ```
 //! use fabkit_dht::{transport::local::LocalTransport, Config, Dht, Read, Variant};
-//! use fabkit_fabric::bootstrap::ThreadGroup;
+//! use fabkit_core::bootstrap::ThreadGroup;
 //! use std::time::Duration;
 //!
 //! let mut cfg = Config::new(Variant::Lockfree);

@@ -109,9 +109,15 @@ pub enum Error {
     /// A defect in a variant's state machine (please report it).
     #[error("internal error: {0}")]
     Internal(String),
-    /// The transport failed.
+    /// The transport failed: its own error ([`crate::Transport::Error`]),
+    /// boxed so that the table's type does not depend on the transport's;
+    /// [`Error::transport_error`] gives it back typed.
     #[error(transparent)]
-    Transport(#[from] fabkit_fabric::Error),
+    Transport(Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// The ranks could not exchange what the table's collectives need
+    /// (create, dump, restore): the bootstrap failed, or a rank left.
+    #[error(transparent)]
+    Bootstrap(#[from] fabkit_core::Error),
     /// Reading or writing a file (a dump's shard) failed.
     #[error("{what} {}: {source}", path.display())]
     Io {
@@ -148,7 +154,7 @@ pub enum Error {
     },
     /// A collective operation failed on one or more ranks; every rank
     /// returns this same error (see [`crate::collective::agree`]).
-    #[error("{op} failed on {}", crate::collective::describe(failed))]
+    #[error("{op} failed on {}", describe(failed))]
     Collective {
         /// The operation: "dump", "restore" ...
         op: &'static str,
@@ -158,6 +164,43 @@ pub enum Error {
         /// already in `failed`, so it is not a `source`: one line says all).
         local: Option<Box<Error>>,
     },
+}
+
+impl Error {
+    /// A transport's error, boxed into [`Error::Transport`].
+    pub(crate) fn transport(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::Transport(Box::new(e))
+    }
+
+    /// The transport's error of type `E` behind this one, if that is what
+    /// failed (for example `fabkit_fabric::Error` under a fabric rank).
+    pub fn transport_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Transport(e) => e.downcast_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// "rank 1: msg", or "ranks 0, 2: msg; rank 3: other" (ranks with the same
+/// message named together), for [`Error::Collective`].
+fn describe(failed: &[(usize, String)]) -> String {
+    let mut groups: Vec<(Vec<usize>, &str)> = Vec::new();
+    for (rank, msg) in failed {
+        match groups.iter_mut().find(|g| g.1 == msg) {
+            Some(g) => g.0.push(*rank),
+            None => groups.push((vec![*rank], msg)),
+        }
+    }
+    groups
+        .iter()
+        .map(|(ranks, msg)| {
+            let list: Vec<String> = ranks.iter().map(usize::to_string).collect();
+            let s = if ranks.len() == 1 { "" } else { "s" };
+            format!("rank{s} {}: {msg}", list.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Result with the DHT [`Error`].
@@ -310,7 +353,7 @@ pub(crate) fn key_hex(key: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::Stats;
+    use super::{describe, Stats};
 
     #[test]
     fn since_undoes_add_field_by_field_and_never_wraps() {
@@ -351,5 +394,16 @@ mod tests {
         now.add(&step);
         assert_eq!(now.since(&earlier), step);
         assert_eq!(earlier.since(&now), Stats::default());
+    }
+
+    #[test]
+    fn ranks_with_one_message_are_named_together() {
+        let f = vec![
+            (0, "a".to_string()),
+            (2, "b".to_string()),
+            (3, "a".to_string()),
+        ];
+        assert_eq!(describe(&f), "ranks 0, 3: a; rank 2: b");
+        assert_eq!(describe(&f[1..2]), "rank 2: b");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fabkit_fabric::bootstrap::Bootstrap;
+use fabkit_core::Bootstrap;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, SystemClock};
@@ -204,7 +204,7 @@ fn random_base() -> u32 {
 /// The deadline of each operation when none is set: 30 s, times
 /// `FABKIT_TIMEOUT_SCALE` (emulated and oversubscribed machines).
 fn default_deadline() -> Duration {
-    fabkit_fabric::env::scaled(Duration::from_secs(30))
+    fabkit_core::time::scaled(Duration::from_secs(30))
 }
 
 impl<T: Transport> Dht<T> {
@@ -239,7 +239,7 @@ impl<T: Transport> Dht<T> {
         // Every rank reaches the exchange, so a local problem on one rank
         // cannot leave the others waiting; each then reports what it saw.
         let mine = cfg.encode();
-        let all = boot.allgather(&mine).map_err(Error::Transport)?;
+        let all = boot.allgather(&mine).map_err(Error::transport)?;
         local?;
         if let Some(r) = all.iter().position(|c| *c != mine) {
             return Err(Error::Mismatch(format!(
@@ -289,7 +289,7 @@ impl<T: Transport> Dht<T> {
     /// All ranks' statistics, summed. Collective.
     pub fn stats_all(&self, boot: &dyn Bootstrap) -> Result<Stats> {
         let mine = stats_to_bytes(&self.stats());
-        let all = boot.allgather(&mine).map_err(Error::Transport)?;
+        let all = boot.allgather(&mine).map_err(Error::transport)?;
         let mut sum = Stats::default();
         for b in all {
             sum.add(&stats_from_bytes(&b));
@@ -301,7 +301,7 @@ impl<T: Transport> Dht<T> {
     /// the others' regions. (Dropping is safe too, but peers may then see
     /// errors.)
     pub fn free(self, boot: &dyn Bootstrap) -> Result<T> {
-        boot.barrier().map_err(Error::Transport)?;
+        boot.barrier().map_err(Error::transport)?;
         Ok(self.t)
     }
 
@@ -367,7 +367,7 @@ impl<T: Transport> Dht<T> {
             s.remote_ops += ops.len() as u64;
             s.batches += 1;
         }
-        self.t.execute(ops).map_err(Error::Transport)
+        self.t.execute(ops).map_err(Error::transport)
     }
 
     pub(crate) fn count(&self, f: impl FnOnce(&mut Stats)) {
@@ -672,7 +672,7 @@ impl<T: Transport> Dht<T> {
                     let now = self.clock.now();
                     match r {
                         Ok(()) => m.on_complete(batch, now),
-                        Err(e) => m.on_error(Error::Transport(e), batch, now),
+                        Err(e) => m.on_error(Error::transport(e), batch, now),
                     }
                 }
                 Step::LockRegion { rank, exclusive } => {
@@ -686,7 +686,7 @@ impl<T: Transport> Dht<T> {
                             remote_bytes += 8 * u64::from(native);
                             m.on_complete(batch, now)
                         }
-                        Err(e) => m.on_error(Error::Transport(e), batch, now),
+                        Err(e) => m.on_error(Error::transport(e), batch, now),
                     }
                 }
                 Step::UnlockRegion { rank } => {
@@ -697,7 +697,7 @@ impl<T: Transport> Dht<T> {
                     let now = self.clock.now();
                     match r {
                         Ok(()) => m.on_complete(batch, now),
-                        Err(e) => m.on_error(Error::Transport(e), batch, now),
+                        Err(e) => m.on_error(Error::transport(e), batch, now),
                     }
                 }
             };

@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{key, small, value, VARIANTS};
+use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_dht::layout::STATE_FULL;
 use fabkit_dht::placement::{default_candidates, hash_key, Placement};
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::transport::{Completion, Op, Remote};
 use fabkit_dht::{Config, Dht, Error, Read, Transport, Variant};
-use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
 
 /// How long a bootstrap collective waits for a missing rank (ThreadGroup
 /// stretches it by the CI's timeout scale): a test that ends well inside
@@ -25,7 +25,7 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(20);
 /// Half the bootstrap's timeout as ThreadGroup applies it: a collective
 /// step that ends within this waited on no one.
 fn no_wait() -> Duration {
-    fabkit_fabric::env::scaled(BOOT_TIMEOUT) / 2
+    fabkit_core::time::scaled(BOOT_TIMEOUT) / 2
 }
 
 /// Runs `body` on `n` ranks of a fresh local table.
@@ -574,12 +574,7 @@ fn every_header_byte_flipped_is_refused() {
 
 /// A single-rank table of `cfg`, and its bootstrap, for tests that need
 /// the table mutably.
-fn one_rank(
-    cfg: Config,
-) -> (
-    Dht<LocalTransport>,
-    fabkit_fabric::bootstrap::ThreadBootstrap,
-) {
+fn one_rank(cfg: Config) -> (Dht<LocalTransport>, fabkit_core::bootstrap::ThreadBootstrap) {
     let boot = ThreadGroup::members(1, BOOT_TIMEOUT).pop().unwrap();
     let t = LocalTransport::group(1, cfg.region_len()).pop().unwrap();
     (Dht::create(t, cfg, &boot).unwrap(), boot)

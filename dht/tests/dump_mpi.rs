@@ -12,10 +12,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{key, small, value};
+use fabkit_core::Bootstrap;
 use fabkit_dht::transport::mpi::MpiTransport;
 use fabkit_dht::{Config, Dht, Read, Variant};
-use fabkit_fabric::bootstrap::{Bootstrap, MpiBootstrap};
-use fabkit_fabric::mpi_rma::WindowKind;
+use fabkit_mpi::MpiBootstrap;
+use fabkit_mpi::WindowKind;
 
 const CHILD_ENV: &str = "FABKIT_TEST_DUMP_DIR";
 const KEYS: u64 = 50;
@@ -119,7 +120,7 @@ fn a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun() {
     // SIGKILL to mpirun alone would orphan ranks waiting in a collective.
     let _group = Group(child.id());
     // Bounded: a rank left waiting in a collective would hang the job.
-    let limit = fabkit_fabric::env::scaled(Duration::from_secs(120));
+    let limit = fabkit_core::time::scaled(Duration::from_secs(120));
     let start = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {

@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{key, small, value, value_ok, VARIANTS};
+use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_dht::{Config, Dht, Error, Read, Variant};
-use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_fabric::{Rank, RankConfig};
 
 fn providers() -> Vec<String> {

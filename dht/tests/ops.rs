@@ -6,11 +6,11 @@ mod common;
 use std::time::Duration;
 
 use common::{key, small, value};
+use fabkit_core::bootstrap::ThreadGroup;
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::transport::recording::RecordingTransport;
 use fabkit_dht::transport::OpKind::*;
 use fabkit_dht::{Dht, Read, Variant, Write};
-use fabkit_fabric::bootstrap::ThreadGroup;
 
 fn table(variant: Variant) -> Dht<RecordingTransport<LocalTransport>> {
     let cfg = small(variant, 256);

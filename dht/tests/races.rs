@@ -299,7 +299,7 @@ fn find_or_put_does_not_return_a_torn_record_as_found() {
         .execute(&mut [Op::Write {
             to: at,
             from: &word,
-            completion: fabkit_fabric::Completion::Delivery,
+            completion: fabkit_core::Completion::Delivery,
         }])
         .unwrap();
     assert_eq!(d.read(&k).unwrap(), Read::Corrupt);

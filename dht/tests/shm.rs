@@ -9,9 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::{key, small, value, value_ok, VARIANTS};
+use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_dht::transport::shm::ShmTransport;
 use fabkit_dht::{Dht, Read};
-use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_fabric::RankConfig;
 
 fn run(provider: &str, sharing: Option<&[&[bool]]>) {

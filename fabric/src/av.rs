@@ -7,6 +7,7 @@ use fabric_sys as ffi;
 
 use crate::domain::{close_fid, Domain, DomainInner};
 use crate::error::{check, Error, Result};
+use fabkit_core::Error as CoreError;
 
 /// A peer's address as the provider knows it after insertion.
 pub type FiAddr = ffi::fi_addr_t;
@@ -205,10 +206,10 @@ impl AddressVector {
         };
         check("fi_av_insert", n)?;
         if n != 1 || addr == ffi::FI_ADDR_NOTAVAIL {
-            return Err(Error::Bootstrap(format!(
+            return Err(Error::from(CoreError::Bootstrap(format!(
                 "fi_av_insert did not accept a peer address of {} bytes",
                 name.len()
-            )));
+            ))));
         }
         Ok(addr)
     }

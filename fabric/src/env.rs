@@ -19,7 +19,6 @@
 //! fabkit stretches every timeout, for runs under emulation.
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use crate::error::{Error, Result};
 
@@ -385,29 +384,7 @@ fn refuse(l: &RxmLimit, n: u64) -> Option<(String, String)> {
     Some((what, hint))
 }
 
-/// The factor by which fabkit stretches its timeouts: `FABKIT_TIMEOUT_SCALE`
-/// (a whole number from 1 to 1000), 1 when unset. For slow runs such as
-/// a guest under emulation; results are never scaled.
-pub fn timeout_scale() -> u32 {
-    static SCALE: OnceLock<u32> = OnceLock::new();
-    *SCALE.get_or_init(|| match std::env::var("FABKIT_TIMEOUT_SCALE") {
-        Err(_) => 1,
-        Ok(v) => match v.trim().parse::<u32>() {
-            Ok(s @ 1..=1000) => s,
-            _ => {
-                eprintln!(
-                    "fabkit: ignoring FABKIT_TIMEOUT_SCALE={v:?}: give a whole number from 1 to 1000"
-                );
-                1
-            }
-        },
-    })
-}
-
-/// `d` stretched by [`timeout_scale`].
-pub fn scaled(d: Duration) -> Duration {
-    d.saturating_mul(timeout_scale())
-}
+pub use fabkit_core::time::{scaled, timeout_scale};
 
 #[cfg(test)]
 mod tests {

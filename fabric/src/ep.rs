@@ -9,8 +9,10 @@ use fabric_sys as ffi;
 use crate::av::{AddressVector, AvInner};
 use crate::cq::{CompletionQueue, CqInner, Ticket, HOT};
 use crate::domain::{close_fid, Domain, DomainInner};
-use crate::error::{call_error, check, Error, OpKind, Result};
+use crate::error::{call_error, check, Error, Result};
 use crate::mr::MemoryRegion;
+use fabkit_core::Error as CoreError;
+use fabkit_core::OpKind;
 
 /// An enabled RDM endpoint bound to one CQ (transmit and receive) and one AV.
 #[doc(alias = "fi_endpoint")]
@@ -255,7 +257,7 @@ pub(crate) struct Room {
 fn stuck(cq: &CqInner, op: OpKind, peer: usize, timeout: Duration) -> Error {
     match cq.broken() {
         Some((call, code)) => Error::completion_queue(op, peer, call, code),
-        None => Error::Timeout { op, peer, timeout },
+        None => Error::from(CoreError::Timeout { op, peer, timeout }),
     }
 }
 

@@ -8,6 +8,7 @@ use fabric_sys as ffi;
 use serde::Serialize;
 
 use crate::error::{call_error, Error, Result};
+use fabkit_core::Error as CoreError;
 
 /// The libfabric API version fabkit asks for. 1.17 is Debian bookworm's; newer
 /// libraries accept it.
@@ -134,8 +135,11 @@ impl Hints {
     fn to_raw(&self) -> Result<RawInfo> {
         // SAFETY: fi_allocinfo allocates a zeroed fi_info with its attribute
         // structs; null means out of memory.
-        let raw = NonNull::new(unsafe { ffi::fi_allocinfo() })
-            .ok_or_else(|| Error::InvalidArgument("fi_allocinfo: out of memory".into()))?;
+        let raw = NonNull::new(unsafe { ffi::fi_allocinfo() }).ok_or_else(|| {
+            Error::from(CoreError::InvalidArgument(
+                "fi_allocinfo: out of memory".into(),
+            ))
+        })?;
         let info = RawInfo(raw);
         // SAFETY: `raw` is a valid fi_info from fi_allocinfo; its attr
         // pointers are valid allocations owned by it.
@@ -180,8 +184,11 @@ impl Hints {
 }
 
 fn strdup(s: &str) -> Result<*mut libc::c_char> {
-    let c = CString::new(s)
-        .map_err(|_| Error::InvalidArgument(format!("name `{s}` contains a NUL byte")))?;
+    let c = CString::new(s).map_err(|_| {
+        Error::from(CoreError::InvalidArgument(format!(
+            "name `{s}` contains a NUL byte"
+        )))
+    })?;
     // SAFETY: c is a valid NUL-terminated string; libfabric frees the copy
     // with free() in fi_freeinfo, so it must come from malloc (strdup does).
     Ok(unsafe { libc::strdup(c.as_ptr()) })
@@ -394,11 +401,11 @@ pub fn find(hints: &Hints, prefer_loopback: bool) -> Result<Info> {
         }
         found.retain(|i| i.domain_name() == *d);
         if found.is_empty() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "provider `{}` has no domain `{d}` here; its domains: {} (see `fabkit info`)",
                 hints.provider.as_deref().unwrap_or("(any)"),
                 names.join(", ")
-            )));
+            ))));
         }
     }
     if hints.domain.is_none() {
@@ -484,10 +491,10 @@ pub fn orderings_offered(hints: &Hints) -> Result<Vec<Ordering>> {
 /// The interface of this host with an address inside `addr/prefix`.
 fn interface_in(addr: &str, prefix: &str) -> Result<String> {
     let bad = |why: &str| {
-        Error::InvalidArgument(format!(
+        Error::from(CoreError::InvalidArgument(format!(
             "domain `{addr}/{prefix}`: {why}; give an interface name (eth0) or a network \
              such as 10.77.1.0/24"
-        ))
+        )))
     };
     let net: std::net::IpAddr = addr.parse().map_err(|_| bad("not an IP address"))?;
     let bits: u32 = prefix
@@ -505,14 +512,14 @@ fn interface_in(addr: &str, prefix: &str) -> Result<String> {
     }
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 => Err(Error::InvalidArgument(format!(
+        0 => Err(Error::from(CoreError::InvalidArgument(format!(
             "no interface of this host that is up has an address in {addr}/{prefix} \
              (see `ip -br addr`); give the network the ranks share"
-        ))),
-        _ => Err(Error::InvalidArgument(format!(
+        )))),
+        _ => Err(Error::from(CoreError::InvalidArgument(format!(
             "{addr}/{prefix} matches several interfaces here ({}); give a narrower network",
             found.join(", ")
-        ))),
+        )))),
     }
 }
 

@@ -7,7 +7,8 @@
 //! - One owner per fid: [`Fabric`], [`Domain`], [`AddressVector`],
 //!   [`CompletionQueue`], [`Endpoint`], [`MemoryRegion`]. A child holds an
 //!   `Arc` to its parent, so parents close last and everything closes once.
-//! - [`bootstrap`]: how ranks exchange addresses (threads, files, MPI).
+//! - [`bootstrap`] (from `fabkit-core`): how ranks exchange addresses
+//!   (threads, files; MPI's in `fabkit-mpi`).
 //! - [`Rank`]: an endpoint, an exposed region and every peer's address and
 //!   key; [`Op`] batches of RMA reads and writes and u64 atomics with a
 //!   bounded number in flight, plus small messages. A write says which
@@ -42,15 +43,12 @@
 #![deny(missing_docs)]
 
 pub mod av;
-pub mod bootstrap;
 pub mod cq;
 pub mod domain;
 pub mod env;
 pub mod ep;
 pub mod error;
 pub mod info;
-#[cfg(feature = "mpi")]
-pub mod mpi_rma;
 pub mod mr;
 pub mod rank;
 pub mod shm;
@@ -60,9 +58,10 @@ pub use av::{AddressVector, FiAddr};
 pub use cq::CompletionQueue;
 pub use domain::{AtomicSupport, AtomicsBy, Domain, Fabric};
 pub use ep::Endpoint;
-pub use error::{strerror, Error, OpKind, Result};
+pub use error::{strerror, Error, Result};
 pub use fabkit_core::time;
+pub use fabkit_core::{bootstrap, Completion, Op, OpKind, Remote};
 pub use fabric_sys;
 pub use info::{Caps, Hints, Info, Ordering, Progress, ProviderInfo};
 pub use mr::{MemoryRegion, RemoteRegion};
-pub use rank::{Completion, Initiator, Op, OrderingStats, ProgressMode, Rank, RankConfig, Remote};
+pub use rank::{Initiator, OrderingStats, ProgressMode, Rank, RankConfig};

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{close_fid, DomainInner};
 use crate::ep::EpInner;
 use crate::error::{call_error, check, Error, Result};
+use fabkit_core::Error as CoreError;
 
 /// Page alignment for registered buffers: some providers (FI_MR_ALLOCATED
 /// hardware) want page-backed memory, and it keeps u64 words aligned.
@@ -161,18 +162,22 @@ impl MemoryRegion {
         len: usize,
     ) -> Result<MemoryRegion> {
         if len == 0 {
-            return Err(Error::InvalidArgument(
+            return Err(Error::from(CoreError::InvalidArgument(
                 "cannot register an empty memory region (length 0)".into(),
-            ));
+            )));
         }
-        let layout = Layout::from_size_align(len.next_multiple_of(ALIGN), ALIGN)
-            .map_err(|e| Error::InvalidArgument(format!("region of {len} B: {e}")))?;
+        let layout = Layout::from_size_align(len.next_multiple_of(ALIGN), ALIGN).map_err(|e| {
+            Error::from(CoreError::InvalidArgument(format!(
+                "region of {len} B: {e}"
+            )))
+        })?;
         // SAFETY: layout has non-zero size.
-        let buf =
-            NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(|| Error::Io {
+        let buf = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(|| {
+            Error::from(CoreError::Io {
                 what: format!("allocating a region of {len} B"),
                 source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-            })?;
+            })
+        })?;
         Self::register_backed(domain, ep, buf, len, Backing::Heap(layout))
     }
 
@@ -242,9 +247,9 @@ impl MemoryRegion {
         mr._ep = ep.cloned();
         if mr_mode & ffi::FI_MR_ENDPOINT != 0 {
             let ep = ep.ok_or_else(|| {
-                Error::InvalidArgument(
+                Error::from(CoreError::InvalidArgument(
                     "provider requires FI_MR_ENDPOINT: register memory through an endpoint".into(),
-                )
+                ))
             })?;
             // SAFETY: both fids are open; the MR keeps the endpoint alive.
             check("fi_mr_bind", unsafe {
@@ -327,7 +332,7 @@ impl MemoryRegion {
     /// remote write may be seen half-done: a snapshot is not atomic.
     pub fn snapshot(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.range(offset, out.len())?;
-        crate::shm::read_words(self.all_words(), offset, out);
+        fabkit_core::words::read_words(self.all_words(), offset, out);
         Ok(())
     }
 
@@ -335,7 +340,7 @@ impl MemoryRegion {
     /// are told about the region). The bytes beside the range are kept.
     pub fn fill(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.range(offset, data.len())?;
-        crate::shm::write_words(self.all_words(), offset, data);
+        fabkit_core::words::write_words(self.all_words(), offset, data);
         Ok(())
     }
 
@@ -344,10 +349,10 @@ impl MemoryRegion {
             .checked_add(len)
             .filter(|&e| e <= self.len)
             .ok_or_else(|| {
-                Error::InvalidArgument(format!(
+                Error::from(CoreError::InvalidArgument(format!(
                     "{len} B at offset {offset} is outside the local region of {} B",
                     self.len
-                ))
+                )))
             })?;
         Ok(())
     }

@@ -20,7 +20,7 @@
 //!
 //! Memory other processes change under us is only ever accessed as
 //! [`AtomicU64`] words ([`SharedSegment::words`], [`read_words`],
-//! [`write_words`]): never also as bytes, as mixed-size atomic accesses to
+//! [`write_words`] of [`fabkit_core::words`]): never also as bytes, as mixed-size atomic accesses to
 //! the same bytes are not defined by the Rust memory model.
 //!
 //! ```no_run
@@ -30,9 +30,9 @@
 //! let seg = SharedSegment::create(&name, 4096).unwrap();
 //! let peer = SharedSegment::open(&name, 4096).unwrap(); // another process, usually
 //! seg.unlink(); // once every peer has it mapped
-//! fabkit_fabric::shm::write_words(seg.words(), 3, b"hello");
+//! fabkit_core::words::write_words(seg.words(), 3, b"hello");
 //! let mut out = [0u8; 5];
-//! fabkit_fabric::shm::read_words(peer.words(), 3, &mut out);
+//! fabkit_core::words::read_words(peer.words(), 3, &mut out);
 //! assert_eq!(&out, b"hello");
 //! ```
 
@@ -44,6 +44,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
+#[cfg(doc)]
+use fabkit_core::words::{read_words, write_words};
+use fabkit_core::Error as CoreError;
 
 /// Where `shm_open` names live on Linux.
 pub const SHM_DIR: &str = "/dev/shm";
@@ -77,10 +80,10 @@ unsafe impl Send for SharedSegment {}
 unsafe impl Sync for SharedSegment {}
 
 fn os_err(what: String) -> Error {
-    Error::Io {
+    Error::from(CoreError::Io {
         what,
         source: std::io::Error::last_os_error(),
-    }
+    })
 }
 
 /// Closes an fd on every path out of [`SharedSegment::map`].
@@ -97,17 +100,24 @@ impl Drop for Fd {
 impl SharedSegment {
     fn map(name: &str, len: usize, create: bool) -> Result<SharedSegment> {
         if len == 0 {
-            return Err(Error::InvalidArgument(
+            return Err(Error::from(CoreError::InvalidArgument(
                 "a shared segment needs at least 1 byte".into(),
-            ));
+            )));
         }
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument(format!("segment name `{name}` has a NUL")))?;
+        let cname = CString::new(name).map_err(|_| {
+            Error::from(CoreError::InvalidArgument(format!(
+                "segment name `{name}` has a NUL"
+            )))
+        })?;
         let len = len.checked_next_multiple_of(8).ok_or_else(|| {
-            Error::InvalidArgument(format!("a shared segment of {len} B is too large"))
+            Error::from(CoreError::InvalidArgument(format!(
+                "a shared segment of {len} B is too large"
+            )))
         })?;
         let size = libc::off_t::try_from(len).map_err(|_| {
-            Error::InvalidArgument(format!("a shared segment of {len} B is too large"))
+            Error::from(CoreError::InvalidArgument(format!(
+                "a shared segment of {len} B is too large"
+            )))
         })?;
         let flags = if create {
             libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
@@ -152,13 +162,13 @@ impl SharedSegment {
                 }
             };
             if err != 0 {
-                let e = Error::Io {
+                let e = Error::from(CoreError::Io {
                     what: format!(
                         "reserving {len} B of /dev/shm for shared segment {name} (is /dev/shm \
                          full? `df /dev/shm`)"
                     ),
                     source: std::io::Error::from_raw_os_error(err),
-                };
+                });
                 // SAFETY: the name is a valid C string and the segment ours.
                 unsafe { libc::shm_unlink(cname.as_ptr()) };
                 return Err(e);
@@ -207,9 +217,9 @@ impl SharedSegment {
         }
         let Some(ptr) = NonNull::new(p.cast()) else {
             // mmap never maps page 0 without MAP_FIXED; refuse rather than trust.
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "mapping shared segment {name} returned a null address"
-            )));
+            ))));
         };
         Ok(SharedSegment {
             ptr,
@@ -278,140 +288,6 @@ impl Drop for SharedSegment {
         // SAFETY: we mapped exactly this range.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
-}
-
-/// Copies `out.len()` bytes at byte `offset` out of `words`, a word at a
-/// time, in memory order (native byte order: byte `i` is the byte at
-/// address `i`, as the NIC and peers mapping it see it): a concurrent
-/// writer may be seen half done (a torn read, as over RDMA), which callers
-/// detect with checksums. Panics if the range is outside `words` (callers
-/// check bounds first).
-///
-/// Every word is a load-acquire, so a word read after another is no older
-/// than what the other's writer had released (a chunked bucket's state word
-/// and the record behind it are read in one copy); on x86 that is a plain
-/// load. An aligned `offset` (the DHT's buckets all are) takes a straight
-/// loop of whole words.
-pub fn read_words(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
-    if offset.is_multiple_of(8) {
-        let src = &words[offset / 8..][..out.len().div_ceil(8)];
-        let mut chunks = out.chunks_exact_mut(8);
-        for (o, w) in (&mut chunks).zip(src) {
-            o.copy_from_slice(&w.load(Ordering::Acquire).to_ne_bytes());
-        }
-        let rest = chunks.into_remainder();
-        if let (false, Some(w)) = (rest.is_empty(), src.last()) {
-            rest.copy_from_slice(&w.load(Ordering::Acquire).to_ne_bytes()[..rest.len()]);
-        }
-    } else {
-        let mut done = 0;
-        while done < out.len() {
-            let pos = offset + done;
-            let (w, b) = (pos / 8, pos % 8);
-            let n = (8 - b).min(out.len() - done);
-            let bytes = words[w].load(Ordering::Acquire).to_ne_bytes();
-            out[done..done + n].copy_from_slice(&bytes[b..b + n]);
-            done += n;
-        }
-    }
-}
-
-/// Copies `data` into `words` at byte `offset`: whole words are stored,
-/// partial words at the edges merged atomically (compare-and-swap), so the
-/// bytes beside the range are never clobbered. Panics if the range is
-/// outside `words` (callers check bounds first).
-///
-/// Every word is a store-release: a peer that sees one of them (and
-/// acquires) sees what this thread did before it, the words stored earlier
-/// in this copy included; on x86 that is a plain store. An aligned `offset`
-/// takes a straight loop of whole words.
-pub fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
-    let mut done = 0;
-    if offset.is_multiple_of(8) {
-        let dst = &words[offset / 8..][..data.len().div_ceil(8)];
-        let mut chunks = data.chunks_exact(8);
-        for (d, w) in (&mut chunks).zip(dst) {
-            w.store(
-                u64::from_ne_bytes(d.try_into().expect("8 bytes")),
-                Ordering::Release,
-            );
-        }
-        done = data.len() - chunks.remainder().len();
-    }
-    while done < data.len() {
-        let pos = offset + done;
-        let (w, b) = (pos / 8, pos % 8);
-        let n = (8 - b).min(data.len() - done);
-        if n == 8 {
-            let mut v = [0u8; 8];
-            v.copy_from_slice(&data[done..done + 8]);
-            words[w].store(u64::from_ne_bytes(v), Ordering::Release);
-        } else {
-            let part = &data[done..done + n];
-            let _ = words[w].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-                let mut bytes = old.to_ne_bytes();
-                bytes[b..b + n].copy_from_slice(part);
-                Some(u64::from_ne_bytes(bytes))
-            });
-        }
-        done += n;
-    }
-}
-
-/// Asks the CPU to start fetching the cache lines of `len` bytes at byte
-/// `offset` of `words`, so that a batch's copies wait for memory together
-/// rather than one after another. A hint: it changes no memory and is
-/// skipped where the range is outside `words` or the CPU has no such
-/// instruction.
-pub fn prefetch_words(words: &[AtomicU64], offset: usize, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let Some(end) = offset.checked_add(len) else {
-            return;
-        };
-        if len == 0 || end.div_ceil(8) > words.len() {
-            return;
-        }
-        let base = words.as_ptr() as usize;
-        // Lines by address: the slice need not start on one.
-        let mut line = (base + offset) & !63;
-        while line < base + end {
-            // SAFETY: a prefetch neither reads nor writes memory as far as
-            // the program sees, and faults on no address; the pointer is
-            // made from an integer only to name the line.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line as *const i8) };
-            line += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (words, offset, len);
-}
-
-/// Ops of a batch whose lines are fetched ahead of the one being copied:
-/// a copy's misses overlap those of the next ones, as a NIC keeps several
-/// reads in flight, instead of one op's lines at a time.
-pub const PREFETCH_AHEAD: usize = 8;
-
-/// Runs `each` over `ops` in order, calling `fetch` for op `i +`
-/// [`PREFETCH_AHEAD`] before `each` for op `i` (and for the first ones
-/// before any): the loop of a transport that copies a batch out of mapped
-/// memory. Stops at the first error.
-pub fn with_prefetch<T, E>(
-    ops: &mut [T],
-    fetch: impl Fn(&T),
-    mut each: impl FnMut(&mut T) -> std::result::Result<(), E>,
-) -> std::result::Result<(), E> {
-    for op in ops.iter().take(PREFETCH_AHEAD) {
-        fetch(op);
-    }
-    for i in 0..ops.len() {
-        if let Some(ahead) = ops.get(i + PREFETCH_AHEAD) {
-            fetch(ahead);
-        }
-        each(&mut ops[i])?;
-    }
-    Ok(())
 }
 
 /// The process that created a fabkit segment, as the segment's name
@@ -599,9 +475,9 @@ pub fn segment_name(what: &str) -> Result<String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::from(CoreError::InvalidArgument(format!(
             "segment purpose `{what}`: use 1 to 64 of A-Z a-z 0-9 - _"
-        )));
+        ))));
     }
     let me = Creator::current();
     let n = NEXT_SEGMENT.fetch_add(1, Ordering::Relaxed);
@@ -802,10 +678,10 @@ fn candidates(provider: bool) -> Result<Vec<Segment>> {
         // No /dev/shm: no segments either.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => {
-            return Err(Error::Io {
+            return Err(Error::from(CoreError::Io {
                 what: format!("listing {SHM_DIR}"),
                 source,
-            })
+            }))
         }
     };
     // SAFETY: geteuid and getuid have no preconditions.
@@ -1029,6 +905,7 @@ pub fn reap_stale() -> Reaped {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fabkit_core::words::read_words;
 
     /// Unlinks a name made by hand, also when the test fails.
     struct Unlink(String);
@@ -1090,70 +967,6 @@ mod tests {
         let mut out = [0u8; 96];
         read_words(seg.words(), 0, &mut out);
         assert_eq!(out, [7u8; 96]);
-    }
-
-    #[test]
-    fn byte_copies_through_words_keep_the_bytes_beside_them() {
-        let words: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(u64::MAX)).collect();
-        write_words(&words, 3, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
-        let mut all = [0u8; 32];
-        read_words(&words, 0, &mut all);
-        let mut want = [0xffu8; 32];
-        want[3..14].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
-        assert_eq!(all, want);
-        let mut mid = [0u8; 5];
-        read_words(&words, 9, &mut mid);
-        assert_eq!(mid, [7, 8, 9, 10, 11]);
-    }
-
-    #[test]
-    fn aligned_copies_with_a_partial_last_word_keep_the_bytes_after_them() {
-        // The whole-word loop of an aligned offset, then a tail of 1 to 7
-        // bytes merged into its word: every length from 1 to 24 at offset 8.
-        for len in 1..=24usize {
-            let words: Vec<AtomicU64> = (0..5).map(|_| AtomicU64::new(u64::MAX)).collect();
-            let data: Vec<u8> = (1..=len as u8).collect();
-            write_words(&words, 8, &data);
-            let mut all = [0u8; 40];
-            read_words(&words, 0, &mut all);
-            let mut want = [0xffu8; 40];
-            want[8..8 + len].copy_from_slice(&data);
-            assert_eq!(all, want, "length {len}");
-            let mut back = vec![0u8; len];
-            read_words(&words, 8, &mut back);
-            assert_eq!(back, data, "length {len}");
-        }
-    }
-
-    #[test]
-    fn a_prefetch_outside_the_words_is_skipped() {
-        // A hint: any range, in bounds or not, returns and changes nothing.
-        let words: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(7)).collect();
-        for (off, len) in [
-            (0, 32),
-            (0, 0),
-            (31, 1),
-            (32, 1),
-            (usize::MAX, 1),
-            (8, usize::MAX),
-        ] {
-            prefetch_words(&words, off, len);
-        }
-        assert!(words.iter().all(|w| w.load(Ordering::Relaxed) == 7));
-        let mut seen = Vec::new();
-        let mut ops = [0usize, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
-        let r: std::result::Result<(), ()> = with_prefetch(
-            &mut ops,
-            |_| {},
-            |op| {
-                seen.push(*op);
-                *op += 100;
-                Ok(())
-            },
-        );
-        assert!(r.is_ok());
-        assert_eq!(seen, (0..11).collect::<Vec<_>>());
-        assert!(ops.iter().all(|&o| o >= 100));
     }
 
     #[test]

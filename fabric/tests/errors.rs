@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{init_env, with_ranks};
+use fabkit_core::Error as CoreError;
 use fabkit_fabric::bootstrap::{Bootstrap, FileBootstrap, ThreadGroup};
 use fabkit_fabric::{
     AddressVector, Caps, CompletionQueue, Domain, Endpoint, Error, Fabric, Hints, Op, OpKind,
@@ -125,19 +126,28 @@ fn out_of_bounds_and_bad_ranks_are_errors_not_corruption() {
         let mut buf = [0u8; 16];
         let err = r.read(Remote::new(peer, 4090), &mut buf).unwrap_err();
         assert!(
-            matches!(err, Error::OutOfBounds { peer: p, offset: 4090, len: 16, region_len: 4096, op: OpKind::Read } if p == peer),
+            matches!(err, Error::Core(CoreError::OutOfBounds { peer: p, offset: 4090, len: 16, region_len: 4096, op: OpKind::Read }) if p == peer),
             "{err:?}"
         );
         assert!(err.to_string().contains("outside rank"), "{err}");
         let err = r.write(Remote::new(peer, u64::MAX - 2), &buf).unwrap_err();
-        assert!(matches!(err, Error::OutOfBounds { .. }), "{err:?}");
+        assert!(
+            matches!(err, Error::Core(CoreError::OutOfBounds { .. })),
+            "{err:?}"
+        );
         let err = r.fetch_add(Remote::new(peer, 4092), 1).unwrap_err();
-        assert!(matches!(err, Error::OutOfBounds { .. }), "{err:?}");
+        assert!(
+            matches!(err, Error::Core(CoreError::OutOfBounds { .. })),
+            "{err:?}"
+        );
         let err = r.fetch_add(Remote::new(peer, 4), 1).unwrap_err();
         assert!(err.to_string().contains("8-byte aligned"), "{err}");
         let err = r.read(Remote::new(7, 0), &mut buf).unwrap_err();
         assert!(
-            matches!(err, Error::NoSuchRank { peer: 7, ranks: 2 }),
+            matches!(
+                err,
+                Error::Core(CoreError::NoSuchRank { peer: 7, ranks: 2 })
+            ),
             "{err:?}"
         );
         // The last valid bytes still work, and nothing past them was touched.
@@ -252,7 +262,7 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
         let names_peer = |e: &Error| {
             matches!(
                 e,
-                Error::Timeout { peer: 1, .. }
+                Error::Core(CoreError::Timeout { peer: 1, .. })
                     | Error::Completion { peer: 1, .. }
                     | Error::CompletionQueue { peer: 1, .. }
             ) && e.to_string().contains("rank 1")
@@ -356,15 +366,15 @@ impl Bootstrap for DamagedCard<'_> {
     fn size(&self) -> usize {
         self.inner.size()
     }
-    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, CoreError> {
         let mut all = self.inner.allgather(mine)?;
         all[self.victim] = (self.damage)(&all[self.victim]);
         Ok(all)
     }
-    fn barrier(&self) -> Result<(), Error> {
+    fn barrier(&self) -> Result<(), CoreError> {
         self.inner.barrier()
     }
-    fn same_host(&self) -> Result<bool, Error> {
+    fn same_host(&self) -> Result<bool, CoreError> {
         self.inner.same_host()
     }
 }
@@ -470,7 +480,10 @@ fn closes_after_a_timeout(regions_first: bool) -> Vec<(&'static str, i32)> {
         }
         let mut buf = vec![0u8; 64 << 10];
         let err = r.read(Remote::new(1, 0), &mut buf).unwrap_err();
-        assert!(matches!(err, Error::Timeout { peer: 1, .. }), "{err:?}");
+        assert!(
+            matches!(err, Error::Core(CoreError::Timeout { peer: 1, .. })),
+            "{err:?}"
+        );
         assert_eq!(r.retired_buffers(), 1, "the staging buffer was not retired");
         assert!(r.lost_ops() >= 1, "the timed-out read is not counted");
         let watch = r.fid_watch();
@@ -552,7 +565,7 @@ fn operations_that_never_complete_fail_the_rank_instead_of_shrinking_its_window(
                     last = Some(e);
                     break;
                 }
-                Err(Error::Timeout { peer: 1, .. }) => {}
+                Err(Error::Core(CoreError::Timeout { peer: 1, .. })) => {}
                 other => panic!("round {round}: {other:?}"),
             }
         }

@@ -310,7 +310,9 @@ pub fn check_domain(
     hints.domain = domain.map(str::to_string);
     match fabkit_fabric::info::find(&hints, true) {
         Ok(_) => Ok(()),
-        Err(fabkit_fabric::Error::InvalidArgument(m)) if !m.starts_with("fi_allocinfo") => {
+        Err(fabkit_fabric::Error::Core(fabkit_core::Error::InvalidArgument(m)))
+            if !m.starts_with("fi_allocinfo") =>
+        {
             Err(usage(m))
         }
         Err(e) => Err(e.into()),

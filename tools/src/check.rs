@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use fabkit_fabric::bootstrap::Bootstrap;
-use fabkit_fabric::{Completion, Op, Rank, RankConfig, Remote};
+use fabkit_core::{Bootstrap, Completion, Op, Remote};
+use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
 
 /// What the checks run against: anything that executes batches of one-sided
@@ -17,10 +17,10 @@ pub trait Rma {
     /// Number of ranks.
     fn ranks(&self) -> usize;
     /// Executes a batch; returns when all completed.
-    fn run(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()>;
+    fn run(&self, ops: &mut [Op<'_>]) -> Result<()>;
 
     /// One write.
-    fn write(&self, to: Remote, data: &[u8]) -> fabkit_fabric::Result<()> {
+    fn write(&self, to: Remote, data: &[u8]) -> Result<()> {
         self.run(&mut [Op::Write {
             to,
             from: data,
@@ -28,11 +28,11 @@ pub trait Rma {
         }])
     }
     /// One read.
-    fn read(&self, from: Remote, into: &mut [u8]) -> fabkit_fabric::Result<()> {
+    fn read(&self, from: Remote, into: &mut [u8]) -> Result<()> {
         self.run(&mut [Op::Read { from, into }])
     }
     /// One atomic; returns the u64 it reports.
-    fn atomic(&self, make: &dyn Fn(&mut u64) -> Op<'_>) -> fabkit_fabric::Result<u64> {
+    fn atomic(&self, make: &dyn Fn(&mut u64) -> Op<'_>) -> Result<u64> {
         let mut out = 0;
         self.run(&mut [make(&mut out)])?;
         Ok(out)
@@ -46,21 +46,21 @@ impl Rma for Rank {
     fn ranks(&self) -> usize {
         Rank::ranks(self)
     }
-    fn run(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
-        self.execute(ops)
+    fn run(&self, ops: &mut [Op<'_>]) -> Result<()> {
+        Ok(self.execute(ops)?)
     }
 }
 
-fn fetch(r: &dyn Rma, at: Remote) -> fabkit_fabric::Result<u64> {
+fn fetch(r: &dyn Rma, at: Remote) -> Result<u64> {
     r.atomic(&|value| Op::Fetch { at, value })
 }
-fn swap(r: &dyn Rma, at: Remote, new: u64) -> fabkit_fabric::Result<u64> {
+fn swap(r: &dyn Rma, at: Remote, new: u64) -> Result<u64> {
     r.atomic(&|old| Op::Swap { at, new, old })
 }
-fn fetch_add(r: &dyn Rma, at: Remote, delta: u64) -> fabkit_fabric::Result<u64> {
+fn fetch_add(r: &dyn Rma, at: Remote, delta: u64) -> Result<u64> {
     r.atomic(&|old| Op::FetchAdd { at, delta, old })
 }
-fn cas(r: &dyn Rma, at: Remote, expected: u64, new: u64) -> fabkit_fabric::Result<u64> {
+fn cas(r: &dyn Rma, at: Remote, expected: u64, new: u64) -> Result<u64> {
     r.atomic(&|old| Op::CompareAndSwap {
         at,
         expected,
@@ -283,8 +283,8 @@ mod over_mpi {
     use std::cell::RefCell;
 
     use super::*;
-    use fabkit_fabric::bootstrap::MpiBootstrap;
-    use fabkit_fabric::mpi_rma::{Sync, Window, WindowKind};
+    use fabkit_mpi::window::{Sync, Window, WindowKind};
+    use fabkit_mpi::MpiBootstrap;
 
     struct MpiRma<'env> {
         win: RefCell<Window<'env>>,
@@ -299,8 +299,8 @@ mod over_mpi {
         fn ranks(&self) -> usize {
             self.ranks
         }
-        fn run(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
-            self.win.borrow_mut().execute(Sync::LockAll, ops)
+        fn run(&self, ops: &mut [Op<'_>]) -> Result<()> {
+            Ok(self.win.borrow_mut().execute(Sync::LockAll, ops)?)
         }
     }
 

@@ -23,7 +23,7 @@ pub enum Launch {
     Threads(usize),
     /// This process is one rank of a job started by mpirun/srun.
     #[cfg(feature = "mpi")]
-    Mpi(fabkit_fabric::bootstrap::MpiBootstrap),
+    Mpi(fabkit_mpi::MpiBootstrap),
     /// This process is one rank started by `fabkit launch` (a shared
     /// directory, no MPI): see [`ENV_DIR`].
     Files(FileBootstrap),
@@ -59,8 +59,7 @@ impl Launch {
         }
         #[cfg(feature = "mpi")]
         {
-            let boot =
-                fabkit_fabric::bootstrap::MpiBootstrap::init().context("initialising MPI")?;
+            let boot = fabkit_mpi::MpiBootstrap::init().context("initialising MPI")?;
             Ok(Launch::Mpi(boot))
         }
         #[cfg(not(feature = "mpi"))]
@@ -217,13 +216,24 @@ where
         .map(Some)
 }
 
-/// Whether `e` only says that another rank left the job.
+/// Whether `e` only says that another rank left the job: a
+/// [`fabkit_core::Error::PeerLeft`], as it is or inside the fabric's or the
+/// DHT's error (both wrap it transparently, so it is not in the chain).
 fn is_echo(e: &anyhow::Error) -> bool {
+    use fabkit_core::Error as Core;
+    let left = |c: Option<&Core>| matches!(c, Some(Core::PeerLeft { .. }));
+    let in_fabric = |f: Option<&fabkit_fabric::Error>| match f {
+        Some(fabkit_fabric::Error::Core(c)) => left(Some(c)),
+        _ => false,
+    };
     e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<fabkit_fabric::Error>(),
-            Some(fabkit_fabric::Error::PeerLeft { .. })
-        )
+        left(c.downcast_ref())
+            || in_fabric(c.downcast_ref())
+            || match c.downcast_ref::<fabkit_dht::Error>() {
+                Some(fabkit_dht::Error::Bootstrap(c)) => left(Some(c)),
+                Some(d) => left(d.transport_error()) || in_fabric(d.transport_error()),
+                None => false,
+            }
     })
 }
 
@@ -231,10 +241,10 @@ fn is_echo(e: &anyhow::Error) -> bool {
 /// (`None` elsewhere). An error on any rank is printed and ends the job with
 /// MPI_Abort, since the other ranks would otherwise wait in the gather.
 #[cfg(feature = "mpi")]
-pub fn run_mpi<T, F>(boot: &fabkit_fabric::bootstrap::MpiBootstrap, f: F) -> Result<Option<Vec<T>>>
+pub fn run_mpi<T, F>(boot: &fabkit_mpi::MpiBootstrap, f: F) -> Result<Option<Vec<T>>>
 where
     T: Serialize + DeserializeOwned,
-    F: Fn(&fabkit_fabric::bootstrap::MpiBootstrap) -> Result<T>,
+    F: Fn(&fabkit_mpi::MpiBootstrap) -> Result<T>,
 {
     use mpi::topology::Communicator;
 

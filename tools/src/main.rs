@@ -175,8 +175,8 @@ fn run_check(args: &CheckArgs) -> Result<bool> {
     let mut json = Vec::new();
     #[cfg(feature = "mpi")]
     let mpi_kind = args.mpi.map(|w| match w {
-        mpiperf::WinArg::Allocate => fabkit_fabric::mpi_rma::WindowKind::Allocate,
-        mpiperf::WinArg::Create => fabkit_fabric::mpi_rma::WindowKind::Create,
+        mpiperf::WinArg::Allocate => fabkit_mpi::window::WindowKind::Allocate,
+        mpiperf::WinArg::Create => fabkit_mpi::window::WindowKind::Create,
     });
     #[cfg(not(feature = "mpi"))]
     let mpi_kind: Option<()> = None;
@@ -356,7 +356,7 @@ fn run_mpi_perf(args: &mpiperf::MpiPerfArgs) -> Result<bool> {
     .to_lowercase()
         + &format!(
             "; idle ranks poll MPI_Test back to back, yielding every {} polls",
-            fabkit_fabric::bootstrap::SPIN_TESTS
+            fabkit_mpi::SPIN_TESTS
         )
         + &if args.pattern == perf::Pattern::Lat {
             format!(
@@ -445,8 +445,8 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
             ));
         };
         let kind = match win {
-            mpiperf::WinArg::Allocate => fabkit_fabric::mpi_rma::WindowKind::Allocate,
-            mpiperf::WinArg::Create => fabkit_fabric::mpi_rma::WindowKind::Create,
+            mpiperf::WinArg::Allocate => fabkit_mpi::window::WindowKind::Allocate,
+            mpiperf::WinArg::Create => fabkit_mpi::window::WindowKind::Create,
         };
         boot.set_timeout(to);
         let samples = dhtbench::run_rank_mpi(args, kind, boot)?;

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
-use fabkit_fabric::bootstrap::{Bootstrap, MpiBootstrap};
-use fabkit_fabric::mpi_rma::{Prepared, Sync, Window, WindowKind};
-use fabkit_fabric::{Op, Remote};
+use fabkit_core::{Bootstrap, Op, Remote};
+use fabkit_mpi::window::{Prepared, Sync, Window, WindowKind};
+use fabkit_mpi::MpiBootstrap;
 
 use crate::perf::{Pattern, PerfOp, Raw, SweepArgs};
 
@@ -417,7 +417,7 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
         out.push(run(&mut win, &c, bytes, (iters, a.warmup, samples))?);
         boot.barrier()?;
     }
-    boot.set_max_nap(fabkit_fabric::bootstrap::DEFAULT_MAX_NAP);
+    boot.set_max_nap(fabkit_mpi::DEFAULT_MAX_NAP);
     boot.set_timeout(a.timeout);
     win.free()?; // collective: every rank is here
     Ok(out.into_iter().filter(|r| r.iters > 0).collect())

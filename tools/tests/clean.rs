@@ -298,10 +298,10 @@ impl fabkit_fabric::bootstrap::Bootstrap for StopAtBarrier {
     fn size(&self) -> usize {
         1
     }
-    fn allgather(&self, mine: &[u8]) -> fabkit_fabric::Result<Vec<Vec<u8>>> {
+    fn allgather(&self, mine: &[u8]) -> fabkit_core::Result<Vec<Vec<u8>>> {
         Ok(vec![mine.to_vec()])
     }
-    fn barrier(&self) -> fabkit_fabric::Result<()> {
+    fn barrier(&self) -> fabkit_core::Result<()> {
         println!("READY");
         std::io::stdout().flush().unwrap();
         let mut sink = String::new();

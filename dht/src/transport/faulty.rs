@@ -81,7 +81,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fabkit_fabric::{Completion, Error, Op, Remote, Result};
+use fabkit_core::{Completion, Error, Op, Remote};
 
 use super::Transport;
 
@@ -327,7 +327,7 @@ impl<T: Transport> FaultyTransport<T> {
 
     /// Applies every pending delayed write now, in the order issued. Returns
     /// the first error (the others are still attempted).
-    pub fn flush(&self) -> Result<()> {
+    pub fn flush(&self) -> Result<(), T::Error> {
         let pending = std::mem::take(&mut self.state().pending);
         let mut first = None;
         for w in &pending {
@@ -340,7 +340,7 @@ impl<T: Transport> FaultyTransport<T> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn apply(&self, w: &PendingWrite) -> Result<()> {
+    fn apply(&self, w: &PendingWrite) -> Result<(), T::Error> {
         self.inner.execute(&mut [Op::Write {
             to: w.to,
             from: &w.data,
@@ -481,7 +481,7 @@ impl<T: Transport> FaultyTransport<T> {
         (steps, early, late)
     }
 
-    fn run(&self, step: &Step, ops: &mut [Op<'_>]) -> Result<()> {
+    fn run(&self, step: &Step, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
         match step {
             Step::Whole(i) | Step::Message(i) => {
                 self.inner.execute(std::slice::from_mut(&mut ops[*i]))
@@ -512,14 +512,15 @@ impl<T: Transport> FaultyTransport<T> {
                     op: kind,
                     peer,
                     timeout: Duration::ZERO,
-                })
+                }
+                .into())
             }
         }
     }
 
     /// Reads `into.len()` bytes at the aligned `at`, with `garbage` swapped
     /// into its first `garbage.len()` words meanwhile and restored after.
-    fn torn_read(&self, at: Remote, into: &mut [u8], garbage: &[u64]) -> Result<()> {
+    fn torn_read(&self, at: Remote, into: &mut [u8], garbage: &[u64]) -> Result<(), T::Error> {
         let read = |into: &mut [u8]| self.inner.execute(&mut [Op::Read { from: at, into }]);
         if garbage.is_empty() {
             return read(into);
@@ -578,7 +579,7 @@ impl<T: Transport> FaultyTransport<T> {
 /// Executes `ops[idx]` (ascending indices) as one inner batch: swaps them to
 /// the front, executes, and swaps them back, so the caller's slice is
 /// unchanged.
-fn run_subset<T: Transport>(inner: &T, ops: &mut [Op<'_>], idx: &[usize]) -> Result<()> {
+fn run_subset<T: Transport>(inner: &T, ops: &mut [Op<'_>], idx: &[usize]) -> Result<(), T::Error> {
     for (j, &i) in idx.iter().enumerate() {
         ops.swap(j, i);
     }
@@ -590,13 +591,15 @@ fn run_subset<T: Transport>(inner: &T, ops: &mut [Op<'_>], idx: &[usize]) -> Res
 }
 
 /// Keeps the first error.
-fn keep(first: &mut Option<Error>, result: Result<()>) {
+fn keep<E>(first: &mut Option<E>, result: Result<(), E>) {
     if let Err(e) = result {
         first.get_or_insert(e);
     }
 }
 
 impl<T: Transport> Transport for FaultyTransport<T> {
+    type Error = T::Error;
+
     fn rank(&self) -> usize {
         self.inner.rank()
     }
@@ -618,17 +621,17 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     fn name(&self) -> String {
         format!("faulty {}", self.inner.name())
     }
-    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool> {
+    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, T::Error> {
         self.inner.lock_region(rank, exclusive)
     }
-    fn unlock_region(&self, rank: usize) -> Result<()> {
+    fn unlock_region(&self, rank: usize) -> Result<(), T::Error> {
         self.inner.unlock_region(rank)
     }
 
     /// Applies the writes delayed until this batch, executes the batch with
     /// its faults, applies the writes delayed past it, and returns the first
     /// error of all that (the injected failure's error where it occurred).
-    fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
+    fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
         let (steps, early, late) = self.plan(ops);
         let mut first = None;
         for w in &early {
@@ -657,7 +660,7 @@ mod tests {
     use crate::transport::hooked::HookedTransport;
     use crate::transport::local::LocalTransport;
     use crate::transport::recording::{Logged, RecordingTransport};
-    use fabkit_fabric::OpKind;
+    use fabkit_core::OpKind;
     use std::sync::Arc;
 
     fn group() -> Vec<LocalTransport> {
@@ -911,6 +914,8 @@ mod tests {
     struct NoAtomics(LocalTransport);
 
     impl Transport for NoAtomics {
+        type Error = Error;
+
         fn rank(&self) -> usize {
             self.0.rank()
         }
@@ -923,7 +928,7 @@ mod tests {
         fn has_atomics(&self) -> bool {
             false
         }
-        fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
+        fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Error> {
             self.0.execute(ops)
         }
         fn name(&self) -> String {

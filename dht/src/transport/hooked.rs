@@ -7,7 +7,6 @@
 use std::sync::{Mutex, PoisonError};
 
 use super::{Op, Transport};
-use fabkit_fabric::Result;
 
 /// A hook: called with the batch's ops (after: as executed). It must not
 /// execute on the transport it is hooked to.
@@ -59,6 +58,8 @@ fn run(hook: &Mutex<Option<Hook>>, ops: &[Op<'_>]) {
 }
 
 impl<T: Transport> Transport for HookedTransport<T> {
+    type Error = T::Error;
+
     fn rank(&self) -> usize {
         self.inner.rank()
     }
@@ -80,16 +81,16 @@ impl<T: Transport> Transport for HookedTransport<T> {
     fn name(&self) -> String {
         format!("hooked {}", self.inner.name())
     }
-    fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
+    fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
         run(&self.before, ops);
         let r = self.inner.execute(ops);
         run(&self.after, ops);
         r
     }
-    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool> {
+    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, T::Error> {
         self.inner.lock_region(rank, exclusive)
     }
-    fn unlock_region(&self, rank: usize) -> Result<()> {
+    fn unlock_region(&self, rank: usize) -> Result<(), T::Error> {
         self.inner.unlock_region(rank)
     }
 }

@@ -5,15 +5,15 @@
 //! operations, like a NIC's.
 //!
 //! Every op has taken effect when `execute` returns, so a write meets
-//! [`Completion::Delivery`](fabkit_fabric::Completion::Delivery) trivially:
+//! [`Completion::Delivery`](fabkit_core::Completion::Delivery) trivially:
 //! its word stores are `Release` and precede any later op of this thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fabkit_fabric::shm::{prefetch_words, read_words, with_prefetch, write_words};
+use fabkit_core::words::{prefetch_words, read_words, with_prefetch, write_words};
 use std::sync::Arc;
 
-use fabkit_fabric::{Error, Op, OpKind, Remote, Result};
+use fabkit_core::{Error, Op, OpKind, Remote, Result};
 
 use super::Transport;
 
@@ -104,6 +104,8 @@ impl LocalTransport {
 }
 
 impl Transport for LocalTransport {
+    type Error = Error;
+
     fn rank(&self) -> usize {
         self.rank
     }
@@ -173,7 +175,7 @@ impl LocalTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fabkit_fabric::Completion;
+    use fabkit_core::Completion;
 
     #[test]
     fn unaligned_bytes_round_trip_without_touching_neighbours() {

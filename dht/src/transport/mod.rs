@@ -15,9 +15,10 @@
 //!   faults (reordered batches, split and torn reads, delayed write
 //!   visibility, the Nth op failing), so tests can check a variant survives
 //!   what a real NIC may do.
-//! - [`fabkit_fabric::Rank`]: native libfabric, any provider.
-//! - [`shm::ShmTransport`]: libfabric plus direct access to the regions of
-//!   ranks on the same node.
+//! - `fabkit_fabric::Rank` (feature `fabric`): native libfabric, any
+//!   provider.
+//! - `shm::ShmTransport` (feature `fabric`): direct access to the regions
+//!   of ranks on the same node, plus libfabric for the others.
 //! - `mpi::MpiTransport` (feature `mpi`): MPI one-sided RMA on a window,
 //!   `lock_all` for fine, lockfree and chunked, `MPI_Win_lock` per operation
 //!   for coarse, as in seed 000.
@@ -28,12 +29,19 @@ pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod recording;
+#[cfg(feature = "fabric")]
 pub mod shm;
 
-pub use fabkit_fabric::{Completion, Op, OpKind, Remote};
+pub use fabkit_core::{Completion, Op, OpKind, Remote};
 
 /// Executes batches of one-sided operations on the ranks' regions.
 pub trait Transport {
+    /// What a failed batch or region lock says. Wrappers (the test
+    /// transports) add errors of their own, the shared kinds of
+    /// [`fabkit_core::Error`] (a timeout, a bound), so every transport's
+    /// error can hold those.
+    type Error: std::error::Error + From<fabkit_core::Error> + Send + Sync + 'static;
+
     /// This rank.
     fn rank(&self) -> usize;
     /// Number of ranks.
@@ -44,7 +52,7 @@ pub trait Transport {
     fn has_atomics(&self) -> bool;
     /// Posts every op and returns when all have completed. Ops in one batch
     /// are unordered; to order two, use two batches.
-    fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()>;
+    fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error>;
     /// A short name for reports ("local", "fabric shm", "mpi").
     fn name(&self) -> String;
 
@@ -69,19 +77,21 @@ pub trait Transport {
     /// Locks `rank`'s whole region with the transport's own mechanism, if it
     /// has one (MPI: `MPI_Win_lock`), for the coarse variant. `Ok(false)`:
     /// no such mechanism, and the variant drives a lock word with atomics.
-    fn lock_region(&self, rank: usize, exclusive: bool) -> fabkit_fabric::Result<bool> {
+    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, Self::Error> {
         let _ = (rank, exclusive);
         Ok(false)
     }
 
     /// Releases what [`Transport::lock_region`] took.
-    fn unlock_region(&self, rank: usize) -> fabkit_fabric::Result<()> {
+    fn unlock_region(&self, rank: usize) -> Result<(), Self::Error> {
         let _ = rank;
         Ok(())
     }
 }
 
+#[cfg(feature = "fabric")]
 impl Transport for fabkit_fabric::Rank {
+    type Error = fabkit_fabric::Error;
     fn rank(&self) -> usize {
         fabkit_fabric::Rank::rank(self)
     }
@@ -94,7 +104,7 @@ impl Transport for fabkit_fabric::Rank {
     fn has_atomics(&self) -> bool {
         self.config().atomics && self.atomic_support().all()
     }
-    fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
+    fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
         fabkit_fabric::Rank::execute(self, ops)
     }
     fn name(&self) -> String {
@@ -106,6 +116,7 @@ impl Transport for fabkit_fabric::Rank {
 }
 
 impl<T: Transport + ?Sized> Transport for &T {
+    type Error = T::Error;
     fn rank(&self) -> usize {
         (**self).rank()
     }
@@ -118,7 +129,7 @@ impl<T: Transport + ?Sized> Transport for &T {
     fn has_atomics(&self) -> bool {
         (**self).has_atomics()
     }
-    fn execute(&self, ops: &mut [Op<'_>]) -> fabkit_fabric::Result<()> {
+    fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
         (**self).execute(ops)
     }
     fn name(&self) -> String {
@@ -130,10 +141,10 @@ impl<T: Transport + ?Sized> Transport for &T {
     fn near(&self) -> bool {
         (**self).near()
     }
-    fn lock_region(&self, rank: usize, exclusive: bool) -> fabkit_fabric::Result<bool> {
+    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, Self::Error> {
         (**self).lock_region(rank, exclusive)
     }
-    fn unlock_region(&self, rank: usize) -> fabkit_fabric::Result<()> {
+    fn unlock_region(&self, rank: usize) -> Result<(), Self::Error> {
         (**self).unlock_region(rank)
     }
 }

@@ -9,14 +9,14 @@
 //! the origin and at the target"; a coarse batch outside a region lock
 //! ends with `MPI_Win_unlock`, which does the same. So a write is visible at
 //! its target when its batch returns, whatever its
-//! [`Completion`](fabkit_fabric::Completion): Delivery costs nothing extra
+//! [`Completion`](fabkit_core::Completion): Delivery costs nothing extra
 //! here, and a release in a later batch never overtakes the data before it.
 //!
 //! The transport borrows the [`MpiBootstrap`] through its window, so it
 //! cannot outlive `MPI_Finalize`. Free it with [`MpiTransport::free`]
 //! (collective, e.g. on what [`Dht::free`](crate::Dht::free) gives back);
 //! dropping it instead leaves the window to the process's end and MPI
-//! unfinalized (see [`fabkit_fabric::mpi_rma`]), which is what an error path
+//! unfinalized (see `fabkit_mpi::window`), which is what an error path
 //! on one rank needs. A failed batch never leaves an epoch open: the window
 //! completes what was issued before returning the error, and the
 //! per-operation locks taken here are released whatever fails.
@@ -24,9 +24,8 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 
-use fabkit_fabric::bootstrap::{Bootstrap, MpiBootstrap};
-use fabkit_fabric::mpi_rma::{Window, WindowKind};
-use fabkit_fabric::{Op, Result};
+use fabkit_core::Bootstrap;
+use fabkit_mpi::{MpiBootstrap, Op, Result, Window, WindowKind};
 
 use super::Transport;
 
@@ -85,6 +84,8 @@ impl<'env> MpiTransport<'env> {
 }
 
 impl Transport for MpiTransport<'_> {
+    type Error = fabkit_mpi::Error;
+
     fn rank(&self) -> usize {
         self.rank
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use fabkit_fabric::{Completion, Op, OpKind, Remote, Result};
+use fabkit_core::{Completion, Op, OpKind, Remote};
 
 use super::Transport;
 
@@ -65,6 +65,8 @@ impl<T: Transport> RecordingTransport<T> {
 }
 
 impl<T: Transport> Transport for RecordingTransport<T> {
+    type Error = T::Error;
+
     fn rank(&self) -> usize {
         self.inner.rank()
     }
@@ -86,7 +88,7 @@ impl<T: Transport> Transport for RecordingTransport<T> {
     fn name(&self) -> String {
         format!("recording {}", self.inner.name())
     }
-    fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
+    fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
         let batch = ops
             .iter()
             .map(|o| Logged {

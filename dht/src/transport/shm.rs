@@ -23,10 +23,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use fabkit_fabric::bootstrap::{host_id, Bootstrap};
-use fabkit_fabric::shm::{
-    prefetch_words, read_words, with_prefetch, write_words, SharedSegment, SHM_DIR,
-};
+use fabkit_core::bootstrap::{host_id, Bootstrap};
+use fabkit_core::words::{prefetch_words, read_words, with_prefetch, write_words};
+use fabkit_core::Error as CoreError;
+use fabkit_fabric::shm::{SharedSegment, SHM_DIR};
 use fabkit_fabric::{Error, Op, OpKind, Rank, RankConfig, Remote, Result};
 
 use super::Transport;
@@ -82,11 +82,11 @@ impl ShmTransport {
     ) -> Result<Self> {
         let me = boot.rank();
         if same_node.len() != boot.size() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "same-node set of {} ranks for a job of {}",
                 same_node.len(),
                 boot.size()
-            )));
+            ))));
         }
         // Segments of ranks killed before they could unlink theirs (their
         // process gone from this PID namespace) go first; see
@@ -119,7 +119,7 @@ impl ShmTransport {
             .iter()
             .position(|c| c.get(8).copied() != Some(u8::from(everyone_here)))
         {
-            return Err(Error::Bootstrap(format!(
+            return Err(Error::from(CoreError::Bootstrap(format!(
                 "rank {me} {} every rank on its node and rank {r} does not agree: the \
                  same-node sets given to establish_sharing differ",
                 if everyone_here {
@@ -127,7 +127,7 @@ impl ShmTransport {
                 } else {
                     "does not have"
                 }
-            )));
+            ))));
         }
         let fabric = if everyone_here {
             None
@@ -150,10 +150,10 @@ impl ShmTransport {
                 None => (None, None),
             };
             let unknown = || {
-                Error::Bootstrap(format!(
+                Error::from(CoreError::Bootstrap(format!(
                     "rank {r} sent no fabkit segment name and size (a rank of another \
                      fabkit version?)"
-                ))
+                )))
             };
             let len = len.ok_or_else(unknown)?;
             lens.push(len);
@@ -183,7 +183,7 @@ impl ShmTransport {
     pub fn finish(self, boot: &dyn Bootstrap) -> Result<()> {
         match self.fabric {
             Some(f) => f.finish(boot),
-            None => boot.barrier(),
+            None => Ok(boot.barrier()?),
         }
     }
 
@@ -223,13 +223,13 @@ fn bounds(seg: &SharedSegment, op: OpKind, at: Remote, len: usize) -> Result<usi
     let off = usize::try_from(at.offset).ok();
     match off.and_then(|o| o.checked_add(len)) {
         Some(end) if end <= seg.len() => Ok(off.unwrap()),
-        _ => Err(Error::OutOfBounds {
+        _ => Err(Error::from(CoreError::OutOfBounds {
             op,
             peer: at.rank,
             offset: at.offset,
             len,
             region_len: seg.len(),
-        }),
+        })),
     }
 }
 
@@ -240,9 +240,9 @@ fn direct(seg: &SharedSegment, op: &mut Op<'_>) -> Result<()> {
     if kind.is_atomic() {
         let off = bounds(seg, kind, at, 8)?;
         if off % 8 != 0 {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "{kind} at offset {off}: atomics need an 8-byte aligned offset"
-            )));
+            ))));
         }
         let w = &words[off / 8];
         match op {
@@ -270,6 +270,8 @@ fn direct(seg: &SharedSegment, op: &mut Op<'_>) -> Result<()> {
 }
 
 impl Transport for ShmTransport {
+    type Error = Error;
+
     fn rank(&self) -> usize {
         self.rank
     }
@@ -305,16 +307,16 @@ impl Transport for ShmTransport {
             if let Some(op) = ops.iter().find(|op| self.shortcut(op).is_none()) {
                 let peer = op.target().rank;
                 return Err(if peer >= self.lens.len() {
-                    Error::NoSuchRank {
+                    Error::from(CoreError::NoSuchRank {
                         peer,
                         ranks: self.lens.len(),
-                    }
+                    })
                 } else {
-                    Error::InvalidArgument(format!(
+                    Error::from(CoreError::InvalidArgument(format!(
                         "{} to rank {peer}: messages need a fabric, and every rank is on this \
                          node (the shortcut moves one-sided operations only)",
                         op.kind()
-                    ))
+                    )))
                 });
             }
         }

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 pub mod model;
 
+use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::{Config, Dht, Transport, Variant};
-use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
 
 pub const VARIANTS: [Variant; 4] = [
     Variant::Coarse,

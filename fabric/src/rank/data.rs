@@ -24,12 +24,15 @@ use std::time::{Duration, Instant};
 use fabric_sys as ffi;
 use serde::{Deserialize, Serialize};
 
-use super::{Completion, Op, Rank};
+use super::Rank;
 use crate::cq::{Outcome, Ticket};
 use crate::ep::{Attempt, Room};
-use crate::error::{Error, OpKind, Result};
+use crate::error::{Error, Result};
 use crate::info::Ordering;
 use crate::mr::MemoryRegion;
+use fabkit_core::Error as CoreError;
+use fabkit_core::OpKind;
+use fabkit_core::{Completion, Op};
 
 /// Staging layout of an atomic: operand, compare value, result.
 pub(super) const ATOMIC_STAGE: usize = 24;
@@ -292,13 +295,13 @@ impl Rank {
             .and_then(|o| o.checked_add(len))
             .is_some_and(|end| end <= region_len);
         if !fits {
-            return Err(Error::OutOfBounds {
+            return Err(Error::from(CoreError::OutOfBounds {
                 op: kind,
                 peer: at.rank,
                 offset: at.offset,
                 len,
                 region_len,
-            });
+            }));
         }
         if kind.is_atomic() {
             if !self.cfg.atomics {
@@ -310,10 +313,10 @@ impl Rank {
                 });
             }
             if !at.offset.is_multiple_of(8) {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::from(CoreError::InvalidArgument(format!(
                     "{kind} at offset {} of rank {}: atomics need an 8-byte aligned offset",
                     at.offset, at.rank
-                )));
+                ))));
             }
         }
         Ok(())
@@ -547,11 +550,11 @@ impl Rank {
                         // A receive would otherwise stay posted.
                         self.ep.cancel(t);
                     }
-                    first_err.get_or_insert(Error::Timeout {
+                    first_err.get_or_insert(Error::from(CoreError::Timeout {
                         op: p.kind,
                         peer: p.peer,
                         timeout,
-                    });
+                    }));
                 }
             }
         }
@@ -1021,7 +1024,11 @@ mod tests {
             &mut queue,
             &mut held,
             |i| i,
-            |_| Err(Error::InvalidArgument("refused for good".into())),
+            |_| {
+                Err(Error::from(CoreError::InvalidArgument(
+                    "refused for good".into(),
+                )))
+            },
         );
         assert!(err.is_err());
     }

@@ -11,9 +11,9 @@
 //! The module is split by job, so that the data path reads on its own:
 //! - here: [`Rank`] itself, how to set one up ([`RankConfig`],
 //!   [`ProgressMode`]) and its accessors;
-//! - `op`: the vocabulary of one-sided operations, [`Remote`], [`Op`] and
-//!   [`Completion`], and the one-operation shorthands ([`Rank::read`],
-//!   [`Rank::write`], [`Rank::fetch_add`], ...);
+//! - `op`: the one-operation shorthands ([`Rank::read`], [`Rank::write`],
+//!   [`Rank::fetch_add`], ...) over the vocabulary of `fabkit-core`
+//!   ([`Remote`], [`Op`], [`Completion`]);
 //! - `setup`: establishing a rank ([`Rank::establish`]): the bootstrap
 //!   exchange of peer cards and their wire format, the address-vector
 //!   inserts and the progress thread; and [`Rank::finish`];
@@ -48,6 +48,9 @@ use crate::ep::Endpoint;
 use crate::error::{Error, Result};
 use crate::info::{Info, Ordering};
 use crate::mr::{MemoryRegion, RemoteRegion, Retired};
+use fabkit_core::Error as CoreError;
+#[cfg(doc)]
+use fabkit_core::{Completion, Op, Remote};
 
 mod data;
 mod msg;
@@ -55,7 +58,6 @@ mod op;
 mod setup;
 
 pub use data::{Initiator, OrderingStats};
-pub use op::{Completion, Op, Remote};
 
 use data::FenceBook;
 use setup::ProgressThread;
@@ -439,10 +441,12 @@ impl Rank {
     }
 
     fn peer(&self, rank: usize) -> Result<&Peer> {
-        self.peers.get(rank).ok_or(Error::NoSuchRank {
-            peer: rank,
-            ranks: self.peers.len(),
-        })
+        self.peers
+            .get(rank)
+            .ok_or(Error::from(CoreError::NoSuchRank {
+                peer: rank,
+                ranks: self.peers.len(),
+            }))
     }
 }
 

@@ -7,8 +7,10 @@ use fabric_sys as ffi;
 
 use super::Rank;
 use crate::cq::{Outcome, Ticket};
-use crate::error::{Error, OpKind, Result};
+use crate::error::{Error, Result};
 use crate::mr::MemoryRegion;
+use fabkit_core::Error as CoreError;
+use fabkit_core::OpKind;
 
 impl Rank {
     /// Waits for one posted message operation and turns its outcome into a
@@ -31,7 +33,7 @@ impl Rank {
             Outcome::TimedOut => {
                 self.ep.cancel(t);
                 self.retire(staging);
-                Err(Error::Timeout { op, peer, timeout })
+                Err(Error::from(CoreError::Timeout { op, peer, timeout }))
             }
             Outcome::CqFailed { call, code } => {
                 self.ep.cancel(t);
@@ -44,12 +46,12 @@ impl Rank {
     pub(super) fn check_msg_len(&self, len: usize, staging_len: usize) -> Result<()> {
         let max = self.info.max_msg_size().min(staging_len);
         if len > max {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "message of {len} B exceeds the limit of {max} B (provider max_msg_size {}, \
                  staging {} B)",
                 self.info.max_msg_size(),
                 staging_len
-            )));
+            ))));
         }
         Ok(())
     }

@@ -18,6 +18,7 @@ use crate::ep::Endpoint;
 use crate::error::{Error, Result};
 use crate::info::{self, Caps, Hints, Progress};
 use crate::mr::RemoteRegion;
+use fabkit_core::Error as CoreError;
 
 pub(super) struct ProgressThread {
     stop: Arc<AtomicBool>,
@@ -37,9 +38,11 @@ impl ProgressThread {
                     cq.progress_step(Duration::from_millis(20));
                 }
             })
-            .map_err(|source| Error::Io {
-                what: "starting the progress thread".into(),
-                source,
+            .map_err(|source| {
+                Error::from(CoreError::Io {
+                    what: "starting the progress thread".into(),
+                    source,
+                })
             })?;
         Ok(ProgressThread {
             stop,
@@ -78,7 +81,11 @@ impl Card {
     }
 
     fn decode(b: &[u8], rank: usize) -> Result<Card> {
-        let bad = || Error::Bootstrap(format!("rank {rank} sent a malformed address card"));
+        let bad = || {
+            Error::from(CoreError::Bootstrap(format!(
+                "rank {rank} sent a malformed address card"
+            )))
+        };
         let mut at = 0usize;
         let mut take = |n: usize| -> Result<&[u8]> {
             let s = b.get(at..at + n).ok_or_else(bad)?;
@@ -111,15 +118,15 @@ impl Rank {
     pub fn establish(mut cfg: RankConfig, boot: &dyn Bootstrap) -> Result<Rank> {
         cfg.timeout = crate::env::scaled(cfg.timeout);
         if cfg.window == 0 {
-            return Err(Error::InvalidArgument(
+            return Err(Error::from(CoreError::InvalidArgument(
                 "window must be at least 1 operation in flight".into(),
-            ));
+            )));
         }
         if cfg.staging_len < ATOMIC_STAGE {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "staging buffer of {} B is too small; use at least 4096",
                 cfg.staging_len
-            )));
+            ))));
         }
         let caps = if cfg.atomics { Caps::ALL } else { Caps::RMA };
         let hints = Hints {
@@ -176,7 +183,7 @@ impl Rank {
             .enumerate()
             .find(|(_, c)| c.provider != me.provider)
         {
-            return Err(Error::Mismatch {
+            return Err(Error::from(CoreError::Mismatch {
                 what: "the provider".into(),
                 detail: format!(
                     "rank {} uses `{}`, rank {r} uses `{}`",
@@ -184,7 +191,7 @@ impl Rank {
                     me.provider,
                     c.provider
                 ),
-            });
+            }));
         }
         // Every card's address is checked before any is inserted, so that a
         // damaged card fails every rank alike, before any of them maps a
@@ -239,6 +246,6 @@ impl Rank {
     /// regions, then closes. (Dropping without it is safe, but a peer still
     /// accessing this rank's region would then see errors.)
     pub fn finish(self, boot: &dyn Bootstrap) -> Result<()> {
-        boot.barrier()
+        Ok(boot.barrier()?)
     }
 }

@@ -971,8 +971,8 @@ pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
 #[cfg(feature = "mpi")]
 pub fn run_rank_mpi(
     a: &DhtArgs,
-    kind: fabkit_fabric::mpi_rma::WindowKind,
-    boot: &fabkit_fabric::bootstrap::MpiBootstrap,
+    kind: fabkit_mpi::window::WindowKind,
+    boot: &fabkit_mpi::MpiBootstrap,
 ) -> Result<Vec<Sample>> {
     use fabkit_dht::transport::mpi::MpiTransport;
     // Coarse locks each target's window per operation (MPI_Win_lock); the
@@ -1008,7 +1008,7 @@ pub fn run_rank_mpi(
 /// Puts the bootstrap's nap ceiling back when the benchmark ends, by error
 /// or panic too.
 #[cfg(feature = "mpi")]
-struct NapRestore<'b>(&'b fabkit_fabric::bootstrap::MpiBootstrap, Duration);
+struct NapRestore<'b>(&'b fabkit_mpi::MpiBootstrap, Duration);
 
 #[cfg(feature = "mpi")]
 impl Drop for NapRestore<'_> {

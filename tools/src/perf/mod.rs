@@ -320,6 +320,7 @@ struct Job<'a> {
 
 /// The one-sided operation `op` on `at` with the given buffers; a write
 /// transmit-complete.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub(crate) fn rma_op<'b>(op: PerfOp, at: Remote, buf: &'b mut [u8], old: &'b mut u64) -> Op<'b> {
     rma_op_with(op, at, buf, old, Completion::Transmit)
 }

@@ -1,5 +1,5 @@
 //! MPI one-sided RMA windows that execute the same [`Op`] batches as a fabric
-//! [`crate::Rank`], so one algorithm runs over native libfabric and over MPI
+//! fabric rank (fabkit-fabric's `Rank`), so one algorithm runs over native libfabric and over MPI
 //! and the two can be compared directly.
 //!
 //! Synchronisation is explicit ([`Sync`]), as in seed 003's comparison:
@@ -48,21 +48,13 @@ use std::time::{Duration, Instant};
 use mpi::ffi;
 use serde::Serialize;
 
-use crate::bootstrap::{Bootstrap, MpiBootstrap};
-use crate::error::{Error, OpKind, Result};
-use crate::rank::{Op, Remote};
+use fabkit_core::{Bootstrap, Op, OpKind, Remote};
 
-#[allow(non_upper_case_globals)]
-extern "C" {
-    static fabkit_mpi_replace: ffi::MPI_Op;
-    static fabkit_mpi_no_op: ffi::MPI_Op;
-    static fabkit_mpi_lock_shared: i32;
-    static fabkit_mpi_lock_exclusive: i32;
-    static fabkit_mpi_success: i32;
-    static fabkit_mpi_max_error_string: i32;
-    #[cfg(feature = "test-seams")]
-    static fabkit_mpi_err_other: i32;
-}
+use crate::bootstrap::MpiBootstrap;
+use fabkit_core::Error as CoreError;
+
+use crate::error::{check, error_string, Error, Result};
+use crate::shim::*;
 
 /// Where a [`WindowKind::Create`] window starts: a page boundary.
 const PAGE: usize = 4096;
@@ -99,30 +91,6 @@ impl Sync {
     pub fn is_active_target(self) -> bool {
         matches!(self, Sync::Fence | Sync::Pscw)
     }
-}
-
-/// `MPI_Error_string` of `rc`.
-fn error_string(rc: i32) -> String {
-    // SAFETY: a plain constant exported by the shim.
-    let mut buf = vec![0u8; unsafe { fabkit_mpi_max_error_string }.max(0) as usize + 1];
-    let mut len = 0;
-    // SAFETY: buf has room for MPI_MAX_ERROR_STRING characters.
-    unsafe { ffi::MPI_Error_string(rc, buf.as_mut_ptr().cast(), &mut len) };
-    buf.truncate((len.max(0) as usize).min(buf.len()));
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
-/// Turns an MPI return code into a Result naming `call`.
-pub(crate) fn check(call: &'static str, rc: i32) -> Result<()> {
-    // SAFETY: a plain constant exported by the shim.
-    if rc == unsafe { fabkit_mpi_success } {
-        return Ok(());
-    }
-    Err(Error::Mpi {
-        call,
-        code: rc,
-        msg: error_string(rc),
-    })
 }
 
 /// An RMA window over `len` bytes on every rank of the bootstrap's
@@ -211,18 +179,20 @@ fn agree_on_rc(boot: &MpiBootstrap, call: &'static str, rc: i32) -> Result<()> {
     for (r, b) in all.iter().enumerate() {
         let code = <[u8; 4]>::try_from(b.as_slice())
             .map(i32::from_le_bytes)
-            .map_err(|_| Error::Mismatch {
-                what: "the window creation message".into(),
-                detail: format!("rank {r} sent something other than an MPI return code"),
+            .map_err(|_| {
+                Error::from(CoreError::Mismatch {
+                    what: "the window creation message".into(),
+                    detail: format!("rank {r} sent something other than an MPI return code"),
+                })
             })?;
         if code != ok {
-            return Err(Error::Mismatch {
+            return Err(Error::from(CoreError::Mismatch {
                 what: format!("whether {call} succeeded"),
                 detail: format!(
                     "it failed on rank {r}: {} (MPI error {code}); no window was made",
                     error_string(code)
                 ),
-            });
+            }));
         }
     }
     Ok(())
@@ -235,14 +205,16 @@ fn agree_on_len(all: &[Vec<u8>]) -> Result<usize> {
         .iter()
         .map(|b| <[u8; 8]>::try_from(b.as_slice()).map(u64::from_le_bytes))
         .collect::<std::result::Result<_, _>>()
-        .map_err(|_| Error::Mismatch {
-            what: "the window creation message".into(),
-            detail: "a rank sent something other than a u64 length".into(),
+        .map_err(|_| {
+            Error::from(CoreError::Mismatch {
+                what: "the window creation message".into(),
+                detail: "a rank sent something other than a u64 length".into(),
+            })
         })?;
     if let Some(r) = lens.iter().position(|&l| l == 0) {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::from(CoreError::InvalidArgument(format!(
             "an MPI window needs at least 1 byte per rank; rank {r} asked for 0"
-        )));
+        ))));
     }
     if lens.windows(2).any(|w| w[0] != w[1]) {
         let detail: Vec<String> = lens
@@ -250,16 +222,20 @@ fn agree_on_len(all: &[Vec<u8>]) -> Result<usize> {
             .enumerate()
             .map(|(r, l)| format!("rank {r}: {l} B"))
             .collect();
-        return Err(Error::Mismatch {
+        return Err(Error::from(CoreError::Mismatch {
             what: "the MPI window size".into(),
             detail: detail.join(", "),
-        });
+        }));
     }
     let len = lens[0];
     usize::try_from(len)
         .ok()
         .filter(|&l| ffi::MPI_Aint::try_from(l).is_ok())
-        .ok_or_else(|| Error::InvalidArgument(format!("an MPI window of {len} B is too large")))
+        .ok_or_else(|| {
+            Error::from(CoreError::InvalidArgument(format!(
+                "an MPI window of {len} B is too large"
+            )))
+        })
 }
 
 impl<'env> Window<'env> {
@@ -307,7 +283,9 @@ impl<'env> Window<'env> {
                     .ok()
                     .and_then(|l| l.checked_add(PAGE as ffi::MPI_Aint))
                     .ok_or_else(|| {
-                        Error::InvalidArgument(format!("an MPI window of {len} B is too large"))
+                        Error::from(CoreError::InvalidArgument(format!(
+                            "an MPI window of {len} B is too large"
+                        )))
                     })?;
                 // SAFETY: the out-parameter is valid.
                 let rc = unsafe {
@@ -478,10 +456,10 @@ impl<'env> Window<'env> {
     pub fn lock_all(&mut self) -> Result<()> {
         if !self.locked_all {
             if !self.locked.is_empty() {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::from(CoreError::InvalidArgument(format!(
                     "MPI_Win_lock_all while ranks {:?} are locked is erroneous; unlock them first",
                     self.locked
-                )));
+                ))));
             }
             // SAFETY: the window is live.
             check("MPI_Win_lock_all", unsafe {
@@ -509,20 +487,20 @@ impl<'env> Window<'env> {
     /// or exclusive. Not while [`Window::lock_all`] is held.
     pub fn lock(&mut self, rank: usize, exclusive: bool) -> Result<()> {
         if self.locked_all {
-            return Err(Error::InvalidArgument(
+            return Err(Error::from(CoreError::InvalidArgument(
                 "MPI_Win_lock inside a lock_all epoch is erroneous; unlock_all first".into(),
-            ));
+            )));
         }
         if rank >= self.size {
-            return Err(Error::NoSuchRank {
+            return Err(Error::from(CoreError::NoSuchRank {
                 peer: rank,
                 ranks: self.size,
-            });
+            }));
         }
         if self.locked.contains(&rank) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "rank {rank}'s window is already locked by this rank; unlock it first"
-            )));
+            ))));
         }
         // SAFETY: the window is live and rank is valid.
         check_on("MPI_Win_lock", rank, unsafe {
@@ -539,9 +517,9 @@ impl<'env> Window<'env> {
     /// When `MPI_Win_unlock` fails (see [`Window::execute`]).
     pub fn unlock(&mut self, rank: usize) -> Result<()> {
         if !self.locked.remove(&rank) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "rank {rank}'s window is not locked by this rank"
-            )));
+            ))));
         }
         // SAFETY: the window is live and locked on `rank` by us.
         let rc = unsafe { ffi::MPI_Win_unlock(rank as i32, self.win) };
@@ -557,7 +535,7 @@ impl<'env> Window<'env> {
     /// Every write is therefore remotely complete when this returns: "the
     /// operations are completed both at the origin and at the target"
     /// (MPI 3.1, 11.5.4, `MPI_Win_flush`). That is what
-    /// [`Completion::Delivery`](crate::Completion::Delivery) asks for, so
+    /// [`Completion::Delivery`](fabkit_core::Completion::Delivery) asks for, so
     /// both completions are posted alike (`MPI_Put`), and an operation of a
     /// later batch (a lock release) cannot overtake them. The targets are
     /// flushed even when issuing fails part-way, so that what was issued
@@ -596,9 +574,9 @@ impl<'env> Window<'env> {
     fn in_epoch(&mut self, ops: &mut [Op<'_>], targets: &[usize]) -> Result<()> {
         if !self.locked_all {
             if let Some(t) = targets.iter().find(|t| !self.locked.contains(t)) {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::from(CoreError::InvalidArgument(format!(
                     "an operation on rank {t} outside an epoch: lock it (or lock_all) first"
-                )));
+                ))));
             }
         }
         let issued = self.issue(ops.iter_mut());
@@ -646,10 +624,10 @@ impl<'env> Window<'env> {
     /// (`MPI_Win_post`); end it with [`Window::wait`].
     pub fn post(&self, origins: &[usize]) -> Result<()> {
         if let Some(&r) = origins.iter().find(|&&r| r >= self.size) {
-            return Err(Error::NoSuchRank {
+            return Err(Error::from(CoreError::NoSuchRank {
                 peer: r,
                 ranks: self.size,
-            });
+            }));
         }
         let mut distinct = origins.to_vec();
         distinct.sort_unstable();
@@ -742,15 +720,15 @@ impl<'env> Window<'env> {
         let at = op.target();
         let kind = op.kind();
         if matches!(kind, OpKind::Send | OpKind::Recv) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "{kind} is not a one-sided operation: MPI windows do RMA and atomics only"
-            )));
+            ))));
         }
         if at.rank >= self.size {
-            return Err(Error::NoSuchRank {
+            return Err(Error::from(CoreError::NoSuchRank {
                 peer: at.rank,
                 ranks: self.size,
-            });
+            }));
         }
         let len = op.len();
         let fits = usize::try_from(at.offset)
@@ -758,19 +736,19 @@ impl<'env> Window<'env> {
             .and_then(|o| o.checked_add(len))
             .is_some_and(|end| end <= self.len);
         if !fits || len > i32::MAX as usize {
-            return Err(Error::OutOfBounds {
+            return Err(Error::from(CoreError::OutOfBounds {
                 op: kind,
                 peer: at.rank,
                 offset: at.offset,
                 len,
                 region_len: self.len,
-            });
+            }));
         }
         if kind.is_atomic() && !at.offset.is_multiple_of(8) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "{kind} at offset {}: atomics need an 8-byte aligned offset",
                 at.offset
-            )));
+            ))));
         }
         Ok(())
     }
@@ -859,15 +837,15 @@ impl<'env> Window<'env> {
         count: usize,
     ) -> Result<()> {
         if batch.window != self.id {
-            return Err(Error::InvalidArgument(
+            return Err(Error::from(CoreError::InvalidArgument(
                 "a batch prepared for another window; prepare it on this one".into(),
-            ));
+            )));
         }
         if count > batch.ops.len() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "the first {count} ops of a prepared batch of {}",
                 batch.ops.len()
-            )));
+            ))));
         }
         self.refuse_active_in_lock(sync)?;
         let Prepared {
@@ -889,9 +867,9 @@ impl<'env> Window<'env> {
     /// An active-target epoch inside a lock epoch is erroneous MPI: refused.
     fn refuse_active_in_lock(&self, sync: Sync) -> Result<()> {
         if sync != Sync::LockAll && (self.locked_all || !self.locked.is_empty()) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(CoreError::InvalidArgument(format!(
                 "a {sync:?} execute inside an open lock epoch is erroneous; unlock first"
-            )));
+            ))));
         }
         Ok(())
     }

@@ -7,7 +7,6 @@
 //! FAIL ...` line per rank; the parent asserts on those lines. mpirun runs
 //! in its own process group under a deadline and the whole group is killed
 //! when it expires, so a hang fails the test instead of CI.
-#![cfg(feature = "mpi")]
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -15,9 +14,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fabkit_fabric::bootstrap::{Bootstrap, MpiBootstrap};
-use fabkit_fabric::mpi_rma::{Sync, Window, WindowKind};
-use fabkit_fabric::{Completion, Error, Op, OpKind, Remote};
+use fabkit_core::Error as CoreError;
+use fabkit_core::{Bootstrap, Completion, Op, OpKind, Remote};
+use fabkit_mpi::{Error, MpiBootstrap, Sync, Window, WindowKind};
 
 const CHILD_SYNC: &str = "FABKIT_TEST_SYNC";
 const CHILD_HOW: &str = "FABKIT_TEST_HOW";
@@ -184,7 +183,7 @@ fn each_osc_and_sync(child: &str, syncs: &[Sync]) {
                 child,
                 &["--mca", "osc", osc],
                 &[(CHILD_SYNC, sync_name(sync))],
-                fabkit_fabric::env::scaled(Duration::from_secs(60)),
+                fabkit_core::time::scaled(Duration::from_secs(60)),
             );
             for rank in 0..2 {
                 let r = run.result(rank);
@@ -209,7 +208,7 @@ const SENTINEL64: u64 = 0xEEEE_EEEE_EEEE_EEEE;
 
 /// The target side of one origin batch: nothing for passive target, a
 /// fence, or post/wait.
-fn serve(win: &Window<'_>, sync: Sync) -> fabkit_fabric::Result<()> {
+fn serve(win: &Window<'_>, sync: Sync) -> fabkit_mpi::Result<()> {
     match sync {
         Sync::Fence => win.fence(),
         Sync::Pscw => {
@@ -240,7 +239,7 @@ fn mpi_error_mid_batch(boot: &MpiBootstrap, sync: Sync) -> Result<String, String
         for _ in 0..3 {
             serve(&win, sync).map_err(e)?;
         }
-        boot.barrier().map_err(e)?;
+        boot.barrier().map_err(|x| e(x.into()))?;
         if sync == Sync::Fence {
             win.fence().map_err(e)?; // closes the last epoch
         }
@@ -338,7 +337,7 @@ fn mpi_error_mid_batch(boot: &MpiBootstrap, sync: Sync) -> Result<String, String
             "the epoch after the failure read {after_cas:#x} and {after_add:#x}, not 7 and 0"
         ));
     }
-    boot.barrier().map_err(e)?;
+    boot.barrier().map_err(|x| e(x.into()))?;
     if sync == Sync::Fence {
         batches.fence().map_err(e)?;
     }
@@ -399,7 +398,10 @@ fn prepared_batch(boot: &MpiBootstrap, sync: Sync) -> Result<String, String> {
             from: at(4090),
             into: &mut got,
         }]);
-        if !matches!(bad, Err(Error::OutOfBounds { offset: 4090, .. })) {
+        if !matches!(
+            bad,
+            Err(Error::Core(CoreError::OutOfBounds { offset: 4090, .. }))
+        ) {
             return Err(format!("preparing an out-of-bounds Get gave {bad:?}"));
         }
         let mut olds = [SENTINEL64; 3];
@@ -418,11 +420,12 @@ fn prepared_batch(boot: &MpiBootstrap, sync: Sync) -> Result<String, String> {
                 .map_err(|e| format!("execution of {count}: {e}"))?;
         }
         let foreign = other.execute_prepared(sync, &mut batch, 1);
-        if !matches!(&foreign, Err(Error::InvalidArgument(m)) if m.contains("another window")) {
+        if !matches!(&foreign, Err(Error::Core(CoreError::InvalidArgument(m))) if m.contains("another window"))
+        {
             return Err(format!("on another window: {foreign:?}"));
         }
         let beyond = win.execute_prepared(sync, &mut batch, 4);
-        if !matches!(beyond, Err(Error::InvalidArgument(_))) {
+        if !matches!(beyond, Err(Error::Core(CoreError::InvalidArgument(_)))) {
             return Err(format!("4 ops of a batch of 3: {beyond:?}"));
         }
         drop(batch.into_ops());
@@ -487,7 +490,7 @@ fn a_survivor_of_a_dead_rank_ends_its_collective_at_the_timeout_under_enable_rec
             "child_survivor",
             &["--enable-recovery", "--mca", "osc", "sm,pt2pt"],
             &[(CHILD_HOW, how)],
-            fabkit_fabric::env::scaled(Duration::from_secs(60)),
+            fabkit_core::time::scaled(Duration::from_secs(60)),
         );
         let r = run.result(0);
         assert!(r.starts_with("ok"), "{how}: {r}\n{}", run.stderr);
@@ -546,7 +549,7 @@ fn child_survivor() {
         // Without MPI_Finalize: as a rank that crashed.
         std::process::exit(0);
     }
-    let slack = fabkit_fabric::env::scaled(Duration::from_secs(2));
+    let slack = fabkit_core::time::scaled(Duration::from_secs(2));
     let in_time = |took: Duration| took >= limit && took < limit + slack;
     if how.ends_with("finalize") {
         drop(win); // None here: no window in this case
@@ -584,8 +587,8 @@ fn child_survivor() {
     }
     let start = Instant::now();
     let r = match (how.split('-').nth(1), win) {
-        (Some("allgather"), _) => boot.allgather(b"mine").map(drop),
-        (Some("barrier"), _) => boot.barrier(),
+        (Some("allgather"), _) => boot.allgather(b"mine").map(drop).map_err(Error::from),
+        (Some("barrier"), _) => boot.barrier().map_err(Error::from),
         // MPI_Win_free is collective: without the bounded barrier first, it
         // would wait for ever.
         (Some("free"), Some(win)) => win.free(),
@@ -594,17 +597,17 @@ fn child_survivor() {
     let took = start.elapsed();
     let timed_out = matches!(
         r,
-        Err(Error::CollectiveTimeout {
+        Err(Error::Core(CoreError::CollectiveTimeout {
             rank: 0,
             others: 1,
             ..
-        })
+        }))
     );
     let verdict = if timed_out && in_time(took) {
         // A later collective is refused at once, not waited for again.
         let again = Instant::now();
         match boot.barrier() {
-            Err(e @ Error::BootstrapBroken { rank: 0, .. })
+            Err(e @ CoreError::BootstrapBroken { rank: 0, .. })
                 if again.elapsed() < Duration::from_secs(1) =>
             {
                 format!("ok: timed out after {took:?}; then refused: {e}")
@@ -654,12 +657,12 @@ fn bad_op_active_target(boot: &MpiBootstrap, sync: Sync) -> Result<String, Strin
         );
         if !matches!(
             r,
-            Err(Error::OutOfBounds {
+            Err(Error::Core(CoreError::OutOfBounds {
                 op: OpKind::Read,
                 peer: 1,
                 offset: 60,
                 ..
-            })
+            }))
         ) {
             return Err(format!("the out-of-bounds Get gave {r:?}"));
         }
@@ -696,7 +699,7 @@ fn ranks_asking_for_windows_of_other_sizes_all_get_one_error() {
         "child_window_sizes",
         &["--mca", "osc", "sm,pt2pt"],
         &[],
-        fabkit_fabric::env::scaled(Duration::from_secs(60)),
+        fabkit_core::time::scaled(Duration::from_secs(60)),
     );
     for rank in 0..2 {
         let r = run.result(rank);
@@ -714,7 +717,7 @@ fn child_window_sizes() {
     // write into someone else's memory. Refused before MPI allocates.
     let len = if boot.rank() == 0 { 4096 } else { 64 };
     let verdict = match Window::new(&boot, len, WindowKind::Allocate) {
-        Err(e @ Error::Mismatch { .. })
+        Err(e @ Error::Core(CoreError::Mismatch { .. }))
             if e.to_string().contains("rank 0: 4096 B, rank 1: 64 B") =>
         {
             // The job goes on: a window of one size works.

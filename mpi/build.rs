@@ -1,11 +1,8 @@
-//! With the `mpi` feature, compiles the small C shim that exports MPI
-//! constants rsmpi lacks (MPI_REPLACE, MPI_NO_OP, lock types).
+//! Compiles the small C shim that exports MPI constants rsmpi lacks
+//! (MPI_REPLACE, MPI_NO_OP, lock types).
 
 fn main() {
     println!("cargo:rerun-if-changed=src/mpi_shim.c");
-    if std::env::var_os("CARGO_FEATURE_MPI").is_none() {
-        return;
-    }
     let mut build = cc::Build::new();
     build.file("src/mpi_shim.c");
     match pkg_config::Config::new()
@@ -27,8 +24,8 @@ fn main() {
                     .filter(|o| o.status.success())
             });
             let out = out.expect(
-                "cannot find mpi.h: install an MPI (Debian: apt-get install libopenmpi-dev) \
-                 or build without the `mpi` feature",
+                "cannot find mpi.h: install an MPI (Debian: apt-get install libopenmpi-dev), \
+                 or build the crates that use this one without their `mpi` feature",
             );
             for tok in String::from_utf8_lossy(&out.stdout).split_whitespace() {
                 if let Some(dir) = tok.strip_prefix("-I") {
