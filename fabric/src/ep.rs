@@ -10,7 +10,6 @@ use crate::av::{AddressVector, AvInner};
 use crate::cq::{CompletionQueue, CqInner, Ticket, HOT};
 use crate::domain::{close_fid, Domain, DomainInner};
 use crate::error::{call_error, check, Error, Result};
-use crate::mr::MemoryRegion;
 use fabkit_core::Error as CoreError;
 use fabkit_core::OpKind;
 
@@ -121,20 +120,6 @@ impl Endpoint {
     /// This endpoint's address, to be inserted into peers' address vectors.
     pub fn name(&self) -> &[u8] {
         &self.inner.name
-    }
-
-    /// Allocates and registers `len` bytes for local and remote access.
-    pub fn register(&self, len: usize) -> Result<MemoryRegion> {
-        MemoryRegion::register(&self.inner.domain, Some(&self.inner), len)
-    }
-
-    /// Registers a shared segment as a region (peers on this node may map
-    /// it too).
-    pub fn register_shared(
-        &self,
-        seg: std::sync::Arc<crate::shm::SharedSegment>,
-    ) -> Result<MemoryRegion> {
-        MemoryRegion::register_shared(&self.inner.domain, Some(&self.inner), seg)
     }
 
     /// Posts one operation with `post(context)`, retrying on -FI_EAGAIN while

@@ -9,7 +9,7 @@ use fabric_sys as ffi;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{close_fid, DomainInner};
-use crate::ep::EpInner;
+use crate::ep::{Endpoint, EpInner};
 use crate::error::{call_error, check, Error, Result};
 use fabkit_core::Error as CoreError;
 
@@ -63,6 +63,25 @@ pub struct MemoryRegion {
     /// regions. A [`Retired`] region lets go of it where nothing binds it.
     _ep: Option<Arc<EpInner>>,
     _domain: Arc<DomainInner>,
+}
+
+/// Regions registered through an endpoint hold it open (a child keeps its
+/// parent), so a provider that binds regions to endpoints (`FI_MR_ENDPOINT`)
+/// never sees the endpoint close first.
+impl Endpoint {
+    /// Allocates and registers `len` bytes for local and remote access.
+    pub fn register(&self, len: usize) -> Result<MemoryRegion> {
+        MemoryRegion::register(&self.inner.domain, Some(&self.inner), len)
+    }
+
+    /// Registers a shared segment as a region (peers on this node may map
+    /// it too).
+    pub fn register_shared(
+        &self,
+        seg: std::sync::Arc<crate::shm::SharedSegment>,
+    ) -> Result<MemoryRegion> {
+        MemoryRegion::register_shared(&self.inner.domain, Some(&self.inner), seg)
+    }
 }
 
 /// The state of a region's registration.
