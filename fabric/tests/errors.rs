@@ -7,8 +7,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{init_env, with_ranks};
+use fabkit_core::bootstrap::{Bootstrap, FileBootstrap, ThreadGroup};
 use fabkit_core::Error as CoreError;
-use fabkit_fabric::bootstrap::{Bootstrap, FileBootstrap, ThreadGroup};
 use fabkit_fabric::{
     AddressVector, Caps, CompletionQueue, Domain, Endpoint, Error, Fabric, Hints, Op, OpKind,
     Ordering, Rank, RankConfig, Remote,

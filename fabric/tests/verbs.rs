@@ -25,7 +25,7 @@ fn the_universe_is_set_before_main_and_ranks_come_up() {
         // error naming the providers that are, not a crash or a hang in
         // fi_enable.
         let boots =
-            fabkit_fabric::bootstrap::ThreadGroup::members(1, std::time::Duration::from_secs(10));
+            fabkit_core::bootstrap::ThreadGroup::members(1, std::time::Duration::from_secs(10));
         let err = fabkit_fabric::Rank::establish(RankConfig::new(PROVIDER), &boots[0])
             .expect_err("verbs;ofi_rxm set up without an RDMA device");
         assert!(
@@ -61,8 +61,7 @@ fn child_with_a_large_universe() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let boots =
-        fabkit_fabric::bootstrap::ThreadGroup::members(1, std::time::Duration::from_secs(10));
+    let boots = fabkit_core::bootstrap::ThreadGroup::members(1, std::time::Duration::from_secs(10));
     match fabkit_fabric::Rank::establish(RankConfig::new(PROVIDER), &boots[0]) {
         Ok(_) => println!("child: established"),
         Err(e) => println!("child: {e}"),

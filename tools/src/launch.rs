@@ -11,7 +11,7 @@ macro_rules! usage {
 }
 
 use anyhow::{anyhow, Context, Result};
-use fabkit_fabric::bootstrap::{launched_by_mpi, Bootstrap, FileBootstrap, ThreadGroup};
+use fabkit_core::bootstrap::{launched_by_mpi, Bootstrap, FileBootstrap, ThreadGroup};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 

@@ -388,7 +388,7 @@ fn emit(
         provider: provider.to_string(),
         method: method.to_string(),
         launch: launch.to_string(),
-        host: fabkit_fabric::bootstrap::hostname(),
+        host: fabkit_core::bootstrap::hostname(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         commit: option_env!("FABKIT_COMMIT").unwrap_or("unknown").into(),
         fabkit: env!("CARGO_PKG_VERSION").into(),
@@ -450,10 +450,10 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
         };
         boot.set_timeout(to);
         let samples = dhtbench::run_rank_mpi(args, kind, boot)?;
-        if fabkit_fabric::bootstrap::Bootstrap::rank(boot) != 0 {
+        if fabkit_core::bootstrap::Bootstrap::rank(boot) != 0 {
             return Ok(true);
         }
-        let size = fabkit_fabric::bootstrap::Bootstrap::size(boot);
+        let size = fabkit_core::bootstrap::Bootstrap::size(boot);
         let provider =
             format!("mpi osc={}, window {win:?}", mpiperf::osc_in_force()).to_lowercase();
         return report_dht(args, &samples, &launch.describe(size), &provider);
@@ -523,7 +523,7 @@ fn report_dht(
         meta: report::Meta {
             command: std::env::args().collect::<Vec<_>>().join(" "),
             commit: option_env!("FABKIT_COMMIT").unwrap_or("unknown").into(),
-            host: fabkit_fabric::bootstrap::hostname(),
+            host: fabkit_core::bootstrap::hostname(),
             machine: machine(),
             launch: launch.into(),
             provider: provider.into(),

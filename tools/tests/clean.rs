@@ -291,7 +291,7 @@ fn another_users_segments_are_never_removed() {
 /// launcher a killed rank's peers would be; the rank itself is real.
 struct StopAtBarrier;
 
-impl fabkit_fabric::bootstrap::Bootstrap for StopAtBarrier {
+impl fabkit_core::bootstrap::Bootstrap for StopAtBarrier {
     fn rank(&self) -> usize {
         0
     }

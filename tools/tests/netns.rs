@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use fabkit_fabric::bootstrap::host_id;
+use fabkit_core::bootstrap::host_id;
 use ipoib_eval::testbed::{self, Testbed, TestbedSpec};
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fabkit_fabric::bootstrap::{Bootstrap, ThreadGroup};
+use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_fabric::{Rank, RankConfig};
 
 /// The providers that offer RMA and atomics on these machines, or the

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use fabkit_core::bootstrap::Bootstrap;
 use fabkit_dht::{Config, Dht, Read, Stats, Transport, Variant};
-use fabkit_fabric::bootstrap::Bootstrap;
 use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
 
@@ -710,7 +710,7 @@ fn run_phase<S: Store>(
     let (reads, writes) = p.reads_writes();
     let mine = Local {
         secs: t.secs,
-        host: fabkit_fabric::bootstrap::host_id(),
+        host: fabkit_core::bootstrap::host_id(),
         pid: std::process::id(),
         cpu_ns: t.cpu.as_nanos() as u64,
         server_cpu_ns: srv1.saturating_sub(srv0),

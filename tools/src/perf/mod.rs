@@ -13,7 +13,7 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::bounds;
 use clap::{Args, ValueEnum};
-use fabkit_fabric::bootstrap::Bootstrap;
+use fabkit_core::bootstrap::Bootstrap;
 use fabkit_fabric::{Completion, Initiator, Op, OrderingStats, Rank, RankConfig, Remote};
 use serde::{Deserialize, Serialize};
 
@@ -763,7 +763,7 @@ fn agree<T>(boot: &dyn Bootstrap, mine: Result<T>) -> Result<T> {
 /// holds 2 x window buffers of the size and its own staging buffer, each
 /// endpoint a region and a staging buffer, for every rank on this host.
 fn check_memory(a: &PerfArgs, sizes: &[usize], staging: usize, boot: &dyn Bootstrap) -> Result<()> {
-    let me = fabkit_fabric::bootstrap::host_id();
+    let me = fabkit_core::bootstrap::host_id();
     let here = boot.allgather(me.as_bytes())?;
     let local = here.iter().filter(|h| **h == me.as_bytes()).count() as u128;
     let Some(mem) = bounds::physical_memory() else {
