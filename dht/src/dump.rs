@@ -113,7 +113,9 @@ use std::path::{Path, PathBuf};
 use fabkit_core::Bootstrap;
 
 use crate::collective::agree;
-use crate::layout::{is_claimed, Bucket, Layout, Variant, STATE_EMPTY, STATE_FULL};
+use crate::layout::{
+    claimed_over_full, is_claimed, Bucket, Layout, Variant, STATE_EMPTY, STATE_FULL,
+};
 use crate::outcome::{Error, Result, Write};
 use crate::placement::hash_key;
 use crate::table::Dht;
@@ -687,7 +689,7 @@ fn verdict(l: &Layout, b: &[u8], key: &[u8]) -> Verdict {
         Variant::Chunked => {
             let state = first_word(b);
             // Empty, or claimed while empty (a first fill): a miss.
-            if state == STATE_EMPTY || (is_claimed(state) && state & 2 == 0) {
+            if state == STATE_EMPTY || (is_claimed(state) && !claimed_over_full(state)) {
                 Verdict::Stop
             } else if !bk.checksum_ok() {
                 // This key's damage is corrupt; other keys' is passed over.

@@ -30,10 +30,21 @@ pub const STATE_EMPTY: u64 = 0;
 /// seen earlier fails if the bucket was rewritten since (see [`full`]).
 pub const STATE_FULL: u64 = 2;
 
-/// Whether a chunked state word is a claim: any odd value. A writer,
-/// named by the tag in the word's upper bits, is filling the bucket.
+/// Chunked state word bit: a claim (any odd value). A writer, named by the
+/// tag in the word's upper bits, is filling the bucket.
+pub const CLAIMED: u64 = 1;
+/// Chunked state word bit, in a claim: the bucket was full when it was
+/// claimed, so its record stays readable while the writer updates it.
+pub const CLAIMED_OVER_FULL: u64 = 2;
+
+/// Whether a chunked state word is a claim ([`CLAIMED`]).
 pub fn is_claimed(state: u64) -> bool {
-    state & 1 == 1
+    state & CLAIMED != 0
+}
+
+/// Whether claim `state` was taken of a full bucket ([`CLAIMED_OVER_FULL`]).
+pub fn claimed_over_full(state: u64) -> bool {
+    is_claimed(state) && state & CLAIMED_OVER_FULL != 0
 }
 
 /// Whether a chunked state word says the data is complete.
@@ -44,12 +55,6 @@ pub fn is_full(state: u64) -> bool {
 /// The full state word of publication `version` of a bucket.
 pub fn full(version: u16) -> u64 {
     u64::from(version) << 8 | STATE_FULL
-}
-
-/// Whether a chunked state word stands over a whole record readers may
-/// return: full, or claimed while full (an update in progress).
-pub fn holds_record(state: u64) -> bool {
-    is_full(state) || state & 3 == 3
 }
 
 /// A 64-bit fingerprint of bucket bytes: two reads that show the same

@@ -65,17 +65,6 @@ impl FidLog {
         }
         open
     }
-
-    /// The closes that failed: kind and positive error code.
-    pub fn failed_closes(&self) -> Vec<(&'static str, i32)> {
-        self.events()
-            .into_iter()
-            .filter_map(|e| match e {
-                FidEvent::Closed(w, rc) if rc != 0 => Some((w, -rc)),
-                _ => None,
-            })
-            .collect()
-    }
 }
 
 /// Closes a fid and returns `fi_close`'s code (0, or a negative fi_errno).

@@ -86,13 +86,6 @@ pub enum Sync {
     Pscw,
 }
 
-impl Sync {
-    /// Whether targets take part in every epoch (fence, PSCW).
-    pub fn is_active_target(self) -> bool {
-        matches!(self, Sync::Fence | Sync::Pscw)
-    }
-}
-
 /// An RMA window over `len` bytes on every rank of the bootstrap's
 /// communicator. Borrows the [`MpiBootstrap`], which owns MPI, so the window
 /// is freed before MPI is finalized:
@@ -586,11 +579,6 @@ impl<'env> Window<'env> {
             self.closed("MPI_Win_flush", Some(t), rc);
         }
         issued
-    }
-
-    /// Whether a `lock_all` epoch is open.
-    pub fn is_locked_all(&self) -> bool {
-        self.locked_all
     }
 
     /// `MPI_Win_fence`: collective; ends one active-target epoch and opens the

@@ -33,19 +33,18 @@
 use std::time::{Duration, Instant};
 
 use super::{Batch, Hold, Machine, Mode, Outcome, Role, Run, Shape, Step};
-use crate::layout::{full, full_version, is_claimed, is_full, STATE_EMPTY, STATE_FULL};
+use crate::layout::{
+    claimed_over_full, full, full_version, is_claimed, is_full, CLAIMED, CLAIMED_OVER_FULL,
+    STATE_EMPTY, STATE_FULL,
+};
 use crate::outcome::{Error, Result, Stats};
 
 /// The claim by `tag` of a bucket that was full (`over_full`) with
 /// publication count `version`, or empty.
 fn claim(tag: u64, over_full: bool, version: u16) -> u64 {
     const TAG: u64 = (1 << 36) - 1;
-    u64::from(version) << 48 | (tag & TAG) << 8 | u64::from(over_full) << 1 | 1
-}
-
-/// Whether claim `c` was taken of a full bucket.
-fn over_full(c: u64) -> bool {
-    c & 2 != 0
+    let over = if over_full { CLAIMED_OVER_FULL } else { 0 };
+    u64::from(version) << 48 | (tag & TAG) << 8 | over | CLAIMED
 }
 
 /// The publication count of the full value claim `c` replaced.
@@ -110,7 +109,7 @@ fn scan(shape: &Shape, bytes: &[u8], first: u64, key: &[u8], patient: bool) -> S
     for (j, b) in bytes.chunks_exact(bl).enumerate() {
         let state = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
         let bucket = (first + j as u64) % shape.buckets;
-        if state == STATE_EMPTY || (is_claimed(state) && !over_full(state)) {
+        if state == STATE_EMPTY || (is_claimed(state) && !claimed_over_full(state)) {
             let claim = (state != STATE_EMPTY).then_some(state);
             return Seen::Empty { bucket, claim };
         }
@@ -304,12 +303,12 @@ impl<'a> Chunked<'a> {
                     // (its data may have changed under the old claim) if it
                     // was full, else to empty (it never held a record).
                     let next = claim_version(c).wrapping_add(1);
-                    p.free = if over_full(c) {
+                    p.free = if claimed_over_full(c) {
                         full(next)
                     } else {
                         STATE_EMPTY
                     };
-                    p.word = claim(tag, over_full(c), claim_version(c));
+                    p.word = claim(tag, claimed_over_full(c), claim_version(c));
                     p.since = None;
                     p.pending = Outcome::Pending;
                     p.phase = Some(Role::Claim);
@@ -594,7 +593,7 @@ mod tests {
         for (over, v) in [(false, 0u16), (true, 7), (true, u16::MAX)] {
             let c = claim(tag, over, v);
             assert!(is_claimed(c) && !is_full(c) && c != STATE_EMPTY);
-            assert_eq!(over_full(c), over);
+            assert_eq!(claimed_over_full(c), over);
             assert_eq!(claim_version(c), v);
             assert_eq!(word::holder_of_tag(c >> 8), Some(5));
         }
