@@ -113,14 +113,13 @@ use std::path::{Path, PathBuf};
 use fabkit_core::Bootstrap;
 
 use crate::collective::agree;
-use crate::layout::{
-    claimed_over_full, is_claimed, Bucket, Layout, Variant, STATE_EMPTY, STATE_FULL,
-};
+use crate::layout::{Bucket, Layout, Variant, STATE_EMPTY, STATE_FULL};
 use crate::outcome::{Error, Result, Write};
 use crate::placement::hash_key;
 use crate::table::Dht;
 use crate::transport::{Op, Remote, Transport};
 use crate::variant::word;
+use crate::variant::Settled;
 
 /// The shard format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 4;
@@ -641,18 +640,6 @@ impl ShardReader {
     }
 }
 
-/// What a variant's read makes of one bucket, for a key, on a quiet table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verdict {
-    /// The read returns this bucket's value.
-    Hit,
-    /// The read ends here without a value (a miss, corrupt, or a wait on
-    /// a held lock until its deadline).
-    Stop,
-    /// The read looks at the next bucket.
-    Next,
-}
-
 /// The 8-byte word at the start of bucket bytes `b` (fine's lock word,
 /// chunked's state word).
 fn first_word(b: &[u8]) -> u64 {
@@ -680,58 +667,10 @@ fn holds_something(l: &Layout, b: &[u8]) -> bool {
     }
 }
 
-/// Mirrors the reads of `crate::variant`, once their re-reads are spent
-/// (a quiet table: what fails its checksum now fails it for good).
-fn verdict(l: &Layout, b: &[u8], key: &[u8]) -> Verdict {
-    let bk = data(l, b);
-    let mine = bk.key == key;
-    match l.variant {
-        Variant::Chunked => {
-            let state = first_word(b);
-            // Empty, or claimed while empty (a first fill): a miss.
-            if state == STATE_EMPTY || (is_claimed(state) && !claimed_over_full(state)) {
-                Verdict::Stop
-            } else if !bk.checksum_ok() {
-                // This key's damage is corrupt; other keys' is passed over.
-                if mine {
-                    Verdict::Stop
-                } else {
-                    Verdict::Next
-                }
-            } else if mine {
-                Verdict::Hit
-            } else {
-                Verdict::Next
-            }
-        }
-        Variant::Lockfree => {
-            let damaged = bk.occupied() && !bk.checksum_ok();
-            // This key's damage is corrupt; an empty bucket that was never
-            // marked ends the probe: a miss.
-            if (damaged && mine) || (!bk.occupied() && !bk.invalid()) {
-                Verdict::Stop
-            } else if mine && !damaged {
-                Verdict::Hit
-            } else {
-                Verdict::Next
-            }
-        }
-        // A fine reader that finds the bucket's lock held snapshots again
-        // until its deadline and fails: it never returns what lies under a
-        // held lock (which a writer that died, or gave up, may have torn),
-        // nor looks further.
-        Variant::Fine if word::held(first_word(b)) => Verdict::Stop,
-        // Coarse's region lock is checked once for the whole region.
-        Variant::Fine | Variant::Coarse => {
-            if !bk.occupied() {
-                Verdict::Stop
-            } else if mine {
-                Verdict::Hit
-            } else {
-                Verdict::Next
-            }
-        }
-    }
+/// What a read of `key` does at bucket `b` (whole bucket bytes) of a quiet
+/// table: the variant's own rule ([`crate::variant::look`]), re-reads spent.
+fn verdict(l: &Layout, b: &[u8], key: &[u8]) -> Settled {
+    crate::variant::look(l.variant, first_word(b), &data(l, b), key).settled()
 }
 
 /// A record found in the block being dumped, and how far the walk along
@@ -1016,7 +955,7 @@ impl<T: Transport> Dht<T> {
         for (j, b) in block.chunks_exact(bl).enumerate() {
             let key = data(&l, b).key;
             // Only what a read of its own key could return.
-            if verdict(&l, b, key) != Verdict::Hit {
+            if verdict(&l, b, key) != Settled::Hit {
                 continue;
             }
             let hash = hash_key(key);
@@ -1061,7 +1000,7 @@ impl<T: Transport> Dht<T> {
                     );
                     return true;
                 };
-                if verdict(&l, bytes, w.key) != Verdict::Next {
+                if verdict(&l, bytes, w.key) != Settled::Next {
                     // A read returns another copy, or ends, before this one.
                     return false;
                 }

@@ -32,7 +32,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Batch, Hold, Machine, Mode, Outcome, Role, Run, Shape, Step};
+use super::{Batch, Hold, Look, Machine, Mode, Outcome, Role, Run, Shape, Step};
 use crate::layout::{
     claimed_over_full, full, full_version, is_claimed, is_full, CLAIMED, CLAIMED_OVER_FULL,
     STATE_EMPTY, STATE_FULL,
@@ -97,6 +97,22 @@ enum Seen {
     Other { last: u64, state: u64 },
 }
 
+/// Chunked's read rule, given the bucket's state word: an empty bucket,
+/// or one claimed while empty (a first fill), ends the probe; a record
+/// failing its checksum is torn; a whole record of the key is a hit.
+pub(crate) fn look(state: u64, bk: &crate::layout::Bucket<'_>, key: &[u8]) -> Look {
+    let mine = bk.key == key;
+    if state == STATE_EMPTY || (is_claimed(state) && !claimed_over_full(state)) {
+        Look::End
+    } else if !bk.checksum_ok() {
+        Look::Torn { mine }
+    } else if mine {
+        Look::Hit
+    } else {
+        Look::Next
+    }
+}
+
 /// Scans the chunk `bytes` (first bucket `first`) for `key`. Torn buckets
 /// of other keys are passed over once `patient` is false (their retries
 /// are spent: damage, not a write in flight).
@@ -109,26 +125,27 @@ fn scan(shape: &Shape, bytes: &[u8], first: u64, key: &[u8], patient: bool) -> S
     for (j, b) in bytes.chunks_exact(bl).enumerate() {
         let state = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
         let bucket = (first + j as u64) % shape.buckets;
-        if state == STATE_EMPTY || (is_claimed(state) && !claimed_over_full(state)) {
-            let claim = (state != STATE_EMPTY).then_some(state);
-            return Seen::Empty { bucket, claim };
-        }
         let bk = shape.layout.decode(&b[8..], STATE_FULL);
-        let mine = bk.key == key;
-        if !bk.checksum_ok() {
-            if mine || patient {
+        match look(state, &bk, key) {
+            Look::End => {
+                let claim = (state != STATE_EMPTY).then_some(state);
+                return Seen::Empty { bucket, claim };
+            }
+            Look::Torn { mine } if mine || patient => {
                 return Seen::Torn {
                     bucket,
                     state,
                     mine,
                 };
             }
-        } else if mine {
-            return Seen::Mine {
-                bucket,
-                at: j * bl + 8,
-                state,
-            };
+            Look::Hit => {
+                return Seen::Mine {
+                    bucket,
+                    at: j * bl + 8,
+                    state,
+                };
+            }
+            _ => {}
         }
         last = Seen::Other {
             last: bucket,

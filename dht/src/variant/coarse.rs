@@ -13,8 +13,8 @@
 use std::time::Instant;
 
 use super::{
-    locked_read, plan_lock_release, store_or_advance, take, word, Batch, Hold, Machine, Mode,
-    Outcome, Role, Run, Step,
+    locked_look, locked_read, plan_lock_release, store_or_advance, take, word, Batch, Hold, Look,
+    Machine, Mode, Outcome, Role, Run, Step,
 };
 use crate::outcome::{Error, Result, Stats};
 use crate::transport::Remote;
@@ -36,6 +36,12 @@ enum Group {
     Release,
     /// Giving the transport's region lock back.
     Unlock,
+}
+
+/// Coarse's read rule: under the region lock, the first empty bucket ends
+/// the probe.
+pub(crate) fn look(bk: &crate::layout::Bucket<'_>, key: &[u8]) -> Look {
+    locked_look(bk, key)
 }
 
 pub(crate) struct Coarse<'a> {
@@ -187,7 +193,8 @@ impl<'a> Coarse<'a> {
         let shape = *self.run.shape;
         let bk = shape.layout.decode(data, 0);
         if self.run.mode == Mode::Read {
-            let o = match locked_read(&mut self.run, i, &bk) {
+            let seen = look(&bk, self.run.keys[i]);
+            let o = match locked_read(&mut self.run, i, seen, bk.value) {
                 Outcome::Pending if self.run.probes[i].advance(&shape) => return,
                 Outcome::Pending => Outcome::Miss,
                 o => o,

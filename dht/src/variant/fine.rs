@@ -18,10 +18,21 @@
 use std::time::Instant;
 
 use super::{
-    lock_failed, lock_released, locked_read, release_step, take, word, Batch, Hold, Machine, Mode,
-    Outcome, Role, Run, Step,
+    lock_failed, lock_released, locked_look, locked_read, release_step, take, word, Batch, Hold,
+    Look, Machine, Mode, Outcome, Role, Run, Step,
 };
 use crate::outcome::{Error, Result, Stats};
+
+/// Fine's read rule, given the bucket's lock word as the reader saw it: a
+/// held lock is never read through (a writer that died, or gave up, may
+/// have torn what lies under it); a free one is a locked read's rule.
+pub(crate) fn look(lock: u64, bk: &crate::layout::Bucket<'_>, key: &[u8]) -> Look {
+    if word::held(lock) {
+        Look::Held
+    } else {
+        locked_look(bk, key)
+    }
+}
 
 pub(crate) struct Fine<'a> {
     run: Run<'a>,
@@ -69,7 +80,8 @@ impl<'a> Fine<'a> {
                 if self.run.mode == Mode::Read {
                     // Decided only if the check finds the word unchanged
                     // (another key's: the check moves on, or misses).
-                    let o = locked_read(&mut self.run, i, &bk);
+                    let seen = look(self.run.probes[i].seen, &bk, key);
+                    let o = locked_read(&mut self.run, i, seen, bk.value);
                     let p = &mut self.run.probes[i];
                     p.pending = o;
                     p.phase = Some(Role::Check);

@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{store_or_advance, take, Batch, Machine, Mode, Outcome, Role, Run, Step};
+use super::{store_or_advance, take, Batch, Look, Machine, Mode, Outcome, Role, Run, Step};
 use crate::layout::{INVALID, OCCUPIED};
 use crate::outcome::{Error, Result, Stats, Write};
 use crate::transport::Remote;
@@ -29,6 +29,24 @@ use crate::transport::Remote;
 /// How long a reader waits before its last look at a bucket it is about
 /// to mark invalid: a write in flight has landed by then.
 const INVALIDATE_PAUSE: Duration = Duration::from_millis(1);
+
+/// Lockfree's read rule. A record failing its checksum is torn, whatever
+/// else it says; an empty bucket never marked invalid ends the probe
+/// (buckets never become empty again); a whole record of the key is a hit
+/// whatever its invalid bit says (the bit may have landed after a write
+/// that made the bucket whole again).
+pub(crate) fn look(bk: &crate::layout::Bucket<'_>, key: &[u8]) -> Look {
+    let mine = bk.key == key;
+    if bk.occupied() && !bk.checksum_ok() {
+        Look::Torn { mine }
+    } else if !bk.occupied() && !bk.invalid() {
+        Look::End
+    } else if mine {
+        Look::Hit
+    } else {
+        Look::Next
+    }
+}
 
 pub(crate) struct Lockfree<'a> {
     run: Run<'a>,
@@ -50,9 +68,8 @@ impl<'a> Lockfree<'a> {
         let bk = shape.layout.decode(data, 0);
         let key = self.run.keys[i];
         let mine = bk.key == key;
-        // A whole record counts whatever its invalid bit says: the bit may
-        // have landed after a write that made the bucket whole again.
-        let damaged = bk.occupied() && !bk.checksum_ok();
+        let seen = look(&bk, key);
+        let damaged = matches!(seen, Look::Torn { .. });
         if damaged {
             // A write in flight (or damage): its key bytes may be torn too,
             // so neither "mine" nor "another key's" can be trusted yet.
@@ -79,13 +96,13 @@ impl<'a> Lockfree<'a> {
             }
         }
         if self.run.mode == Mode::Read {
-            if !bk.occupied() && !bk.invalid() {
-                // Buckets never become empty again: the key is not further on.
-                return self.run.decide(i, Outcome::Miss);
-            }
-            if mine && !damaged {
-                self.run.keep_value(i, bk.value);
-                return self.run.decide(i, Outcome::Hit);
+            match seen {
+                Look::End => return self.run.decide(i, Outcome::Miss),
+                Look::Hit => {
+                    self.run.keep_value(i, bk.value);
+                    return self.run.decide(i, Outcome::Hit);
+                }
+                _ => {}
             }
             if !self.run.probes[i].advance(&shape) {
                 self.run.decide(i, Outcome::Miss);

@@ -809,18 +809,95 @@ pub(crate) fn store_or_advance(run: &mut Run<'_>, done: &Batch, i: usize, choice
     }
 }
 
-/// What a reader under a lock (fine, coarse) makes of its key's bucket:
-/// `Miss` if empty (buckets never empty again, so the key is not further
-/// on), `Hit` with the value kept, or `Pending`: another key's, look at the
-/// next candidate.
-pub(crate) fn locked_read(run: &mut Run<'_>, i: usize, bk: &crate::layout::Bucket<'_>) -> Outcome {
+/// What a variant's read makes of one bucket, for one key: each variant's
+/// `look` says it, and its reads and the dump (`crate::dump`) both follow
+/// it, so a dump returns what a read would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// The key's record, whole: the read returns its value.
+    Hit,
+    /// The key is not further on: an empty bucket (buckets never become
+    /// empty again), or, in chunked, one claimed while empty.
+    End,
+    /// Another key's record, or a bucket a writer may reuse: look at the
+    /// next candidate.
+    Next,
+    /// The record fails its checksum (lockfree, chunked): a write in flight
+    /// or damage; the reader reads it again. `mine`: the key bytes are the
+    /// reader's (which a torn record may also fake).
+    Torn {
+        /// Whether the bucket's key bytes are the reader's key.
+        mine: bool,
+    },
+    /// The bucket's lock is held (fine): a reader snapshots again until its
+    /// deadline and never returns what lies under it.
+    Held,
+}
+
+/// What a read does at a bucket once its re-reads are spent, on a table no
+/// one writes (what fails its checksum now fails it for good).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// It returns this bucket's value.
+    Hit,
+    /// It ends here without a value: a miss, corrupt (this key's record
+    /// fails its checksum), or a wait on a held lock until its deadline.
+    Stop,
+    /// It looks at the next bucket (another key's damage is passed over).
+    Next,
+}
+
+impl Look {
+    /// Where a read ends up at this bucket once its re-reads are spent.
+    pub(crate) fn settled(self) -> Settled {
+        match self {
+            Look::Hit => Settled::Hit,
+            Look::End | Look::Held | Look::Torn { mine: true } => Settled::Stop,
+            Look::Next | Look::Torn { mine: false } => Settled::Next,
+        }
+    }
+}
+
+/// The read rule of `variant`: what a reader of `key` makes of a bucket
+/// whose first word is `word` (fine's lock word, chunked's state word;
+/// ignored by the others) and whose record is `bk`.
+pub(crate) fn look(
+    variant: crate::layout::Variant,
+    word: u64,
+    bk: &crate::layout::Bucket<'_>,
+    key: &[u8],
+) -> Look {
+    use crate::layout::Variant;
+    match variant {
+        Variant::Lockfree => lockfree::look(bk, key),
+        Variant::Chunked => chunked::look(word, bk, key),
+        Variant::Fine => fine::look(word, bk, key),
+        Variant::Coarse => coarse::look(bk, key),
+    }
+}
+
+/// The rule of the variants whose readers hold a lock, or found it free
+/// (coarse, fine): the first empty bucket ends the probe; no checksum.
+pub(crate) fn locked_look(bk: &crate::layout::Bucket<'_>, key: &[u8]) -> Look {
     if !bk.occupied() {
-        Outcome::Miss
-    } else if bk.key == run.keys[i] {
-        run.keep_value(i, bk.value);
-        Outcome::Hit
+        Look::End
+    } else if bk.key == key {
+        Look::Hit
     } else {
-        Outcome::Pending
+        Look::Next
+    }
+}
+
+/// A locked read's [`Look`] as the probe's outcome: `Miss` at the end,
+/// `Hit` with the value kept, or `Pending`: look at the next candidate.
+pub(crate) fn locked_read(run: &mut Run<'_>, i: usize, look: Look, value: &[u8]) -> Outcome {
+    match look {
+        Look::End => Outcome::Miss,
+        Look::Hit => {
+            run.keep_value(i, value);
+            Outcome::Hit
+        }
+        _ => Outcome::Pending,
     }
 }
 
@@ -948,4 +1025,71 @@ pub(crate) fn lock_failed(
 pub(crate) fn lock_released(run: &mut Run<'_>, b: &mut Batch, now: Instant) -> Step {
     released(run, b);
     release_step(run, b, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{look, word, Look, Settled};
+    use crate::layout::{Layout, Variant, CLAIMED, CLAIMED_OVER_FULL, STATE_EMPTY, STATE_FULL};
+
+    /// Each variant's read rule on the buckets a reader meets, and where a
+    /// dump's read ends up at each once its re-reads are spent.
+    #[test]
+    fn each_variant_reads_a_bucket_by_its_own_rule() {
+        let (key, other) = (*b"key-0001", *b"key-0002");
+        for v in [
+            Variant::Coarse,
+            Variant::Fine,
+            Variant::Lockfree,
+            Variant::Chunked,
+        ] {
+            let l = Layout::new(v, 8, 16);
+            let state = |s: u64| if v == Variant::Chunked { s } else { 0 };
+            let mut mine = vec![0u8; l.data_len()];
+            l.encode(&key, &[7; 16], &mut mine);
+            let mut theirs = vec![0u8; l.data_len()];
+            l.encode(&other, &[7; 16], &mut theirs);
+            let empty = vec![0u8; l.data_len()];
+            let at = |data: &[u8], w: u64| look(v, w, &l.decode(data, state(STATE_FULL)), &key);
+            let full = state(STATE_FULL);
+            assert_eq!(at(&mine, full), Look::Hit, "{v:?}");
+            assert_eq!(at(&theirs, full), Look::Next, "{v:?}");
+            let empty_word = state(STATE_EMPTY);
+            let end = look(v, empty_word, &l.decode(&empty, state(STATE_EMPTY)), &key);
+            assert_eq!(end, Look::End, "{v:?}");
+            // A value byte changed after the checksum was taken.
+            let mut torn = mine.clone();
+            let k = torn
+                .windows(8)
+                .position(|w| w == key)
+                .expect("the key is in the bucket");
+            torn[k + 8 + 3] ^= 0xff;
+            let t = at(&torn, full);
+            match v {
+                Variant::Lockfree | Variant::Chunked => {
+                    assert_eq!(t, Look::Torn { mine: true }, "{v:?}");
+                    assert_eq!(t.settled(), Settled::Stop);
+                }
+                // No checksum: what a locked read sees is the record.
+                _ => assert_eq!(t, Look::Hit, "{v:?}"),
+            }
+        }
+        // Fine never reads through a held lock; chunked ends at a first
+        // fill's claim and reads through an update's.
+        let l = Layout::new(Variant::Fine, 8, 16);
+        let mut data = vec![0u8; l.data_len()];
+        l.encode(&key, &[1; 16], &mut data);
+        let held = word::tag(3, 1);
+        let seen = look(Variant::Fine, held, &l.decode(&data, 0), &key);
+        assert_eq!((seen, seen.settled()), (Look::Held, Settled::Stop));
+        let l = Layout::new(Variant::Chunked, 8, 16);
+        let mut data = vec![0u8; l.data_len()];
+        l.encode(&key, &[1; 16], &mut data);
+        let bk = l.decode(&data, STATE_FULL);
+        let first_fill = (5 << 8) | CLAIMED;
+        assert_eq!(look(Variant::Chunked, first_fill, &bk, &key), Look::End);
+        let update = first_fill | CLAIMED_OVER_FULL;
+        assert_eq!(look(Variant::Chunked, update, &bk, &key), Look::Hit);
+        assert_eq!(Look::Torn { mine: false }.settled(), Settled::Next);
+    }
 }
