@@ -7,6 +7,7 @@ mod bounds;
 mod check;
 mod clean;
 mod dhtbench;
+mod hist;
 mod info;
 mod launch;
 #[cfg(feature = "mpi")]

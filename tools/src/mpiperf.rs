@@ -11,6 +11,7 @@ use fabkit_core::{Bootstrap, Op, Remote};
 use fabkit_mpi::window::{Prepared, Sync, Window, WindowKind};
 use fabkit_mpi::MpiBootstrap;
 
+use crate::hist::Hist;
 use crate::perf::{Pattern, PerfOp, Raw, SweepArgs};
 
 /// Synchronisation methods (seed 003 compares them).
@@ -221,15 +222,10 @@ fn epoch(win: &mut Window, c: &Ctx<'_>, batch: &mut Prepared<'_>, count: usize) 
     }
 }
 
-/// `n` operations in windows of at most `batch.len()`.
+/// `n` operations in epochs of a window each.
 fn epochs(win: &mut Window, c: &Ctx<'_>, batch: &mut Prepared<'_>, n: u64) -> Result<()> {
-    let mut k = 0;
-    while k < n {
-        let count = (n - k).min(batch.len() as u64) as usize;
-        epoch(win, c, batch, count)?;
-        k += count as u64;
-    }
-    Ok(())
+    let w = batch.len();
+    crate::perf::timing::in_windows(n, w, |count| epoch(win, c, batch, count))
 }
 
 /// Alignment of the operations' buffer.
@@ -290,13 +286,12 @@ fn run(
     let start = Instant::now();
     epochs(win, c, &mut batch, iters)?;
     let secs = start.elapsed().as_secs_f64();
-    let mut samples_ns = Vec::new();
+    let mut latency = Hist::new();
     if c.a.pattern == Pattern::Lat {
-        samples_ns.reserve_exact(samples as usize);
         for _ in 0..samples {
             let t = Instant::now();
             epoch(win, c, &mut batch, 1)?;
-            samples_ns.push(t.elapsed().as_nanos() as u64);
+            latency.record(t.elapsed().as_nanos() as u64);
         }
     }
     win.unlock_all()?;
@@ -306,13 +301,13 @@ fn run(
         iters: if origin { iters } else { 0 },
         secs,
         window: w,
-        samples_ns: if origin { samples_ns } else { Vec::new() },
+        latency: if origin { latency } else { Hist::new() },
         ordering: None,
     })
 }
 
-/// -t: grows a probe until it lasts a tenth of `secs`; rank 0 decides and
-/// every rank (targets take part in fence and PSCW epochs) runs each probe.
+/// -t: the count of operations that fills `secs` (see
+/// [`crate::perf::timing::calibrate`]); targets take part in every probe.
 fn calibrate(
     win: &mut Window,
     c: &Ctx<'_>,
@@ -320,25 +315,10 @@ fn calibrate(
     secs: f64,
     boot: &dyn Bootstrap,
 ) -> Result<u64> {
-    let mut probe = c.a.window_for(bytes) as u64;
-    loop {
-        boot.barrier()?;
-        let took = run(win, c, bytes, (probe, 0, 0))?.secs;
-        let verdict = if took >= secs / 10.0 || probe >= crate::bounds::MAX_ITERS {
-            let wanted = (secs / took.max(1e-9)) * probe as f64;
-            if boot.rank() == 0 {
-                crate::bounds::note_iters_cut(secs, wanted, took / probe as f64);
-            }
-            wanted.clamp(1.0, crate::bounds::MAX_ITERS as f64) as u64
-        } else {
-            0
-        };
-        let all = boot.allgather(&verdict.to_le_bytes())?;
-        match u64::from_le_bytes(all[0][..8].try_into().unwrap()) {
-            0 => probe *= 4,
-            n => return Ok(n),
-        }
-    }
+    let first = c.a.window_for(bytes) as u64;
+    crate::perf::timing::calibrate(boot, secs, first, 1, |n| {
+        Ok(run(win, c, bytes, (n, 0, 0))?.secs)
+    })
 }
 
 /// `-o send` is two-sided: refused, before MPI starts, naming what

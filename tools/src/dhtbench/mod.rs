@@ -37,6 +37,7 @@ use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::bounds::{self, Record};
+use crate::hist::Hist;
 use phase::{Checks, DhtStore, Prepared, RedisStore, Shape, Store};
 use progress::Progress;
 use workload::{Dist, Workload};
@@ -520,9 +521,9 @@ pub struct Sample {
     /// The DHT's counters over the phase, summed (zero for Redis).
     pub stats: Stats,
     /// Latency histogram (ns, as value/count pairs) of the timed pass.
-    pub latency: Vec<(u64, u64)>,
+    pub latency: Hist,
     /// Of the closed-loop pass of single operations, when one ran.
-    pub single: Vec<(u64, u64)>,
+    pub single: Hist,
     /// The hot-key check, on the variant's first sample.
     pub hot: Option<HotKey>,
 }
@@ -539,15 +540,8 @@ struct Local {
     wire_bytes: u64,
     checks: Checks,
     stats: Stats,
-    latency: Vec<(u64, u64)>,
-    single: Vec<(u64, u64)>,
-}
-
-/// A histogram as value/count pairs, to send to the other ranks.
-fn pairs(h: &hdrhistogram::Histogram<u64>) -> Vec<(u64, u64)> {
-    h.iter_recorded()
-        .map(|v| (v.value_iterated_to(), v.count_at_value()))
-        .collect()
+    latency: Hist,
+    single: Hist,
 }
 
 /// Combines every rank's `mine` into the phase's sample (collective).
@@ -571,17 +565,10 @@ fn combine(boot: &dyn Bootstrap, mine: &Local, mut s: Sample) -> Result<Sample> 
         .fold(0u64, |t, l| t.saturating_add(l.server_cpu_ns));
     s.cpu_ns = by_pid.values().fold(servers, |t, c| t.saturating_add(*c));
     s.wire_bytes = all.iter().map(|l| l.wire_bytes).sum();
-    let merge = |f: fn(&Local) -> &Vec<(u64, u64)>| {
-        let mut h = std::collections::BTreeMap::<u64, u64>::new();
-        for l in &all {
-            for &(v, n) in f(l) {
-                *h.entry(v).or_default() += n;
-            }
-        }
-        h.into_iter().collect::<Vec<_>>()
-    };
-    s.latency = merge(|l| &l.latency);
-    s.single = merge(|l| &l.single);
+    for l in &all {
+        s.latency.merge(&l.latency);
+        s.single.merge(&l.single);
+    }
     for l in &all {
         s.stats.add(&l.stats);
         let c = &mut s.checks;
@@ -717,8 +704,8 @@ fn run_phase<S: Store>(
         wire_bytes: wire1.saturating_sub(wire0),
         checks: t.checks,
         stats: st1.since(&st0),
-        latency: pairs(&t.hist),
-        single: Vec::new(),
+        latency: t.hist,
+        single: Hist::new(),
     };
     let sample = Sample {
         ops: p.ops(),
@@ -767,7 +754,7 @@ fn finish_phases<'w, S: Store>(
                     boot.rank()
                 )
             })?;
-            mine.single = pairs(&single);
+            mine.single = single;
         }
         let mut s = sample;
         // Counts of operations add up over ranks.

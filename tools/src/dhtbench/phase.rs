@@ -8,11 +8,11 @@
 //! a hit is checked by one compare of its words against the value scheme
 //! ([`workload::value_ok`]), no dearer than the copy that brought it.
 
+use crate::hist::Hist;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use fabkit_dht::{Dht, Found, Transport, Write};
-use hdrhistogram::Histogram;
 
 use super::progress::Progress;
 use super::redis::Client;
@@ -305,14 +305,9 @@ pub struct Timed {
     /// This process's busy CPU time over the pass (all its threads).
     pub cpu: Duration,
     /// Latency of each batch (or of each operation at batch 1), ns.
-    pub hist: Histogram<u64>,
+    pub hist: Hist,
     /// What the reads returned.
     pub checks: Checks,
-}
-
-/// A latency histogram in ns, from 1 ns to an hour at 3 digits.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("constant bounds are valid")
 }
 
 /// This process's busy CPU time (user and system, every thread).
@@ -381,7 +376,7 @@ pub fn timed<S: Store>(
     progress: &mut Progress,
 ) -> Result<Timed> {
     let b = &mut Bufs::new(p, batch)?;
-    let mut hist = histogram();
+    let mut hist = Hist::new();
     let mut checks = Checks::default();
     let (mut r0, mut w0) = (0usize, 0usize);
     let cpu0 = process_cpu();
@@ -399,7 +394,7 @@ pub fn timed<S: Store>(
             store.write(&b.wrefs[w0..w1], &b.vrefs[w0..w1], &p.wsrv[w0..w1])?;
         }
         let now = Instant::now();
-        hist.saturating_record(now.duration_since(last).as_nanos().max(1) as u64);
+        hist.record(now.duration_since(last).as_nanos() as u64);
         last = now;
         progress.at(i + 1, now);
         (r0, w0) = (r1, w1);
@@ -417,9 +412,9 @@ pub fn timed<S: Store>(
 /// The closed-loop pass: the phase's first operations one at a time, each
 /// timed (as YCSB measures latency). Writes repeat the timed pass's, so
 /// inserts are updates by now.
-pub fn singles<S: Store>(store: &mut S, p: &Prepared) -> Result<Histogram<u64>> {
+pub fn singles<S: Store>(store: &mut S, p: &Prepared) -> Result<Hist> {
     let mut b = Bufs::new(p, 1)?;
-    let mut hist = histogram();
+    let mut hist = Hist::new();
     let mut checks = Checks::default();
     for &(is_read, i) in &p.singles {
         let i = i as usize;
@@ -429,10 +424,10 @@ pub fn singles<S: Store>(store: &mut S, p: &Prepared) -> Result<Histogram<u64>> 
             store.read(&b.rrefs[i..i + 1], &p.rsrv[i..i + 1], values, found)?;
             let t1 = Instant::now();
             check(p, i, values, found, &mut checks);
-            hist.saturating_record(t1.duration_since(t0).as_nanos().max(1) as u64);
+            hist.record(t1.duration_since(t0).as_nanos() as u64);
         } else {
             store.write(&b.wrefs[i..i + 1], &b.vrefs[i..i + 1], &p.wsrv[i..i + 1])?;
-            hist.saturating_record(t0.elapsed().as_nanos().max(1) as u64);
+            hist.record(t0.elapsed().as_nanos() as u64);
         }
     }
     anyhow::ensure!(

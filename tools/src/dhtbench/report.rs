@@ -23,12 +23,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use super::phase::histogram;
 use super::{HotKey, Sample};
 use crate::bounds::Record;
+use crate::hist::Hist;
 
 /// Where and how the run was made.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -183,13 +182,8 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-fn rebuild(pairs: &[(u64, u64)], h: &mut Histogram<u64>) {
-    for &(v, n) in pairs {
-        let _ = h.record_n(v.max(1), n);
-    }
-}
-
-fn latency(h: &Histogram<u64>, kind: String) -> Latency {
+fn latency(h: &Hist, kind: String) -> Latency {
+    let h = h.get();
     let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
     let tail = |p: f64, need: u64| (h.len() >= need).then(|| q(p));
     Latency {
@@ -281,12 +275,12 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
                 .total_cmp(&(rate(b, b.ops) - med).abs())
         })
         .expect("a group has a sample");
-    let (mut timed, mut single) = (histogram(), histogram());
+    let (mut timed, mut single) = (Hist::new(), Hist::new());
     let mut c = Counters::default();
     let (mut ops, mut cpu, mut app, mut wire) = (0u64, 0u64, 0u64, 0u64);
     for s in g {
-        rebuild(&s.latency, &mut timed);
-        rebuild(&s.single, &mut single);
+        timed.merge(&s.latency);
+        single.merge(&s.single);
         ops += s.ops;
         cpu += s.cpu_ns;
         app += s.app_bytes;
@@ -680,7 +674,10 @@ mod tests {
                 remote_ops: 3000,
                 ..Stats::default()
             },
-            latency: lat.to_vec(),
+            latency: lat.iter().fold(Hist::new(), |mut h, &(v, n)| {
+                h.record_n(v, n);
+                h
+            }),
             ..Sample::default()
         }
     }

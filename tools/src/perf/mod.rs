@@ -5,6 +5,7 @@
 
 pub mod report;
 pub mod stats;
+pub mod timing;
 
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 
 use crate::bounds;
+use crate::hist::Hist;
 use clap::{Args, ValueEnum};
 use fabkit_core::bootstrap::Bootstrap;
 use fabkit_fabric::{Completion, Initiator, Op, OrderingStats, Rank, RankConfig, Remote};
@@ -260,7 +262,7 @@ pub struct Point {
     pub bidir: bool,
     /// Rates (summed over initiators).
     pub rates: Rates,
-    /// Latency percentiles (pattern lat; rank 0, thread 0).
+    /// Latency percentiles (pattern lat; every initiating thread and rank).
     pub latency: Option<Latency>,
     /// The completion `fabkit perf`'s writes waited for (None from
     /// `mpi-perf`, whose writes complete at its synchronisation).
@@ -284,8 +286,8 @@ pub struct Raw {
     pub secs: f64,
     /// Operations in flight per thread.
     pub window: usize,
-    /// Per-operation latencies of thread 0 (pattern lat), nanoseconds.
-    pub samples_ns: Vec<u64>,
+    /// Per-operation latencies (pattern lat), nanoseconds, of every thread.
+    pub latency: Hist,
     /// What this rank's ordering mechanism did for this size, summed over
     /// its endpoints (None from `mpi-perf`).
     #[serde(default)]
@@ -473,35 +475,32 @@ fn run_thread(
     // Sends need a receive buffer per window slot too (exchange, pingpong).
     let mut bufs: Vec<Vec<u8>> = (0..2 * w).map(|i| vec![i as u8; job.bytes]).collect();
     let mut done = 0u64;
-    let mut go = |n: u64, timed: bool, samples: &mut Vec<u64>| -> Result<()> {
-        let mut k = 0;
-        while k < n {
+    let mut go = |n: u64, timed: bool, samples: &mut Hist| -> Result<()> {
+        timing::in_windows(n, w, |count| {
             if stop.load(AtomicOrdering::Relaxed) {
                 return Err(Stopped.into());
             }
-            let count = (n - k).min(w as u64) as usize;
             let t = Instant::now();
             step(&mut init, job, role, count, &mut bufs)?;
             if timed && job.a.pattern == Pattern::Lat && role == Role::Initiate {
                 let ns = t.elapsed().as_nanos() as u64;
                 // Pingpong reports half the round trip, as OSU does.
-                samples.push(if job.a.op == PerfOp::Send { ns / 2 } else { ns });
+                samples.record(if job.a.op == PerfOp::Send { ns / 2 } else { ns });
             }
-            k += count as u64;
-        }
-        Ok(())
+            Ok(())
+        })
     };
-    let mut samples_ns = Vec::new();
-    go(warmup, false, &mut samples_ns)?;
+    let mut latency = Hist::new();
+    go(warmup, false, &mut latency)?;
     let start = Instant::now();
-    go(iters, true, &mut samples_ns)?;
+    go(iters, true, &mut latency)?;
     done += iters;
     Ok(Raw {
         bytes: job.bytes,
         iters: done,
         secs: start.elapsed().as_secs_f64(),
         window: w,
-        samples_ns,
+        latency,
         ordering: None,
     })
 }
@@ -599,6 +598,7 @@ fn run_threads(eps: &[Rank], job: &Job<'_>, role: Role, iters: u64, warmup: u64)
     for r in &raws[1..] {
         sum.iters += r.iters;
         sum.secs = sum.secs.max(r.secs);
+        sum.latency.merge(&r.latency);
     }
     Ok(sum)
 }
@@ -790,9 +790,9 @@ fn check_memory(a: &PerfArgs, sizes: &[usize], staging: usize, boot: &dyn Bootst
     Ok(())
 }
 
-/// -t: times growing probe runs until one lasts a tenth of `secs`, then
-/// tells every rank how many iterations fill `secs` (receivers of messages
-/// must run the same count). Rank 0 decides; every rank runs each probe.
+/// -t: the count of operations that fills `secs` (see
+/// [`timing::calibrate`]); ranks without a role idle through the probes,
+/// and every rank's slowest probe counts.
 fn calibrate(
     eps: &[Rank],
     job: &Job<'_>,
@@ -801,31 +801,14 @@ fn calibrate(
     boot: &dyn Bootstrap,
 ) -> Result<u64> {
     let quiet = Job { tick: &[], ..*job };
-    let mut probe = job.window as u64;
-    loop {
-        boot.barrier()?;
+    let w = job.window as u64;
+    timing::calibrate(boot, secs, w, w, |n| {
         let took = match role {
-            Some(role) => run_threads(eps, &quiet, role, probe, 0).map(|r| r.secs),
+            Some(role) => run_threads(eps, &quiet, role, n, 0).map(|r| r.secs),
             None => Ok(0.0),
         };
-        let took = agree(boot, took)?;
-        // Rank 0's verdict: 0 = probe more (4x), else the iteration count,
-        // never more than -n takes.
-        let verdict = if took >= secs / 10.0 || probe >= bounds::MAX_ITERS {
-            let wanted = (secs / took.max(1e-9)) * probe as f64;
-            if boot.rank() == 0 {
-                bounds::note_iters_cut(secs, wanted, took / probe as f64);
-            }
-            wanted.clamp(job.window as f64, bounds::MAX_ITERS as f64) as u64
-        } else {
-            0
-        };
-        let all = boot.allgather(&verdict.to_le_bytes())?;
-        match u64::from_le_bytes(all[0][..8].try_into().unwrap()) {
-            0 => probe *= 4,
-            n => return Ok(n),
-        }
-    }
+        agree(boot, took)
+    })
 }
 
 /// Idles until rank 0 says a size is done; its ticks prove it alive, so
@@ -875,7 +858,10 @@ pub fn combine(a: &SweepArgs, threads: usize, per_rank: &[Vec<Raw>]) -> Vec<Poin
                 threads,
                 bidir: a.bidir,
                 rates,
-                latency: Latency::from_nanos(&raws[0].samples_ns),
+                latency: Latency::from_hist(&raws.iter().fold(Hist::new(), |mut h, x| {
+                    h.merge(&x.latency);
+                    h
+                })),
                 completion: None,
                 ordering: raws
                     .iter()

@@ -186,8 +186,11 @@ mod tests {
             threads: 1,
             bidir: false,
             rates: Rates::new(bytes, iters, secs),
-            latency: (pattern == Pattern::Lat)
-                .then(|| Latency::from_nanos(&[1000, 2000, 3000]).unwrap()),
+            latency: (pattern == Pattern::Lat).then(|| {
+                let mut h = crate::hist::Hist::new();
+                [1000, 2000, 3000].into_iter().for_each(|ns| h.record(ns));
+                Latency::from_hist(&h).unwrap()
+            }),
             completion: None,
             ordering: None,
         }

@@ -1,7 +1,9 @@
-//! Measurement maths, with no I/O: percentiles of latency samples, rates,
+//! Measurement maths, with no I/O: latency summaries of histograms, rates,
 //! and where a size sweep stops being message-rate bound.
 
 use serde::{Deserialize, Serialize};
+
+use crate::hist::Hist;
 
 /// Latency summary of one run, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -18,27 +20,20 @@ pub struct Latency {
     pub mean: f64,
 }
 
-/// The nearest-rank percentile `p` (0..=100) of sorted samples.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    assert!(!sorted.is_empty(), "percentile of no samples");
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 impl Latency {
-    /// Summarises samples given in nanoseconds. `None` when there are none.
-    pub fn from_nanos(samples: &[u64]) -> Option<Latency> {
-        if samples.is_empty() {
+    /// Summarises a histogram of nanoseconds (to its resolution: three
+    /// significant digits). `None` when it is empty.
+    pub fn from_hist(h: &Hist) -> Option<Latency> {
+        if h.is_empty() {
             return None;
         }
-        let mut us: Vec<f64> = samples.iter().map(|&n| n as f64 / 1e3).collect();
-        us.sort_by(f64::total_cmp);
+        let (h, us) = (h.get(), |ns: u64| ns as f64 / 1e3);
         Some(Latency {
-            min: us[0],
-            p50: percentile(&us, 50.0),
-            p99: percentile(&us, 99.0),
-            max: us[us.len() - 1],
-            mean: us.iter().sum::<f64>() / us.len() as f64,
+            min: us(h.min()),
+            p50: us(h.value_at_quantile(0.5)),
+            p99: us(h.value_at_quantile(0.99)),
+            max: us(h.max()),
+            mean: h.mean() / 1e3,
         })
     }
 }
@@ -134,28 +129,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentiles_use_nearest_rank() {
-        let s: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&s, 50.0), 50.0);
-        assert_eq!(percentile(&s, 99.0), 99.0);
-        assert_eq!(percentile(&s, 100.0), 100.0);
-        assert_eq!(percentile(&s, 0.0), 1.0);
-        assert_eq!(percentile(&[7.0], 99.0), 7.0);
-    }
-
-    #[test]
-    fn latency_summary_of_nanosecond_samples() {
-        // 98 fast samples, two slow outliers.
-        let mut ns = vec![2_000u64; 98];
-        ns.extend([50_000, 90_000]);
-        ns.reverse();
-        let l = Latency::from_nanos(&ns).unwrap();
-        assert_eq!(l.min, 2.0);
-        assert_eq!(l.p50, 2.0);
-        assert_eq!(l.p99, 50.0);
-        assert_eq!(l.max, 90.0);
-        assert!((l.mean - (98.0 * 2.0 + 140.0) / 100.0).abs() < 1e-9);
-        assert!(Latency::from_nanos(&[]).is_none());
+    fn latency_summary_of_a_histogram() {
+        // 98 fast samples, two slow outliers, over two threads' histograms.
+        let (mut a, mut b) = (Hist::new(), Hist::new());
+        for _ in 0..98 {
+            a.record(2_000);
+        }
+        b.record(50_000);
+        b.record(90_000);
+        a.merge(&b);
+        let l = Latency::from_hist(&a).unwrap();
+        // Three significant digits: each value within 0.1 % of the sample.
+        let near = |got: f64, want: f64| (got - want).abs() <= want * 1e-3;
+        assert!(near(l.min, 2.0), "{l:?}");
+        assert!(near(l.p50, 2.0), "{l:?}");
+        assert!(near(l.p99, 50.0), "{l:?}");
+        assert!(near(l.max, 90.0), "{l:?}");
+        assert!(near(l.mean, (98.0 * 2.0 + 140.0) / 100.0), "{l:?}");
+        assert!(Latency::from_hist(&Hist::new()).is_none());
     }
 
     #[test]
