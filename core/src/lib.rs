@@ -43,3 +43,15 @@ pub mod words;
 pub use bootstrap::{Bootstrap, FileBootstrap, ThreadBootstrap, ThreadGroup};
 pub use error::{Error, Result};
 pub use op::{Completion, Op, OpKind, Remote};
+
+/// A random 64-bit number from the operating system (`getrandom`), for ids
+/// no other run is likely to draw: dumps, tag sequences, control cookies.
+/// Where the system has no random source, the time and process id mixed.
+pub fn random_u64() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        (t ^ u64::from(std::process::id()).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    })
+}

@@ -361,17 +361,6 @@ fn remove(path: &Path) -> Result<()> {
     }
 }
 
-/// A number no other dump is likely to have drawn.
-fn random_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
-    }
-    h.finish()
-}
-
 /// One bounded round of a collective step: every rank contributes whether
 /// it has more to do and a payload, or its error. Returns each rank's flag
 /// and payload, in rank order.
@@ -724,7 +713,7 @@ impl<T: Transport> Dht<T> {
         // Every rank has stopped writing once all are here; all take rank
         // 0's id, which marks the shards of this one dump.
         let ids = boot
-            .allgather(&random_id().to_le_bytes())
+            .allgather(&fabkit_core::random_u64().to_le_bytes())
             .map_err(Error::transport)?;
         let dump_id = ids
             .first()

@@ -197,8 +197,7 @@ impl<T: Transport> std::fmt::Debug for Dht<T> {
 
 /// A random start for a table's tag sequence.
 fn random_base() -> u32 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(std::process::id()) as u32
+    fabkit_core::random_u64() as u32
 }
 
 /// The deadline of each operation when none is set: 30 s, times
