@@ -394,8 +394,18 @@ mod tests {
     use crate::shm::tests::Unlink;
     use crate::shm::{SharedSegment, PREFIX};
 
+    /// Held by the tests that make a dead creator's segment: each reaps
+    /// every stale segment of this user, the other's fixture included (it
+    /// vanished mid-test, 2 runs in 10, before this).
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     #[test]
     fn reaping_removes_a_dead_creators_segment_only() {
+        let _one = one_at_a_time();
         // A child that exits at once: its pid is free after wait().
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
@@ -421,6 +431,7 @@ mod tests {
 
     #[test]
     fn a_dead_creators_segment_still_mapped_is_kept_and_a_replaced_one_is_not_removed() {
+        let _one = one_at_a_time();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
