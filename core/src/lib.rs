@@ -14,6 +14,8 @@
 //! - [`time`]: a clock cheap enough for every step of an operation, the
 //!   timeout scale every wait honours, and the CPU clock rate that turns
 //!   CPU seconds into cycles.
+//! - [`net`]: the addresses of this host's interfaces (one `getifaddrs`
+//!   walk), and whether an address lies in a network.
 //! - [`error`]: what any layer can meet (a timeout, a bound, a bad
 //!   argument, ranks that disagree or left); the libfabric and MPI crates
 //!   wrap it in errors of their own.
@@ -36,6 +38,7 @@
 
 pub mod bootstrap;
 pub mod error;
+pub mod net;
 pub mod op;
 pub mod time;
 pub mod words;

@@ -48,6 +48,7 @@ pub mod domain;
 pub mod env;
 pub mod ep;
 pub mod error;
+mod iface;
 pub mod info;
 pub mod mr;
 pub mod rank;
