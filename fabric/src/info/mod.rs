@@ -1,6 +1,7 @@
 //! Provider discovery: `fi_getinfo` with hints, and the accessors of what it
-//! returns. By job: here the query; [`ordering`](self::Ordering) how a
-//! configuration makes writes visible; `summary` what `fabkit info` prints.
+//! returns. By job: here the query; `ordering`, how a configuration makes
+//! writes visible ([`Ordering`]); `summary`, what `fabkit info` prints
+//! ([`ProviderInfo`]).
 
 use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
