@@ -107,43 +107,54 @@ impl Report {
 
     /// CSV, one row per point, with provenance columns.
     pub fn csv(&self) -> String {
-        let mut s = String::from(
-            "provider,op,pattern,bidir,bytes,iters,secs,window,mb_per_sec,usec_per_xfer,\
-             mxfers_per_sec,lat_min_us,lat_p50_us,lat_p99_us,lat_max_us\n",
-        );
+        let mut w = csv::Writer::from_writer(Vec::new());
         for p in &self.points {
             let l = p.latency;
             let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
-            let _ = writeln!(
-                s,
-                "{},{:?},{:?},{},{},{},{:.6},{},{:.3},{:.4},{:.5},{},{},{},{}",
-                csv_field(&self.meta.provider),
-                p.op,
-                p.pattern,
-                p.bidir,
-                p.bytes,
-                p.iters,
-                p.secs,
-                p.window,
-                p.rates.mb_per_sec,
-                p.rates.usec_per_xfer,
-                p.rates.mxfers_per_sec,
-                f(l.map(|l| l.min)),
-                f(l.map(|l| l.p50)),
-                f(l.map(|l| l.p99)),
-                f(l.map(|l| l.max)),
-            );
+            let row = CsvRow {
+                provider: &self.meta.provider,
+                op: format!("{:?}", p.op).to_lowercase(),
+                pattern: format!("{:?}", p.pattern).to_lowercase(),
+                bidir: p.bidir,
+                bytes: p.bytes,
+                iters: p.iters,
+                secs: format!("{:.6}", p.secs),
+                window: p.window,
+                mb_per_sec: format!("{:.3}", p.rates.mb_per_sec),
+                usec_per_xfer: format!("{:.4}", p.rates.usec_per_xfer),
+                mxfers_per_sec: format!("{:.5}", p.rates.mxfers_per_sec),
+                lat_min_us: f(l.map(|l| l.min)),
+                lat_p50_us: f(l.map(|l| l.p50)),
+                lat_p99_us: f(l.map(|l| l.p99)),
+                lat_max_us: f(l.map(|l| l.max)),
+            };
+            // Into a Vec: the only error would be a failed write to it.
+            w.serialize(row).expect("writing CSV to memory");
         }
-        s.to_lowercase()
+        let bytes = w.into_inner().expect("flushing CSV to memory");
+        String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
     }
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', ';']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+/// One CSV row of `fabkit perf` (its field names are the header). Rates
+/// and latencies are written to a fixed number of decimals.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    provider: &'a str,
+    op: String,
+    pattern: String,
+    bidir: bool,
+    bytes: usize,
+    iters: u64,
+    secs: String,
+    window: usize,
+    mb_per_sec: String,
+    usec_per_xfer: String,
+    mxfers_per_sec: String,
+    lat_min_us: String,
+    lat_p50_us: String,
+    lat_p99_us: String,
+    lat_max_us: String,
 }
 
 /// 4096 -> "4K", 184 -> "184".
@@ -221,15 +232,16 @@ mod tests {
         let t = r.table();
         assert!(t.lines().next().unwrap().contains("p99"));
         let csv = r.csv();
-        let rows: Vec<&str> = csv.lines().collect();
-        assert_eq!(rows.len(), 2);
-        let header: Vec<&str> = rows[0].split(',').collect();
-        // The provider name has a `;`, so it is quoted; split the rest.
-        let row = rows[1].strip_prefix("\"tcp;ofi_rxm\",").unwrap();
-        let cells: Vec<&str> = row.split(',').collect();
-        assert_eq!(cells.len() + 1, header.len());
-        assert_eq!(cells[0], "write");
-        assert_eq!(cells[3], "184");
-        assert_eq!(cells[11], "2.000", "p50 of 1,2,3 us");
+        let mut rd = csv::Reader::from_reader(csv.as_bytes());
+        let header = rd.headers().unwrap().clone();
+        let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 1);
+        let cells = &rows[0];
+        assert_eq!(cells.len(), header.len());
+        assert_eq!(&header[0], "provider");
+        assert_eq!(&cells[0], "tcp;ofi_rxm");
+        assert_eq!(&cells[1], "write");
+        assert_eq!(&cells[4], "184");
+        assert_eq!(&cells[12], "2.000", "p50 of 1,2,3 us");
     }
 }
