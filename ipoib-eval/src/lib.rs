@@ -44,7 +44,6 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod chart;
 pub mod cleanup;
 pub mod iface;
 pub mod iperf3;

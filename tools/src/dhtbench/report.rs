@@ -636,11 +636,11 @@ pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
             }
         })
         .collect();
-    let series: Vec<ipoib_eval::chart::Line> = lines
+    let series: Vec<fabkit_chart::Line> = lines
         .into_iter()
-        .map(|(label, points)| ipoib_eval::chart::Line { label, points })
+        .map(|(label, points)| fabkit_chart::Line { label, points })
         .collect();
-    Ok(ipoib_eval::chart::lines(
+    Ok(fabkit_chart::lines(
         title,
         "ranks",
         "M operations/s",
