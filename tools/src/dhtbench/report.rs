@@ -202,7 +202,7 @@ fn latency(h: &Hist, kind: String) -> Latency {
 /// maximum, else `cpu MHz`; this VM has no cycle counter). None when
 /// neither is known.
 pub fn nominal_ghz() -> Option<f64> {
-    let c = ipoib_eval::stats::cpu::Clock::detect();
+    let c = fabkit_core::time::Clock::detect();
     (c.hz > 0.0).then(|| c.hz / 1e9)
 }
 
