@@ -435,8 +435,8 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
             "launch needs a command after --, e.g. fabkit launch --mpi --netns a,b -- fabkit check"
         ));
     }
-    let mgmt = ipoib_eval::testbed::MGMT_IFACE;
-    let existing = ipoib_eval::testbed::namespaces();
+    let mgmt = fabkit_netns::testbed::MGMT_IFACE;
+    let existing = fabkit_netns::testbed::namespaces();
     for (i, ns) in netns.iter().enumerate() {
         // Open MPI takes the namespaces for host names (and `h:n` for slots).
         let hostname_like = !ns.is_empty()

@@ -2,14 +2,13 @@
 //! two hosts (no loopback between them, no same-node shortcut), and
 //! `fabkit launch` starts ranks across namespaces, without MPI and under
 //! Open MPI's mpirun (installed by .ci/run: these tests fail, not skip,
-//! without it). Uses
-//! ipoib-eval's testbed (real namespaces and veths, removed on drop); needs
-//! root, as CI has.
+//! without it). Uses the testbed of `fabkit-netns` (real namespaces and
+//! veths, removed on drop); needs root, as CI has.
 
 use std::process::Command;
 
 use fabkit_core::bootstrap::host_id;
-use ipoib_eval::testbed::{self, Testbed, TestbedSpec};
+use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
 use serde_json::Value;
 
 fn fabkit() -> Command {

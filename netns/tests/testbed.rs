@@ -1,0 +1,49 @@
+//! The testbed itself, for real (as root, as CI runs): it leaves nothing
+//! behind, also when the test body panics. ipoib-eval's tests measure
+//! across it, the eBPF tests count packets on its veths and fabkit's run
+//! ranks in its namespaces.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn queues(netns: &str, iface: &str) -> u64 {
+    let o = Command::new("ip")
+        .args(["-n", netns, "-d", "-j", "link", "show", "dev", iface])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v[0]["num_tx_queues"].as_u64().unwrap()
+}
+
+#[test]
+fn up_and_down_leave_nothing_behind_even_when_the_body_panics() {
+    let _g = serial();
+    let spec = TestbedSpec {
+        queues: 2,
+        ..TestbedSpec::default()
+    };
+    let name = spec.name.clone();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let tb = Testbed::up(spec).unwrap();
+        assert_eq!(testbed::status(&name).len(), 2);
+        assert_eq!(queues(&tb.a.netns, "va"), 2);
+        panic!("the test body fails");
+    }));
+    assert!(r.is_err());
+    assert!(
+        testbed::status(&name).is_empty(),
+        "{:?}",
+        testbed::namespaces()
+    );
+    // down is idempotent.
+    testbed::down(&name).unwrap();
+    testbed::down(&name).unwrap();
+}
