@@ -293,13 +293,21 @@ fn valid_name(name: &str) -> Result<(), TestbedError> {
     }
 }
 
-/// Namespaces that exist now.
+/// Where `ip netns` keeps its named namespaces (one file each).
+const NETNS_DIR: &str = "/run/netns";
+
+/// Namespaces that exist now, by name, sorted: what `ip netns list` shows,
+/// read from `/run/netns` without starting `ip`.
 pub fn namespaces() -> Vec<String> {
-    run(&["ip", "netns", "list"])
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
-        .collect()
+    let mut names: Vec<String> = std::fs::read_dir(NETNS_DIR)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// Moves the calling thread into namespace `name` (threads it starts later

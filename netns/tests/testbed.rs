@@ -47,3 +47,33 @@ fn up_and_down_leave_nothing_behind_even_when_the_body_panics() {
     testbed::down(&name).unwrap();
     testbed::down(&name).unwrap();
 }
+
+#[test]
+fn the_namespaces_listed_are_those_ip_netns_list_shows() {
+    let _g = serial();
+    let tb = Testbed::up(TestbedSpec::default()).unwrap();
+    let shown = || {
+        let o = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        // `name (id: N)`: the name is the first word.
+        let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    };
+    // Other processes (tests of other crates) may add or remove namespaces
+    // meanwhile: compare a listing taken between two that agree.
+    let (mut before, mut listed, mut after) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..20 {
+        before = shown();
+        listed = testbed::namespaces();
+        after = shown();
+        if before == after {
+            break;
+        }
+    }
+    assert_eq!(before, after, "namespaces kept changing");
+    assert_eq!(listed, before);
+    assert!(listed.contains(&tb.a.netns) && listed.contains(&tb.b.netns));
+}
