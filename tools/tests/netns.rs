@@ -137,6 +137,38 @@ fn launch_reports_a_failing_rank_and_its_bad_input() {
         .all(|n| !n.starts_with("no-such")));
 }
 
+#[test]
+fn launch_refuses_a_missing_or_empty_namespace_in_one_line_before_any_rank_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = format!("touch {}", ran.display());
+    for (netns, says) in [
+        (
+            "no-such-ns",
+            "there is no network namespace no-such-ns; give one",
+        ),
+        ("a,,b", "--netns a,,b has an empty name"),
+        (",", "has an empty name"),
+    ] {
+        let o = fabkit()
+            .args(["launch", "--netns", netns, "--", "/bin/sh", "-c", &touch])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{netns}: {e}");
+        assert_eq!(e.lines().count(), 1, "{netns}: {e}");
+        assert!(e.contains(says), "{netns}: {e}");
+        assert!(o.stdout.is_empty(), "{netns}");
+        assert!(!ran.exists(), "{netns}: a rank started");
+    }
+    let left = testbed::namespaces();
+    assert!(
+        left.iter()
+            .all(|n| !n.starts_with("no-such") && n != "a" && n != "b"),
+        "{left:?}"
+    );
+}
+
 /// Runs `fabkit launch LAUNCH -- fabkit ARGS --json FILE` and returns the JSON.
 fn launched(launch: &[&str], args: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
