@@ -77,3 +77,50 @@ fn the_namespaces_listed_are_those_ip_netns_list_shows() {
     assert_eq!(listed, before);
     assert!(listed.contains(&tb.a.netns) && listed.contains(&tb.b.netns));
 }
+
+#[test]
+fn an_offload_ethtool_does_not_know_is_refused_before_anything_is_made_or_removed() {
+    let _g = serial();
+    // A testbed of the same name is up (a killed run's): a refused `up`
+    // leaves it as it is, where an accepted one would replace it.
+    let stale = Testbed::up(TestbedSpec::default()).unwrap();
+    let name = stale.spec().name.clone();
+    stale.keep();
+    let spec = |offloads: &[(&str, bool)]| TestbedSpec {
+        name: name.clone(),
+        offloads: offloads
+            .iter()
+            .map(|&(f, on)| (f.to_string(), on))
+            .collect(),
+        ..TestbedSpec::default()
+    };
+    for bad in [
+        &[("bogus", true)][..],
+        &[("gro", false), ("ufo", true)],
+        &[("", true)],
+    ] {
+        let e = Testbed::up(spec(bad)).unwrap_err();
+        assert!(matches!(e, testbed::TestbedError::Invalid(_)), "{e:?}");
+        let e = e.to_string();
+        assert!(e.contains("no such feature") && !e.contains('\n'), "{e}");
+        assert_eq!(testbed::status(&name).len(), 2, "{bad:?}");
+    }
+    // Long and short names pass the check, and are applied.
+    let tb = Testbed::up(spec(&[
+        ("gro", true),
+        ("tx-udp-segmentation", false),
+        ("rx-udp-gro-forwarding", true),
+    ]))
+    .unwrap();
+    let k = Command::new("ip")
+        .args(["netns", "exec", &tb.a.netns, "ethtool", "-k", "va"])
+        .output()
+        .unwrap();
+    let k = String::from_utf8_lossy(&k.stdout);
+    // veth's defaults are the other way round.
+    assert!(k.contains("generic-receive-offload: on"), "{k}");
+    assert!(k.contains("tx-udp-segmentation: off"), "{k}");
+    assert!(k.contains("rx-udp-gro-forwarding: on"), "{k}");
+    drop(tb);
+    assert!(testbed::status(&name).is_empty());
+}
