@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::{Mutex, MutexGuard};
 
 use fabkit_ebpf::{Iface, QueueView, RoundRobin, Rule, PROGRAMS, RR_PROGRAM};
-use ipoib_eval::testbed::{self, Testbed, TestbedSpec};
+use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
 
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());

@@ -4,11 +4,11 @@
 //!
 //! Before the first change, [`hold`] reads the interface and writes the
 //! record to `/run/ipoib-eval/<netns inode>-<iface>.json`; dropping the
-//! [`Held`] value (also on SIGINT or SIGTERM, through [`crate::cleanup`])
-//! puts every setting back and removes the record. After a crash the record
-//! stays, and `ipoib-eval restore` replays it ([`restore_recorded`]); a
-//! sweep that finds a record keeps it, since it holds the settings from
-//! before the crashed run.
+//! [`Held`] value (also on SIGINT or SIGTERM, through
+//! [`fabkit_netns::cleanup`]) puts every setting back and removes the
+//! record. After a crash the record stays, and `ipoib-eval restore`
+//! replays it ([`restore_recorded`]); a sweep that finds a record keeps
+//! it, since it holds the settings from before the crashed run.
 //!
 //! A root qdisc the kernel made (handle `0:`) is put back by deleting ours;
 //! one an administrator configured is replaced with its kind and the
@@ -457,7 +457,8 @@ fn wait_up(iface: &str) -> Result<(), IfaceError> {
 pub fn apply(s: &Saved, w: &Wanted) -> Result<(), IfaceError> {
     {
         // Under the gate: an interrupt restores after these, not among them.
-        let _gate = crate::cleanup::gate().map_err(|e| IfaceError(format!("{}: {e}", s.iface)))?;
+        let _gate =
+            fabkit_netns::cleanup::gate().map_err(|e| IfaceError(format!("{}: {e}", s.iface)))?;
         set(s, w)?;
     }
     wait_up(&s.iface)
@@ -578,7 +579,7 @@ fn restore_pending(p: &Pending) -> Result<(), IfaceError> {
 pub struct Held {
     saved: Saved,
     pending: Pending,
-    _undo: crate::cleanup::Registered,
+    _undo: fabkit_netns::cleanup::Registered,
     /// The record's lock: one sweep or server per interface.
     lock: (std::fs::File, PathBuf),
 }
@@ -615,7 +616,7 @@ pub fn hold(iface: &str) -> Result<(Held, bool), IfaceError> {
         .map_err(|e| IfaceError(format!("creating {RECORD_DIR}: {e}")))?;
     let lock_path = path.with_extension("lock");
     let lock =
-        crate::sys::lock_file(&lock_path.to_string_lossy(), Duration::ZERO).map_err(|_| {
+        fabkit_netns::lock_file(&lock_path.to_string_lossy(), Duration::ZERO).map_err(|_| {
             IfaceError(format!(
                 "{iface} is held by another ipoib-eval sweep or server (see `fuser {}`)",
                 lock_path.display()
@@ -644,7 +645,7 @@ pub fn hold(iface: &str) -> Result<(Held, bool), IfaceError> {
     };
     let pending: Pending = std::sync::Arc::new(std::sync::Mutex::new(Some((saved.clone(), path))));
     let (p, l) = (pending.clone(), lock_path.clone());
-    let undo = crate::cleanup::register(move || match restore_pending(&p) {
+    let undo = fabkit_netns::cleanup::register(move || match restore_pending(&p) {
         // The process ends next: its lock goes with it.
         Ok(()) => {
             let _ = std::fs::remove_file(&l);
@@ -689,7 +690,8 @@ pub fn restore_recorded(iface: Option<&str>) -> Result<Vec<String>, IfaceError> 
         }
         // A record whose owner still runs is not a crash's: leave it.
         let lock_path = e.path().with_extension("lock");
-        let Ok(_lock) = crate::sys::lock_file(&lock_path.to_string_lossy(), Duration::ZERO) else {
+        let Ok(_lock) = fabkit_netns::lock_file(&lock_path.to_string_lossy(), Duration::ZERO)
+        else {
             return Err(IfaceError(format!(
                 "{rest} is held by a running ipoib-eval sweep or server: stop it instead \
                  (it restores on exit)"

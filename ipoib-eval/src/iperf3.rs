@@ -190,7 +190,7 @@ pub fn run(test: &TestSpec, e: &Ends<'_>) -> Result<(Measured, f64), RunError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     // Killed with us: an interrupted sweep leaves no iperf3 behind.
-    crate::sys::child_dies_with_us(&mut server);
+    fabkit_netns::cleanup::child_dies_with_us(&mut server);
     let server = server
         .spawn()
         .map_err(|x| failed(format!("starting iperf3 -s: {x} (apt-get install iperf3)")))?;
@@ -221,7 +221,7 @@ pub fn run(test: &TestSpec, e: &Ends<'_>) -> Result<(Measured, f64), RunError> {
         .args(client_args(test, e))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    crate::sys::child_dies_with_us(&mut client);
+    fabkit_netns::cleanup::child_dies_with_us(&mut client);
     let mut client = client
         .spawn()
         .map_err(|x| failed(format!("starting iperf3 -c: {x} (apt-get install iperf3)")))?;

@@ -17,8 +17,10 @@
 //! - [`send`] and [`recv`]: one file per send path behind one trait, and the
 //!   receive paths;
 //! - [`run`]: client and server sessions (threads, gate, control reader);
-//! - [`testbed`]: several hosts on one machine (namespaces, veth pairs, a
-//!   gateway between two MTU domains), removed when dropped;
+//! - [`sweep`]: sweep files, their points, and the runner that sets each
+//!   point up on a testbed (`fabkit-netns`, several hosts on one machine)
+//!   or on a real interface and its peer ([`iface`]: its settings recorded
+//!   and put back);
 //! - `sys`: the system calls `socket2` lacks; the only `unsafe` in the crate.
 //!
 //! ```no_run
@@ -44,8 +46,6 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod chart;
-pub mod cleanup;
 pub mod iface;
 pub mod iperf3;
 pub mod proto;
@@ -58,7 +58,6 @@ pub mod stats;
 pub mod summary;
 pub mod sweep;
 mod sys;
-pub mod testbed;
 pub mod wire;
 
 /// The control port a server listens on unless told otherwise (iperf3's

@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::SideReport;
+use crate::report::{HostInfo, SideReport};
 use crate::spec::TestSpec;
 
 /// First four bytes of every frame.
@@ -37,22 +37,6 @@ pub const MAX_BODY: u32 = 16 << 20;
 /// Largest body of any message but a report: a stranger's `Hello` is
 /// refused before the server reads much of it.
 pub const MAX_SMALL_BODY: u32 = 64 << 10;
-
-/// Facts about one end, so a report can say where each figure came from.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct HostInfo {
-    /// Host name.
-    pub hostname: String,
-    /// `uname -r`.
-    pub kernel: String,
-    /// `/proc/sys/kernel/random/boot_id`: two ends with the same one share a
-    /// machine (and so its CPU counters).
-    pub boot_id: String,
-    /// The network namespace (`net:[inode]`).
-    pub netns: String,
-    /// ipoib-eval version.
-    pub version: String,
-}
 
 /// Every control message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

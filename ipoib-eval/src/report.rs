@@ -5,7 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::proto::HostInfo;
 use crate::send::ZcStats;
 use crate::spec::{Proto, TestSpec};
 use crate::stats::iface::{Counters, IfaceInfo};
@@ -13,6 +12,22 @@ use crate::stats::{self, CpuTime, Cycles};
 
 /// Name and version of the JSON schema.
 pub const SCHEMA: &str = "ipoib-eval/1";
+
+/// Facts about one end, so a report can say where each figure came from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// Host name.
+    pub hostname: String,
+    /// `uname -r`.
+    pub kernel: String,
+    /// `/proc/sys/kernel/random/boot_id`: two ends with the same one share a
+    /// machine (and so its CPU counters).
+    pub boot_id: String,
+    /// The network namespace (`net:[inode]`).
+    pub netns: String,
+    /// ipoib-eval version.
+    pub version: String,
+}
 
 /// One interval sample of one stream on one end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::proto::{self, HostInfo, Msg};
+use crate::proto::{self, Msg};
 use crate::recv::Receiver;
-use crate::report::{BufSize, Interval, Latency, Report, Role, SideReport, StreamSide};
+use crate::report::{BufSize, HostInfo, Interval, Latency, Report, Role, SideReport, StreamSide};
 use crate::send;
 use crate::spec::{Proto, SpecError, StreamPlan, TestSpec};
 use crate::stats::cpu::{thread_times, Clock, ProcStat};

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::chart::{self, Line};
 use crate::spec::SpecError;
+use fabkit_chart::{self as chart, Line};
 
 /// The settings that make a point, in the order a chart prefers them on
 /// its x axis.

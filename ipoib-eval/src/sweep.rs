@@ -47,7 +47,7 @@ use serde::Deserialize;
 use crate::report::csv_field;
 use crate::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
 use crate::spec::{self, Proto, RecvPath, SendPath, SpecError};
-use crate::testbed::{self, Testbed, TestbedSpec};
+use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
 
 /// At most this many runs in one sweep (a typo in an axis should not
 /// schedule a year of measurements).
@@ -1117,7 +1117,7 @@ pub enum Target {
 struct PeerHeld {
     peer: String,
     port: u16,
-    _undo: crate::cleanup::Registered,
+    _undo: fabkit_netns::cleanup::Registered,
 }
 
 impl PeerHeld {
@@ -1126,7 +1126,7 @@ impl PeerHeld {
         PeerHeld {
             peer: peer.to_string(),
             port,
-            _undo: crate::cleanup::register(move || restore_peer_or_say(&p, q)),
+            _undo: fabkit_netns::cleanup::register(move || restore_peer_or_say(&p, q)),
         }
     }
 }

@@ -114,6 +114,27 @@ fn bad_values_are_one_line_and_exit_2() {
 }
 
 #[test]
+fn a_testbed_offload_ethtool_does_not_know_is_one_line_and_exit_2_with_nothing_made() {
+    let name = fabkit_netns::testbed::auto_name();
+    for offload in ["bogus=on", "gro=off,bogus=on"] {
+        let mut args = vec!["testbed", "up", "--name", &name];
+        for o in offload.split(',') {
+            args.extend(["--offload", o]);
+        }
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+        let e = one_line(&o);
+        assert!(
+            e.contains("offload `bogus`: no such feature") && e.contains("ethtool -k"),
+            "{e}"
+        );
+        assert!(o.stdout.is_empty(), "{o:?}");
+        let made = fabkit_netns::testbed::status(&name);
+        assert!(made.is_empty(), "{made:?}");
+    }
+}
+
+#[test]
 fn failed_runs_are_one_line_and_exit_1() {
     let port = free_port().to_string();
     let o = run(&["client", "127.0.0.1", "-p", &port, "-t", "1"]);

@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use ipoib_eval::testbed::{Testbed, TestbedSpec};
+use fabkit_netns::testbed::{Testbed, TestbedSpec};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ipoib-eval");
 
@@ -239,7 +239,7 @@ fn an_interrupted_testbed_sweep_leaves_no_namespace() {
     // Interrupt while a point's testbed exists (the next one is being
     // built or measured), not in the gap between two.
     let mine = || {
-        ipoib_eval::testbed::namespaces()
+        fabkit_netns::testbed::namespaces()
             .into_iter()
             .filter(|n| n.starts_with(&prefix))
             .collect::<Vec<String>>()

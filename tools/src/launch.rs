@@ -270,6 +270,28 @@ where
         .map(Some)
 }
 
+/// Refuses, as a usage error naming the fix, an empty namespace name (as
+/// in `--netns a,,b`) or one that does not exist: said before any rank
+/// starts, instead of as `ip netns exec`'s error and a failed rank.
+/// `cmd` is the command line so far, for the message.
+fn check_namespaces(cmd: &str, netns: &[String]) -> Result<()> {
+    if netns.iter().any(String::is_empty) {
+        return Err(usage!(
+            "{cmd}: --netns {} has an empty name; separate the namespaces with single \
+             commas, e.g. --netns fk-a,fk-b",
+            netns.join(",")
+        ));
+    }
+    let existing = fabkit_netns::testbed::namespaces();
+    match netns.iter().find(|ns| !existing.contains(ns)) {
+        Some(ns) => Err(usage!(
+            "{cmd}: there is no network namespace {ns}; give one `ip netns list` shows, or \
+             make two with `ipoib-eval testbed up`"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Removes the launch directory however `launch_processes` ends.
 struct TempDir(std::path::PathBuf);
 
@@ -305,6 +327,7 @@ pub fn launch_processes(
             "launch needs a command after --, e.g. fabkit launch -n 2 -- fabkit check"
         ));
     };
+    check_namespaces("launch", netns)?;
     let dir = TempDir(std::env::temp_dir().join(format!("fabkit-launch-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
     std::fs::create_dir(&dir.0).with_context(|| format!("creating {}", dir.0.display()))?;
@@ -435,8 +458,8 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
             "launch needs a command after --, e.g. fabkit launch --mpi --netns a,b -- fabkit check"
         ));
     }
-    let mgmt = ipoib_eval::testbed::MGMT_IFACE;
-    let existing = ipoib_eval::testbed::namespaces();
+    let mgmt = fabkit_netns::testbed::MGMT_IFACE;
+    let existing = fabkit_netns::testbed::namespaces();
     for (i, ns) in netns.iter().enumerate() {
         // Open MPI takes the namespaces for host names (and `h:n` for slots).
         let hostname_like = !ns.is_empty()

@@ -494,7 +494,7 @@ fn report_dht(
 ) -> Result<bool> {
     use dhtbench::report;
     let runs = report::runs(samples, args.record);
-    let clock = ipoib_eval::stats::cpu::Clock::detect();
+    let clock = fabkit_core::time::Clock::detect();
     let mut notes = vec![format!(
         "cycles are busy CPU time at the nominal clock ({}, {}), not counted: this machine \
          has no hardware counters",

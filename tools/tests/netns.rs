@@ -2,14 +2,13 @@
 //! two hosts (no loopback between them, no same-node shortcut), and
 //! `fabkit launch` starts ranks across namespaces, without MPI and under
 //! Open MPI's mpirun (installed by .ci/run: these tests fail, not skip,
-//! without it). Uses
-//! ipoib-eval's testbed (real namespaces and veths, removed on drop); needs
-//! root, as CI has.
+//! without it). Uses the testbed of `fabkit-netns` (real namespaces and
+//! veths, removed on drop); needs root, as CI has.
 
 use std::process::Command;
 
 use fabkit_core::bootstrap::host_id;
-use ipoib_eval::testbed::{self, Testbed, TestbedSpec};
+use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
 use serde_json::Value;
 
 fn fabkit() -> Command {
@@ -136,6 +135,38 @@ fn launch_reports_a_failing_rank_and_its_bad_input() {
     assert!(testbed::namespaces()
         .iter()
         .all(|n| !n.starts_with("no-such")));
+}
+
+#[test]
+fn launch_refuses_a_missing_or_empty_namespace_in_one_line_before_any_rank_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = format!("touch {}", ran.display());
+    for (netns, says) in [
+        (
+            "no-such-ns",
+            "there is no network namespace no-such-ns; give one",
+        ),
+        ("a,,b", "--netns a,,b has an empty name"),
+        (",", "has an empty name"),
+    ] {
+        let o = fabkit()
+            .args(["launch", "--netns", netns, "--", "/bin/sh", "-c", &touch])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{netns}: {e}");
+        assert_eq!(e.lines().count(), 1, "{netns}: {e}");
+        assert!(e.contains(says), "{netns}: {e}");
+        assert!(o.stdout.is_empty(), "{netns}");
+        assert!(!ran.exists(), "{netns}: a rank started");
+    }
+    let left = testbed::namespaces();
+    assert!(
+        left.iter()
+            .all(|n| !n.starts_with("no-such") && n != "a" && n != "b"),
+        "{left:?}"
+    );
 }
 
 /// Runs `fabkit launch LAUNCH -- fabkit ARGS --json FILE` and returns the JSON.

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use fabkit_netns::cleanup::{self, Signalled};
+use fabkit_netns::testbed;
 
 /// Prints a line; a closed stdout (a reader that left) is not a reason to
 /// panic or to fail the run.
@@ -27,7 +29,6 @@ macro_rules! outp {
 use ipoib_eval::report::Report;
 use ipoib_eval::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
 use ipoib_eval::spec::{self, Amount, Direction, Proto, RecvPath, SendPath, SpecError, TestSpec};
-use ipoib_eval::testbed;
 
 /// Measure what bounds IP over a fabric: Gbit/s, messages/s, wire packets/s
 /// and CPU cycles per message, for every send path (send, scatter-gather,
@@ -656,7 +657,16 @@ fn restore(iface: Option<&str>) -> Result<(), RunError> {
 fn main() -> ExitCode {
     // Before any thread starts: an interrupted sweep or server removes its
     // testbeds and restores the interfaces it changed.
-    if let Err(e) = ipoib_eval::cleanup::on_signals(|l| {
+    if let Err(e) = cleanup::on_signals(|s| {
+        let l = match s {
+            Signalled::Undoing { signal } => format!(
+                "interrupted (signal {signal}): removing testbeds and restoring interfaces \
+                 (again to stop at once)"
+            ),
+            Signalled::Abandoned { .. } => "stopped before everything was undone: \
+                `ipoib-eval restore` puts interfaces back; the next sweep removes the testbed"
+                .to_string(),
+        };
         let _ = writeln!(std::io::stderr().lock(), "ipoib-eval: {l}");
     }) {
         eprintln!("ipoib-eval: error: cannot take signals: {e}");

@@ -202,7 +202,7 @@ fn latency(h: &Hist, kind: String) -> Latency {
 /// maximum, else `cpu MHz`; this VM has no cycle counter). None when
 /// neither is known.
 pub fn nominal_ghz() -> Option<f64> {
-    let c = ipoib_eval::stats::cpu::Clock::detect();
+    let c = fabkit_core::time::Clock::detect();
     (c.hz > 0.0).then(|| c.hz / 1e9)
 }
 
@@ -636,11 +636,11 @@ pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
             }
         })
         .collect();
-    let series: Vec<ipoib_eval::chart::Line> = lines
+    let series: Vec<fabkit_chart::Line> = lines
         .into_iter()
-        .map(|(label, points)| ipoib_eval::chart::Line { label, points })
+        .map(|(label, points)| fabkit_chart::Line { label, points })
         .collect();
-    Ok(ipoib_eval::chart::lines(
+    Ok(fabkit_chart::lines(
         title,
         "ranks",
         "M operations/s",

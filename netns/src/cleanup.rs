@@ -3,6 +3,7 @@
 //! exists and drop the registration when they undo it themselves;
 //! [`on_signals`] runs whatever is still registered when SIGINT, SIGTERM
 //! or SIGHUP arrives, then ends the process with 128 + the signal.
+//! Children a run starts go with it ([`child_dies_with_us`]).
 //!
 //! eBPF links need nothing here: they go away with the process.
 
@@ -103,29 +104,41 @@ pub fn gate() -> Result<Gate, Interrupted> {
     Ok(Gate { _shared: g })
 }
 
+/// What the signal thread is doing, for the program to tell its user in
+/// its own words (it knows what it registered and how to finish the job).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signalled {
+    /// A terminating signal arrived: the registered steps run now, then the
+    /// process ends; a second signal ends it at once.
+    Undoing {
+        /// The signal's number.
+        signal: i32,
+    },
+    /// A second signal arrived: the process ends now, with steps not run.
+    Abandoned {
+        /// The signal's number.
+        signal: i32,
+    },
+}
+
 /// From now on, SIGINT, SIGTERM and SIGHUP undo what is registered and end
-/// the process (exit 128 + signal). Call first thing in `main`, before any
-/// thread starts: the signals are blocked in the calling thread and in
-/// every thread it starts later, and taken by a thread of their own.
-pub fn on_signals(say: fn(&str)) -> std::io::Result<()> {
+/// the process (exit 128 + signal), telling `say` first. Call first thing
+/// in `main`, before any thread starts: the signals are blocked in the
+/// calling thread and in every thread it starts later, and taken by a
+/// thread of their own.
+pub fn on_signals(say: fn(Signalled)) -> std::io::Result<()> {
     crate::sys::block_terminating()?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             let sig = crate::sys::wait_terminating();
-            say(&format!(
-                "interrupted (signal {sig}): removing testbeds and restoring interfaces \
-                 (again to stop at once)"
-            ));
+            say(Signalled::Undoing { signal: sig });
             // A second signal ends the process without waiting for the undo.
             let _ = std::thread::Builder::new()
                 .name("signals-2".into())
                 .spawn(move || {
                     let again = crate::sys::wait_terminating();
-                    say(
-                        "stopped before everything was undone: `ipoib-eval restore` puts \
-                         interfaces back; the next sweep removes the testbed",
-                    );
+                    say(Signalled::Abandoned { signal: again });
                     std::process::exit(128 + again);
                 });
             // No change starts from now on; the ones under way finish first.
@@ -135,6 +148,14 @@ pub fn on_signals(say: fn(&str)) -> std::io::Result<()> {
             std::process::exit(128 + sig);
         })?;
     Ok(())
+}
+
+/// Makes a child started by `cmd` be killed when the thread that started
+/// it ends, so an interrupted run leaves no such process behind (and takes
+/// signals normally, whatever the mask [`on_signals`] set in the thread
+/// that forks).
+pub fn child_dies_with_us(cmd: &mut std::process::Command) {
+    crate::sys::child_dies_with_us(cmd)
 }
 
 #[cfg(test)]

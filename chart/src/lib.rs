@@ -1,7 +1,26 @@
+//! The charts fabkit's tools draw from their measurements: `ipoib-eval`'s
+//! sweep summaries and the DHT benchmark's rank-count chart. A crate of its
+//! own so that a tool can draw without taking a measuring crate (and its
+//! eBPF loader or libfabric bindings) along.
+//!
 //! SVG charts with a categorical x axis (the values a sweep tried, evenly
-//! spaced whatever their magnitude) and a linear y axis from zero: lines
-//! with min-max whiskers, and grouped bars. No dependency; the output is
-//! plain SVG any browser shows.
+//! spaced whatever their magnitude) and a linear y axis from zero:
+//! [`lines`] with min-max whiskers, and grouped [`bars`]. No dependency;
+//! the output is plain SVG any browser shows.
+//!
+//! ```
+//! use fabkit_chart::{lines, Line};
+//!
+//! let cats = ["1", "2", "4"].map(String::from).to_vec();
+//! let gbit = Line {
+//!     label: "udp gso".into(),
+//!     points: vec![Some((9.1, 8.7, 9.4)), None, Some((21.0, 20.2, 21.9))],
+//! };
+//! let svg = lines("UDP over veth", "queues", "Gbit/s", &cats, &[gbit]);
+//! assert!(svg.starts_with("<svg") && svg.contains("udp gso"));
+//! ```
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 use std::fmt::Write as _;
 

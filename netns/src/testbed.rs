@@ -37,7 +37,8 @@ pub struct TestbedSpec {
     pub mtu: u32,
     /// MTU of the b-side link behind the gateway.
     pub mtu_b: u32,
-    /// `ethtool -K` settings applied to every veth (`gro`, `tso`, ...).
+    /// `ethtool -K` settings applied to every veth (`gro`, `tso`, ...); names
+    /// `ethtool -k` does not list are refused before anything is made.
     pub offloads: Vec<(String, bool)>,
     /// Root qdisc of every veth (`noqueue`, `pfifo_fast`, `fq`, ...); none: the kernel's.
     pub qdisc: Option<String>,
@@ -293,13 +294,21 @@ fn valid_name(name: &str) -> Result<(), TestbedError> {
     }
 }
 
-/// Namespaces that exist now.
+/// Where `ip netns` keeps its named namespaces (one file each).
+const NETNS_DIR: &str = "/run/netns";
+
+/// Namespaces that exist now, by name, sorted: what `ip netns list` shows,
+/// read from `/run/netns` without starting `ip`.
 pub fn namespaces() -> Vec<String> {
-    run(&["ip", "netns", "list"])
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
-        .collect()
+    let mut names: Vec<String> = std::fs::read_dir(NETNS_DIR)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// Moves the calling thread into namespace `name` (threads it starts later
@@ -363,6 +372,64 @@ pub fn sweep_stale() {
     }
 }
 
+/// `ethtool -K`'s short names for the features `ethtool -k` prints by their
+/// long ones (ethtool's `off_flag_def`).
+const SHORT_NAMES: [(&str, &str); 12] = [
+    ("rx", "rx-checksumming"),
+    ("tx", "tx-checksumming"),
+    ("sg", "scatter-gather"),
+    ("tso", "tcp-segmentation-offload"),
+    ("ufo", "udp-fragmentation-offload"),
+    ("gso", "generic-segmentation-offload"),
+    ("gro", "generic-receive-offload"),
+    ("lro", "large-receive-offload"),
+    ("rxvlan", "rx-vlan-offload"),
+    ("txvlan", "tx-vlan-offload"),
+    ("ntuple", "ntuple-filters"),
+    ("rxhash", "receive-hashing"),
+];
+
+/// The feature names `ethtool -K` takes, from what `ethtool -k` printed:
+/// every name listed (groups, their members and fixed ones alike), and
+/// the short name of each group listed. Pure.
+fn feature_names(text: &str) -> Vec<String> {
+    let listed: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':').map(|(k, _)| k.trim()))
+        .filter(|k| !k.is_empty())
+        .collect();
+    let short = SHORT_NAMES
+        .iter()
+        .filter(|(_, long)| listed.contains(long))
+        .map(|(s, _)| *s);
+    listed
+        .iter()
+        .copied()
+        .chain(short)
+        .map(String::from)
+        .collect()
+}
+
+/// Refuses an offload that `ethtool -K` would not know, before anything
+/// is made or removed. The kernel has one set of feature names for every
+/// device (`ethtool -k` marks the ones a device cannot change `[fixed]`),
+/// so `lo` of this namespace answers for veths not made yet.
+fn check_offloads(offloads: &[(String, bool)]) -> Result<(), TestbedError> {
+    if offloads.is_empty() {
+        return Ok(());
+    }
+    let known = feature_names(&run(&["ethtool", "-k", "lo"])?);
+    match offloads.iter().find(|(f, _)| !known.contains(f)) {
+        Some((f, _)) => Err(TestbedError::Invalid(format!(
+            "offload `{}`: no such feature; give one that `ethtool -k` lists, such as \
+             rx-udp-gro-forwarding, or a short name: gro, gso, tso, sg, rx, tx",
+            f.escape_default()
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl Testbed {
     /// Builds the testbed; on any failure, removes what it made and says
     /// which command failed.
@@ -380,6 +447,7 @@ impl Testbed {
                 return Err(bad(format!("--mtu must be 68 to 65535, got {m}")));
             }
         }
+        check_offloads(&spec.offloads)?;
         sweep_stale();
         down(&spec.name)?;
         let name = spec.name.clone();
@@ -596,6 +664,31 @@ mod tests {
         let (x, y) = (auto_name(), auto_name());
         assert_ne!(x, y);
         assert!(x.starts_with(&format!("{AUTO}{}x", std::process::id())));
+    }
+
+    #[test]
+    fn feature_names_are_every_listed_one_and_the_short_names_of_groups() {
+        let t = "Features for lo:\nrx-checksumming: on [fixed]\ntx-checksumming: on\n\
+                 \ttx-checksum-ipv4: off [fixed]\ngeneric-receive-offload: on\n\
+                 rx-udp-gro-forwarding: off\nloopback: on [fixed]\n";
+        let names = feature_names(t);
+        for known in [
+            "rx-checksumming",
+            "tx-checksum-ipv4",
+            "generic-receive-offload",
+            "rx-udp-gro-forwarding",
+            "loopback",
+            "rx",
+            "tx",
+            "gro",
+        ] {
+            assert!(names.iter().any(|n| n == known), "{known}: {names:?}");
+        }
+        // Short names of groups not listed (UFO left the kernel), the
+        // header's words and made-up names are not features.
+        for unknown in ["ufo", "tso", "Features for lo", "bogus", ""] {
+            assert!(!names.iter().any(|n| n == unknown), "{unknown}: {names:?}");
+        }
     }
 
     #[test]
