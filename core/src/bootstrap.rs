@@ -54,6 +54,7 @@ pub fn host_id() -> String {
 }
 
 /// This host's name.
+#[allow(unsafe_code)]
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: buf is writable for its length; gethostname NUL-terminates on
@@ -261,7 +262,7 @@ impl Bootstrap for FileBootstrap {
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let round = self.round.get();
         self.round.set(round + 1);
-        let io = |what: String| move |source| Error::Io { what, source };
+        let io = |what: String| move |cause| Error::Io { what, cause };
         let tmp = self.dir.join(format!("round{round}.rank{}.tmp", self.rank));
         std::fs::write(&tmp, mine).map_err(io(format!("writing {}", tmp.display())))?;
         // rename is atomic: a reader sees the whole file or none.

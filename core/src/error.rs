@@ -118,13 +118,14 @@ pub enum Error {
         why: String,
     },
     /// An operating-system error (memory, files of the file bootstrap).
-    #[error("{what}: {source}")]
+    /// Its cause is in its message, not also its `source()`, so a chain
+    /// printed on one line says it once.
+    #[error("{what}: {cause}")]
     Io {
         /// What was being done.
         what: String,
         /// The cause.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 

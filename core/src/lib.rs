@@ -35,6 +35,9 @@
 //! assert_eq!(all[1], vec![vec![0u8], vec![1u8]]);
 //! ```
 #![deny(missing_docs)]
+// The only unsafe code: four system calls and a CPU hint, each allowed
+// where it is (hostname, the coarse clock, getifaddrs, prefetch).
+#![deny(unsafe_code)]
 
 pub mod bootstrap;
 pub mod error;

@@ -18,6 +18,7 @@ pub struct IfAddr {
 
 /// Every IPv4 and IPv6 address of every interface of this thread's network
 /// namespace (`getifaddrs(3)`).
+#[allow(unsafe_code)]
 pub fn interface_addresses() -> std::io::Result<Vec<IfAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list it allocated to `head`.

@@ -92,6 +92,7 @@ impl Clock {
     }
 }
 
+#[allow(unsafe_code)]
 fn read(clock: libc::clockid_t, resolution: bool) -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,

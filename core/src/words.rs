@@ -103,6 +103,7 @@ pub fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
 /// rather than one after another. A hint: it changes no memory and is
 /// skipped where the range is outside `words` or the CPU has no such
 /// instruction.
+#[allow(unsafe_code)]
 pub fn prefetch_words(words: &[AtomicU64], offset: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {

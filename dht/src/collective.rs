@@ -24,7 +24,7 @@
 //!                     Err(Error::Io {
 //!                         what: "writing",
 //!                         path: "/scratch/shard.rank1".into(),
-//!                         source: std::io::Error::from(std::io::ErrorKind::StorageFull),
+//!                         cause: std::io::Error::from(std::io::ErrorKind::StorageFull),
 //!                     })
 //!                 } else {
 //!                     Ok(vec![])

@@ -118,16 +118,17 @@ pub enum Error {
     /// (create, dump, restore): the bootstrap failed, or a rank left.
     #[error(transparent)]
     Bootstrap(#[from] fabkit_core::Error),
-    /// Reading or writing a file (a dump's shard) failed.
-    #[error("{what} {}: {source}", path.display())]
+    /// Reading or writing a file (a dump's shard) failed. The cause is in
+    /// the message, not also the `source()`, so a chain printed on one line
+    /// says it once.
+    #[error("{what} {}: {cause}", path.display())]
     Io {
         /// What was being done: "creating", "reading", "renaming to" ...
         what: &'static str,
         /// The file.
         path: std::path::PathBuf,
         /// The cause.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A dump's shard is damaged, truncated, or not part of the dump being
     /// restored; nothing was restored.

@@ -238,7 +238,7 @@ impl<T: Transport> Dht<T> {
         // Every rank reaches the exchange, so a local problem on one rank
         // cannot leave the others waiting; each then reports what it saw.
         let mine = cfg.encode();
-        let all = boot.allgather(&mine).map_err(Error::transport)?;
+        let all = boot.allgather(&mine).map_err(Error::Bootstrap)?;
         local?;
         if let Some(r) = all.iter().position(|c| *c != mine) {
             return Err(Error::Mismatch(format!(
@@ -288,7 +288,7 @@ impl<T: Transport> Dht<T> {
     /// All ranks' statistics, summed. Collective.
     pub fn stats_all(&self, boot: &dyn Bootstrap) -> Result<Stats> {
         let mine = stats_to_bytes(&self.stats());
-        let all = boot.allgather(&mine).map_err(Error::transport)?;
+        let all = boot.allgather(&mine).map_err(Error::Bootstrap)?;
         let mut sum = Stats::default();
         for b in all {
             sum.add(&stats_from_bytes(&b));
@@ -300,7 +300,7 @@ impl<T: Transport> Dht<T> {
     /// the others' regions. (Dropping is safe too, but peers may then see
     /// errors.)
     pub fn free(self, boot: &dyn Bootstrap) -> Result<T> {
-        boot.barrier().map_err(Error::transport)?;
+        boot.barrier().map_err(Error::Bootstrap)?;
         Ok(self.t)
     }
 

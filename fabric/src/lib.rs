@@ -18,7 +18,7 @@
 //!   mechanism its provider offers.
 //!
 //! Every wait has a timeout, and errors name the peer and the operation;
-//! `FABKIT_TIMEOUT_SCALE` stretches them all ([`env::timeout_scale`]). The
+//! `FABKIT_TIMEOUT_SCALE` stretches them all (`fabkit_core::time::timeout_scale`). The
 //! environment libfabric reads once is prepared before `main` ([`env`](mod@env)).
 //! Waits block on the completion queue (or spin briefly, then block); a rank
 //! whose provider needs manual progress gets a background progress thread, so
@@ -26,7 +26,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use fabkit_fabric::{bootstrap::ThreadGroup, Rank, RankConfig, Remote};
+//! use fabkit_core::{ThreadGroup, Remote};
+//! use fabkit_fabric::{Rank, RankConfig};
 //!
 //! let boots = ThreadGroup::members(2, Duration::from_secs(10));
 //! std::thread::scope(|s| {
@@ -60,7 +61,6 @@ pub use cq::CompletionQueue;
 pub use domain::{AtomicSupport, AtomicsBy, Domain, Fabric};
 pub use ep::Endpoint;
 pub use error::{strerror, Error, Result};
-pub use fabkit_core::time;
 pub use fabkit_core::{bootstrap, Completion, Op, OpKind, Remote};
 pub use fabric_sys;
 pub use info::{Caps, Hints, Info, Ordering, Progress, ProviderInfo};

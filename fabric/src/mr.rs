@@ -194,7 +194,7 @@ impl MemoryRegion {
         let buf = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(|| {
             Error::from(CoreError::Io {
                 what: format!("allocating a region of {len} B"),
-                source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+                cause: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
             })
         })?;
         Self::register_backed(domain, ep, buf, len, Backing::Heap(layout))

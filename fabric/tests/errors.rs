@@ -253,7 +253,7 @@ fn a_killed_peer_gives_a_timeout_naming_it() {
         let err = rank.read(Remote::new(1, 0), &mut buf).unwrap_err();
         let err2 = rank.fetch_add(Remote::new(1, 8), 1).unwrap_err();
         assert!(
-            start.elapsed() < fabkit_fabric::env::scaled(Duration::from_secs(10)),
+            start.elapsed() < fabkit_core::time::scaled(Duration::from_secs(10)),
             "{prov}: gave up too late"
         );
         // The read names the dead peer: it timed out, failed, or (shm) the

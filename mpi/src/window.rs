@@ -91,8 +91,7 @@ pub enum Sync {
 /// is freed before MPI is finalized:
 ///
 /// ```compile_fail,E0505
-/// use fabkit_fabric::bootstrap::MpiBootstrap;
-/// use fabkit_fabric::mpi_rma::{Window, WindowKind};
+/// use fabkit_mpi::{MpiBootstrap, Window, WindowKind};
 /// let boot = MpiBootstrap::init().unwrap();
 /// let win = Window::new(&boot, 64, WindowKind::Allocate).unwrap();
 /// drop(boot); // MPI_Finalize while `win` lives: refused by the compiler

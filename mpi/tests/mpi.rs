@@ -465,7 +465,7 @@ fn child_prepared_batch() {
 /// How the survivor's peer leaves, and which collective the survivor is in.
 /// `kill-window`: the survivor's Window::new ends in the size agreement
 /// before MPI_Win_allocate, which is the bounded part of creation (a rank
-/// that dies inside MPI_Win_allocate is not bounded: see mpi_rma's docs).
+/// that dies inside MPI_Win_allocate is not bounded: see fabkit_mpi::window's docs).
 /// `exit-finalize`: the peer leaves after the last collective, and the
 /// survivor's MPI_Finalize must not wait for it. `exit-pscw`: the survivor
 /// exposes its window to the peer (PSCW post) and waits for an access epoch

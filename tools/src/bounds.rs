@@ -326,13 +326,16 @@ pub fn check_domain(
 /// tool validates that input, not classified here by their variant.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use fabkit_fabric::Error as F;
-    let usage = e.chain().any(|c| {
-        c.is::<Usage>()
-            || matches!(
-                c.downcast_ref::<F>(),
-                Some(F::UnknownProvider { .. } | F::Unsupported { .. })
-            )
-    });
+    let refused =
+        |f: Option<&F>| matches!(f, Some(F::UnknownProvider { .. } | F::Unsupported { .. }));
+    // The DHT boxes its transport's error, out of the chain: look inside.
+    let in_dht = |c: &(dyn std::error::Error + 'static)| {
+        c.downcast_ref::<fabkit_dht::Error>()
+            .is_some_and(|d| refused(d.transport_error()))
+    };
+    let usage = e
+        .chain()
+        .any(|c| c.is::<Usage>() || refused(c.downcast_ref()) || in_dht(c));
     if usage {
         2
     } else {
@@ -396,6 +399,22 @@ pub fn clap_exit(e: clap::Error, subcommands: &[String]) -> std::process::ExitCo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_provider_that_cannot_is_a_usage_error_also_under_the_dht() {
+        let unsupported = || fabkit_fabric::Error::Unsupported {
+            provider: "udp".into(),
+            what: "RMA".into(),
+            hint: "pick another".into(),
+        };
+        let plain = anyhow::Error::from(unsupported());
+        assert_eq!(exit_code(&plain), 2);
+        let boxed = fabkit_dht::Error::Transport(Box::new(unsupported()));
+        let under_dht = anyhow::Error::from(boxed).context("fabkit lockfree write");
+        assert_eq!(exit_code(&under_dht), 2);
+        let failed = anyhow::Error::from(fabkit_dht::Error::Internal("x".into()));
+        assert_eq!(exit_code(&failed), 1);
+    }
 
     #[test]
     fn every_parser_refuses_its_bounds_by_name() {

@@ -166,7 +166,7 @@ fn ready_line(child: &mut Killed) -> Option<String> {
             }
         }
     });
-    let limit = fabkit_fabric::env::scaled(std::time::Duration::from_secs(60));
+    let limit = fabkit_core::time::scaled(std::time::Duration::from_secs(60));
     match rx.recv_timeout(limit) {
         Ok(line) => Some(line),
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,

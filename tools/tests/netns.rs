@@ -142,24 +142,35 @@ fn launch_refuses_a_missing_or_empty_namespace_in_one_line_before_any_rank_start
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     let touch = format!("touch {}", ran.display());
-    for (netns, says) in [
+    for (netns, says, mpi) in [
         (
             "no-such-ns",
             "there is no network namespace no-such-ns; give one",
         ),
-        ("a,,b", "--netns a,,b has an empty name"),
+        ("a,,b", "--netns `a,,b` has an empty name"),
         (",", "has an empty name"),
-    ] {
+        ("", "--netns `` has an empty name"),
+    ]
+    .into_iter()
+    .flat_map(|case| [(case, false), (case, true)])
+    .map(|((netns, says), mpi)| (netns, says, mpi))
+    {
+        // With --mpi the same check runs first, the same words after it.
+        let mut args = vec!["launch"];
+        if mpi {
+            args.push("--mpi");
+        }
         let o = fabkit()
-            .args(["launch", "--netns", netns, "--", "/bin/sh", "-c", &touch])
+            .args(args)
+            .args(["--netns", netns, "--", "/bin/sh", "-c", &touch])
             .output()
             .unwrap();
         let e = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{netns}: {e}");
-        assert_eq!(e.lines().count(), 1, "{netns}: {e}");
-        assert!(e.contains(says), "{netns}: {e}");
-        assert!(o.stdout.is_empty(), "{netns}");
-        assert!(!ran.exists(), "{netns}: a rank started");
+        assert_eq!(o.status.code(), Some(2), "{netns} (mpi {mpi}): {e}");
+        assert_eq!(e.lines().count(), 1, "{netns} (mpi {mpi}): {e}");
+        assert!(e.contains(says), "{netns} (mpi {mpi}): {e}");
+        assert!(o.stdout.is_empty(), "{netns} (mpi {mpi})");
+        assert!(!ran.exists(), "{netns} (mpi {mpi}): a rank started");
     }
     let left = testbed::namespaces();
     assert!(

@@ -30,10 +30,10 @@ pub(super) fn io<'p>(
     what: &'static str,
     path: &'p Path,
 ) -> impl FnOnce(std::io::Error) -> Error + 'p {
-    move |source| Error::Io {
+    move |cause| Error::Io {
         what,
         path: path.to_path_buf(),
-        source,
+        cause,
     }
 }
 

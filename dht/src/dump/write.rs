@@ -105,7 +105,7 @@ impl<T: Transport> Dht<T> {
         // 0's id, which marks the shards of this one dump.
         let ids = boot
             .allgather(&fabkit_core::random_u64().to_le_bytes())
-            .map_err(Error::transport)?;
+            .map_err(Error::Bootstrap)?;
         let dump_id = ids
             .first()
             .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())

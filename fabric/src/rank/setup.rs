@@ -41,7 +41,7 @@ impl ProgressThread {
             .map_err(|source| {
                 Error::from(CoreError::Io {
                     what: "starting the progress thread".into(),
-                    source,
+                    cause: source,
                 })
             })?;
         Ok(ProgressThread {

@@ -93,7 +93,7 @@ unsafe impl Sync for SharedSegment {}
 fn os_err(what: String) -> Error {
     Error::from(CoreError::Io {
         what,
-        source: std::io::Error::last_os_error(),
+        cause: std::io::Error::last_os_error(),
     })
 }
 
@@ -178,7 +178,7 @@ impl SharedSegment {
                         "reserving {len} B of /dev/shm for shared segment {name} (is /dev/shm \
                          full? `df /dev/shm`)"
                     ),
-                    source: std::io::Error::from_raw_os_error(err),
+                    cause: std::io::Error::from_raw_os_error(err),
                 });
                 // SAFETY: the name is a valid C string and the segment ours.
                 unsafe { libc::shm_unlink(cname.as_ptr()) };

@@ -165,7 +165,7 @@ fn candidates(provider: bool) -> Result<Vec<Segment>> {
         Err(source) => {
             return Err(Error::from(CoreError::Io {
                 what: format!("listing {SHM_DIR}"),
-                source,
+                cause: source,
             }))
         }
     };
