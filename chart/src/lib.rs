@@ -5,7 +5,8 @@
 //!
 //! SVG charts with a categorical x axis (the values a sweep tried, evenly
 //! spaced whatever their magnitude) and a linear y axis from zero:
-//! [`lines`] with min-max whiskers, and grouped [`bars`]. No dependency;
+//! [`lines`] with min-max whiskers, and grouped [`bars`]; and log-log
+//! [`log_lines`] (sizes against rates, as `fabkit plot` draws). No dependency;
 //! the output is plain SVG any browser shows.
 //!
 //! ```
@@ -279,6 +280,174 @@ pub fn bars(
             );
         }
         f.legend(&mut s, k, label, c);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// A line of a [`log_lines`] chart.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogLine {
+    /// Legend text.
+    pub label: String,
+    /// (x, y) points; those a log-log chart cannot place (x below 1, y at
+    /// or below 0, not finite) are skipped for the axes.
+    pub points: Vec<(f64, f64)>,
+    /// Drawn dashed (a second family of lines: MPI beside native fabric).
+    pub dashed: bool,
+}
+
+/// An SVG line chart with a log2 x axis (ticks named by `xtick`, e.g. sizes
+/// as "4K") and a log10 y axis from the decades around the data, each line
+/// with its markers and a legend to the right.
+pub fn log_lines(
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    series: &[LogLine],
+    xtick: &dyn Fn(f64) -> String,
+) -> String {
+    let (w, h) = (900.0, 560.0);
+    let (l, r, t, b) = (80.0, 270.0, 50.0, 60.0);
+    // Only points a log-log chart can place set the axes: one at 0 or
+    // below (log -inf) would make the grid loops below endless.
+    let mut all: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .filter(|&(x, y)| x.is_finite() && x >= 1.0 && y.is_finite() && y > 0.0)
+        .collect();
+    if all.is_empty() {
+        all.push((1.0, 1.0));
+    }
+    let xmin = all
+        .iter()
+        .map(|p| p.0.log2())
+        .fold(f64::INFINITY, f64::min)
+        .floor();
+    let xmax = all
+        .iter()
+        .map(|p| p.0.log2())
+        .fold(f64::NEG_INFINITY, f64::max)
+        .ceil()
+        .max(xmin + 1.0);
+    let ymin = all
+        .iter()
+        .map(|p| p.1.log10())
+        .fold(f64::INFINITY, f64::min)
+        .floor();
+    let ymax = all
+        .iter()
+        .map(|p| p.1.log10())
+        .fold(f64::NEG_INFINITY, f64::max)
+        .ceil()
+        .max(ymin + 1.0);
+    let px = |x: f64| l + (x.log2() - xmin) / (xmax - xmin) * (w - l - r);
+    let py = |y: f64| h - b - (y.log10() - ymin) / (ymax - ymin) * (h - t - b);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="28" font-size="16" text-anchor="middle">{}</text>"#,
+        (l + w - r) / 2.0,
+        xml(title)
+    );
+    // Grid and ticks.
+    let mut e = xmin as i32;
+    while e as f64 <= xmax {
+        let x = px(2f64.powi(e));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x}" y1="{t}" x2="{x}" y2="{}" stroke="#ddd"/>"##,
+            h - b
+        );
+        if e % 2 == 0 || xmax - xmin <= 10.0 {
+            let _ = writeln!(
+                s,
+                r#"<text x="{x}" y="{}" text-anchor="middle">{}</text>"#,
+                h - b + 18.0,
+                xtick(2f64.powi(e))
+            );
+        }
+        e += 1;
+    }
+    let mut d = ymin as i32;
+    while d as f64 <= ymax {
+        let v = 10f64.powi(d);
+        let y = py(v);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{l}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##,
+            w - r
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            l - 6.0,
+            y + 4.0,
+            v
+        );
+        d += 1;
+    }
+    let _ = writeln!(
+        s,
+        r#"<rect x="{l}" y="{t}" width="{}" height="{}" fill="none" stroke="black"/>"#,
+        w - l - r,
+        h - t - b
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        (l + w - r) / 2.0,
+        h - 15.0,
+        xml(xlabel)
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="20" y="{}" text-anchor="middle" transform="rotate(-90 20 {})">{}</text>"#,
+        (t + h - b) / 2.0,
+        (t + h - b) / 2.0,
+        xml(ylabel)
+    );
+    // Lines, markers, legend.
+    for (i, se) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let dash = if se.dashed {
+            r#" stroke-dasharray="6 3""#
+        } else {
+            ""
+        };
+        let pts: Vec<String> = se
+            .points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"{dash}/>"#,
+            pts.join(" ")
+        );
+        for &(x, y) in &se.points {
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
+                px(x),
+                py(y)
+            );
+        }
+        let ly = t + 10.0 + i as f64 * 20.0;
+        let lx = w - r + 15.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"#,
+            lx + 24.0,
+            lx + 30.0,
+            ly + 4.0,
+            xml(&se.label)
+        );
     }
     s.push_str("</svg>\n");
     s

@@ -167,10 +167,21 @@ pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Valu
     Ok((series, docs))
 }
 
-const COLORS: &[&str] = &[
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-];
+/// Renders series as an SVG line chart: log2 size on x, log10 value on y;
+/// MPI's lines are dashed, so native fabric and MPI tell apart in print.
+pub fn svg(series: &[Series], title: &str, ylabel: &str) -> String {
+    let lines: Vec<fabkit_chart::LogLine> = series
+        .iter()
+        .map(|se| fabkit_chart::LogLine {
+            label: se.label.clone(),
+            points: se.points.clone(),
+            dashed: se.label.starts_with("MPI"),
+        })
+        .collect();
+    fabkit_chart::log_lines(title, "transfer size (bytes)", ylabel, &lines, &size_label)
+}
 
+/// 4096 -> "4K": a size on the chart's x axis.
 fn size_label(b: f64) -> String {
     let b = b as u64;
     match b {
@@ -178,159 +189,6 @@ fn size_label(b: f64) -> String {
         b if b >= 1 << 10 => format!("{}K", b >> 10),
         b => b.to_string(),
     }
-}
-
-/// Renders series as an SVG line chart: log2 size on x, log10 value on y.
-pub fn svg(series: &[Series], title: &str, ylabel: &str) -> String {
-    let (w, h) = (900.0, 560.0);
-    let (l, r, t, b) = (80.0, 270.0, 50.0, 60.0);
-    // Only points a log-log chart can place set the axes: one at 0 or
-    // below (log -inf) would make the grid loops below endless.
-    let mut all: Vec<(f64, f64)> = series
-        .iter()
-        .flat_map(|s| s.points.iter().copied())
-        .filter(|&(x, y)| x.is_finite() && x >= 1.0 && y.is_finite() && y > 0.0)
-        .collect();
-    if all.is_empty() {
-        all.push((1.0, 1.0));
-    }
-    let xmin = all
-        .iter()
-        .map(|p| p.0.log2())
-        .fold(f64::INFINITY, f64::min)
-        .floor();
-    let xmax = all
-        .iter()
-        .map(|p| p.0.log2())
-        .fold(f64::NEG_INFINITY, f64::max)
-        .ceil()
-        .max(xmin + 1.0);
-    let ymin = all
-        .iter()
-        .map(|p| p.1.log10())
-        .fold(f64::INFINITY, f64::min)
-        .floor();
-    let ymax = all
-        .iter()
-        .map(|p| p.1.log10())
-        .fold(f64::NEG_INFINITY, f64::max)
-        .ceil()
-        .max(ymin + 1.0);
-    let px = |x: f64| l + (x.log2() - xmin) / (xmax - xmin) * (w - l - r);
-    let py = |y: f64| h - b - (y.log10() - ymin) / (ymax - ymin) * (h - t - b);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="28" font-size="16" text-anchor="middle">{}</text>"#,
-        (l + w - r) / 2.0,
-        xml(title)
-    );
-    // Grid and ticks.
-    let mut e = xmin as i32;
-    while e as f64 <= xmax {
-        let x = px(2f64.powi(e));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x}" y1="{t}" x2="{x}" y2="{}" stroke="#ddd"/>"##,
-            h - b
-        );
-        if e % 2 == 0 || xmax - xmin <= 10.0 {
-            let _ = writeln!(
-                s,
-                r#"<text x="{x}" y="{}" text-anchor="middle">{}</text>"#,
-                h - b + 18.0,
-                size_label(2f64.powi(e))
-            );
-        }
-        e += 1;
-    }
-    let mut d = ymin as i32;
-    while d as f64 <= ymax {
-        let v = 10f64.powi(d);
-        let y = py(v);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{l}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##,
-            w - r
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
-            l - 6.0,
-            y + 4.0,
-            v
-        );
-        d += 1;
-    }
-    let _ = writeln!(
-        s,
-        r#"<rect x="{l}" y="{t}" width="{}" height="{}" fill="none" stroke="black"/>"#,
-        w - l - r,
-        h - t - b
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">transfer size (bytes)</text>"#,
-        (l + w - r) / 2.0,
-        h - 15.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="20" y="{}" text-anchor="middle" transform="rotate(-90 20 {})">{}</text>"#,
-        (t + h - b) / 2.0,
-        (t + h - b) / 2.0,
-        xml(ylabel)
-    );
-    // Lines, markers, legend.
-    for (i, se) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let dash = if se.label.starts_with("MPI") {
-            r#" stroke-dasharray="6 3""#
-        } else {
-            ""
-        };
-        let pts: Vec<String> = se
-            .points
-            .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"{dash}/>"#,
-            pts.join(" ")
-        );
-        for &(x, y) in &se.points {
-            let _ = writeln!(
-                s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
-                px(x),
-                py(y)
-            );
-        }
-        let ly = t + 10.0 + i as f64 * 20.0;
-        let lx = w - r + 15.0;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"#,
-            lx + 24.0,
-            lx + 30.0,
-            ly + 4.0,
-            xml(&se.label)
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// A markdown table of every point of every run.
