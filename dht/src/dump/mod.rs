@@ -110,6 +110,9 @@
 //! of its collective steps; `write` ([`Dht::dump`]) and `read`
 //! ([`Dht::restore`]).
 
+#[cfg(doc)]
+use crate::{layout::Variant, outcome::Error, table::Dht};
+
 mod files;
 mod format;
 mod read;
