@@ -94,13 +94,6 @@ fn unmap_addr(a: SocketAddr) -> SocketAddr {
     }
 }
 
-fn cookie() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
-    h.finish()
-}
-
 /// Accept errors that say nothing about the listener itself (a client that
 /// went away, or a momentary lack of file descriptors or memory).
 fn transient(e: &io::Error) -> bool {
@@ -269,7 +262,8 @@ fn session(
     ctl.set_write_timeout(Some(to))
         .map_err(|e| failed(e.to_string()))?;
     let plan = spec.plan();
-    let cookie = cookie();
+    // Data connections must greet with it: a stranger cannot guess it.
+    let cookie = fabkit_core::random_u64();
     let dev = opts.dev.as_deref();
     // Open the data sockets before saying Ready.
     let mut udp = Vec::new();
