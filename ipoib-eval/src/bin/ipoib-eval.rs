@@ -26,7 +26,7 @@ macro_rules! outp {
         let _ = write!(std::io::stdout().lock(), $($t)*);
     }};
 }
-use ipoib_eval::report::Report;
+use ipoib_eval::report::row;
 use ipoib_eval::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
 use ipoib_eval::spec::{self, Amount, Direction, Proto, RecvPath, SendPath, SpecError, TestSpec};
 
@@ -435,16 +435,7 @@ fn client(a: &ClientArgs) -> Result<(), RunError> {
     }
     if let Some(p) = &a.csv {
         let new = std::fs::metadata(p).map(|m| m.len() == 0).unwrap_or(true);
-        let mut text = String::new();
-        if new {
-            text.push_str(Report::CSV_HEADER);
-            text.push('\n');
-        }
-        for row in report.csv_rows() {
-            text.push_str(&row);
-            text.push('\n');
-        }
-        write_file(p, &text, true)?;
+        write_file(p, &row::to_text(&report.rows(), new), true)?;
     }
     Ok(())
 }

@@ -5,9 +5,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::queues::{ip_proto, queue_fields};
-use super::{csv_settings, Point, Policy};
-use crate::report::csv_field;
+use super::queues::{ip_proto, QueueColumns};
+use super::rows::{Settings, SweepRow};
+use super::{Point, Policy};
 use crate::run::{run_client, ClientOpts, RunError};
 use crate::spec::{self, SpecError};
 
@@ -91,7 +91,7 @@ pub(super) fn run_point_iface(
     saved: &crate::iface::Saved,
     peer: &str,
     port: u16,
-) -> Result<Vec<String>, RunError> {
+) -> Result<Vec<SweepRow>, RunError> {
     let failed = |e: &dyn std::fmt::Display| RunError::Failed(e.to_string());
     let iface = &saved.iface;
     let w = wanted(p);
@@ -157,16 +157,12 @@ pub(super) fn run_point_iface(
     let counts = view.read().map_err(|e| failed(&e))?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let queues = match p.test.direction {
-        spec::Direction::Reverse => queue_fields(p, None, Some(&counts), cpus),
-        _ => queue_fields(p, Some(&counts), None, cpus),
-    }
-    .iter()
-    .map(|f| csv_field(f))
-    .collect::<Vec<_>>()
-    .join(",");
+        spec::Direction::Reverse => QueueColumns::of(p, None, Some(&counts), cpus),
+        _ => QueueColumns::of(p, Some(&counts), None, cpus),
+    };
     Ok(report
-        .csv_rows()
+        .rows()
         .into_iter()
-        .map(|r| format!("{},{r},{queues}", csv_settings(p)))
+        .map(|r| SweepRow(Settings::of(p), r, queues.clone()))
         .collect())
 }

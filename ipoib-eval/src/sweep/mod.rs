@@ -38,13 +38,14 @@
 //!
 //! One file per job: `file` (the sweep file, its axes and experiments),
 //! `point` (a point and its key), `expand` (axes to points; pure),
-//! `rows` (the CSV's columns, and resume), `queues` (the per-queue
+//! `rows` (the CSV's rows, and resume), `queues` (the per-queue
 //! columns from the eBPF views), `testbed` and `iface` (a point run on a
 //! testbed or over a real interface); [`run`], the loop, is here.
 
 use std::io::Write as _;
 use std::time::Instant;
 
+use crate::report::row::to_text;
 use crate::run::RunError;
 use iface::{check_for_iface, run_point_iface, PeerHeld};
 
@@ -58,7 +59,8 @@ mod testbed;
 
 pub use file::{Axes, Policy, SweepFile};
 pub use point::{parse_offloads, Point, IPERF3};
-pub use rows::{csv_header, csv_settings, done_keys, CSV_QUEUES, CSV_SETTINGS};
+pub use queues::QueueColumns;
+pub use rows::{done_keys, header, Settings, SweepRow};
 pub use testbed::run_point;
 
 /// At most this many runs in one sweep (a typo in an axis should not
@@ -171,7 +173,7 @@ pub fn run(
         .map_err(|e| RunError::Failed(format!("opening {}: {e}", out.display())))?;
     if existing.is_empty() {
         f.set_len(0)
-            .and_then(|()| f.write_all(format!("{}\n", csv_header()).as_bytes()))
+            .and_then(|()| f.write_all(to_text::<SweepRow>(&[], true).as_bytes()))
             .map_err(|e| RunError::Failed(format!("writing {}: {e}", out.display())))?;
     }
     let start = Instant::now();
@@ -186,8 +188,7 @@ pub fn run(
         match r {
             Ok(rows) => {
                 // One write per run: a kill leaves at most one partial line.
-                let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
-                f.write_all(text.as_bytes())
+                f.write_all(to_text(&rows, false).as_bytes())
                     .map_err(|e| RunError::Failed(format!("writing {}: {e}", out.display())))?;
             }
             Err(e) => {

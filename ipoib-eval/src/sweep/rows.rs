@@ -3,75 +3,106 @@
 
 use std::collections::HashSet;
 
+use serde::Serialize;
+
 use super::point::{gateway_str, offload_str};
+use super::queues::QueueColumns;
 use super::Point;
-use crate::report::csv_field;
+use crate::report::CsvRow;
 use crate::spec::SpecError;
 
-/// The settings columns that precede [`crate::report::Report::CSV_HEADER`]'s.
-pub const CSV_SETTINGS: &str =
-    "key,experiment,rep,queues,policy,mtu,gateway,offloads,qdisc,txqueuelen,cpus,udp_socket";
-
-/// The per-queue columns that follow the report's (space-separated lists,
-/// one number per queue or bucket).
-pub const CSV_QUEUES: &str = "tx_queue_packets,tx_queue_segments,rx_queue_packets,\
-rx_unrecorded,tx_size_log2,tx_segs_log2,rx_size_log2,tx_queues_used,policy_effect";
-
-/// The sweep's CSV header.
-pub fn csv_header() -> String {
-    format!(
-        "{CSV_SETTINGS},{},{CSV_QUEUES}",
-        crate::report::Report::CSV_HEADER
-    )
+/// A point's settings: the columns before the report's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Settings {
+    /// The point's key ([`Point::key`]): resume finds runs by it.
+    pub key: String,
+    /// Experiment.
+    pub experiment: String,
+    /// Repetition (0-based).
+    pub rep: u32,
+    /// Queues.
+    pub queues: u16,
+    /// Queue-selection policy.
+    pub policy: String,
+    /// MTU.
+    pub mtu: u32,
+    /// `none`, or the far link's MTU behind a gateway.
+    pub gateway: String,
+    /// `default` or `FEATURE=on|off;...`.
+    pub offloads: String,
+    /// Root qdisc (`default`: the kernel's).
+    pub qdisc: String,
+    /// `txqueuelen`.
+    pub txqueuelen: u32,
+    /// CPU placement as written.
+    pub cpus: String,
+    /// `connected` or `unconnected`: the client's UDP sockets.
+    pub udp_socket: String,
 }
 
-/// The settings fields of a row.
-pub fn csv_settings(p: &Point) -> String {
-    [
-        p.key(),
-        p.experiment.clone(),
-        p.rep.to_string(),
-        p.queues.to_string(),
-        p.policy.to_string(),
-        p.mtu.to_string(),
-        gateway_str(p.gateway),
-        offload_str(&p.offloads),
-        p.qdisc.clone().unwrap_or_else(|| "default".into()),
-        p.txqueuelen.to_string(),
-        p.cpus.clone(),
-        if p.unconnected() {
-            "unconnected"
-        } else {
-            "connected"
+impl Settings {
+    /// The settings of `p`.
+    pub fn of(p: &Point) -> Settings {
+        Settings {
+            key: p.key(),
+            experiment: p.experiment.clone(),
+            rep: p.rep,
+            queues: p.queues,
+            policy: p.policy.to_string(),
+            mtu: p.mtu,
+            gateway: gateway_str(p.gateway),
+            offloads: offload_str(&p.offloads),
+            qdisc: p.qdisc.clone().unwrap_or_else(|| "default".into()),
+            txqueuelen: p.txqueuelen,
+            cpus: p.cpus.clone(),
+            udp_socket: if p.unconnected() {
+                "unconnected"
+            } else {
+                "connected"
+            }
+            .into(),
         }
-        .to_string(),
-    ]
-    .iter()
-    .map(|f| csv_field(f))
-    .collect::<Vec<_>>()
-    .join(",")
+    }
+}
+
+/// One row of a sweep's CSV: the point's settings, the report's columns
+/// ([`CsvRow`]) and the queues' ([`QueueColumns`]). The header is their
+/// fields, in that order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SweepRow(pub Settings, pub CsvRow, pub QueueColumns);
+
+/// The sweep's CSV header.
+pub fn header() -> csv::StringRecord {
+    crate::report::row::header::<SweepRow>()
 }
 
 /// The keys of the runs already in a sweep CSV (its first column), to skip
 /// them on resume. A file with another header is refused: appending would
 /// mix two layouts.
 pub fn done_keys(csv: &str) -> Result<HashSet<String>, SpecError> {
-    let mut lines = csv.lines();
-    match lines.next() {
-        None => return Ok(HashSet::new()),
-        Some(h) if h == csv_header() => {}
-        Some(_) => {
-            return Err(SpecError(
-                "the output file has another header (another tool or version wrote it): \
-                 give a new file"
-                    .into(),
-            ))
-        }
+    if csv.is_empty() {
+        return Ok(HashSet::new());
+    }
+    // Rows of a damaged length still name their run: flexible.
+    let mut rd = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(csv.as_bytes());
+    let another = || {
+        SpecError(
+            "the output file has another header (another tool or version wrote it): \
+             give a new file"
+                .into(),
+        )
+    };
+    if *rd.headers().map_err(|_| another())? != header() {
+        return Err(another());
     }
     let mut done = HashSet::new();
-    for l in lines.filter(|l| !l.is_empty()) {
-        // Keys are quoted when a CPU list puts a comma in them.
-        done.insert(crate::summary::csv_fields(l).swap_remove(0));
+    for r in rd.records() {
+        let r = r.map_err(|e| SpecError(format!("the output file: {e}")))?;
+        if let Some(key) = r.get(0) {
+            done.insert(key.to_string());
+        }
     }
     Ok(done)
 }
@@ -79,6 +110,7 @@ pub fn done_keys(csv: &str) -> Result<HashSet<String>, SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::row::to_text;
     use crate::sweep::SweepFile;
 
     fn file(axes: &str) -> SweepFile {
@@ -89,8 +121,8 @@ mod tests {
     fn resume_skips_the_runs_in_the_file_and_refuses_another_layout() {
         let f = file("queues = [1, 2]");
         let p = f.expand().unwrap();
-        let row = format!("{},{}", csv_settings(&p[0]), "rest");
-        let csv = format!("{}\n{row}\n", csv_header());
+        let row = |p: &Point| SweepRow(Settings::of(p), CsvRow::default(), QueueColumns::default());
+        let csv = to_text(&[row(&p[0])], true);
         let done = done_keys(&csv).unwrap();
         assert!(done.contains(&p[0].key()));
         assert!(!done.contains(&p[1].key()));
@@ -101,12 +133,30 @@ mod tests {
             .contains("another header"));
         // A key with a comma (a CPU list) is quoted, and still found.
         let pinned = file("cpus = [\"0,1:0\"]").expand().unwrap();
-        let csv = format!("{}\n{},rest\n", csv_header(), csv_settings(&pinned[0]));
+        let csv = to_text(&[row(&pinned[0])], true);
+        assert!(
+            csv.contains(&format!("\n\"{}\",", pinned[0].key())),
+            "{csv}"
+        );
         assert!(done_keys(&csv).unwrap().contains(&pinned[0].key()));
         // The settings columns match their header.
-        assert_eq!(
-            csv_settings(&p[0]).split(',').count(),
-            CSV_SETTINGS.split(',').count()
-        );
+        let text = to_text(&[Settings::of(&p[0])], true);
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let cols = rd.headers().unwrap().len();
+        assert_eq!(rd.records().next().unwrap().unwrap().len(), cols);
+    }
+
+    #[test]
+    fn the_header_is_the_columns_scripts_read() {
+        // As results/ipoib/seed004.csv has it.
+        let want = "key,experiment,rep,queues,policy,mtu,gateway,offloads,qdisc,txqueuelen,\
+cpus,udp_socket,commit,proto,len,streams,direction,send,recv,rate_bps,window,nodelay,rr,seconds,\
+sent_msgs,received_msgs,received_bytes,gbit_s,msgs_per_s,loss,reordered,retransmits,\
+client_iface,client_mtu,client_txq,client_rxq,client_qdisc,server_iface,server_mtu,\
+client_tx_pps,client_rx_pps,server_tx_pps,server_rx_pps,msgs_per_wire_packet,busy_s,clock_hz,\
+cycles_per_msg,cycles_per_byte,same_host,p50_us,p99_us,kernel,tx_queue_packets,\
+tx_queue_segments,rx_queue_packets,rx_unrecorded,tx_size_log2,tx_segs_log2,rx_size_log2,\
+tx_queues_used,policy_effect";
+        assert_eq!(header().iter().collect::<Vec<_>>().join(","), want);
     }
 }

@@ -5,9 +5,10 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::queues::{ip_proto, queue_fields};
-use super::{csv_settings, Point, Policy};
-use crate::report::csv_field;
+use super::queues::{ip_proto, QueueColumns};
+use super::rows::{Settings, SweepRow};
+use super::{Point, Policy};
+use crate::report::CsvRow;
 use crate::run::{run_client, ClientOpts, RunError, Server, ServerOpts};
 use crate::spec;
 use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
@@ -50,8 +51,8 @@ fn apply_policy(
 
 /// Runs one point on a testbed of its own: the server in the `b` host, the
 /// client in the `a` host, eBPF views on both ends' data interfaces.
-/// Returns the CSV rows (one per direction).
-pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
+/// Returns its CSV rows (one per direction).
+pub fn run_point(p: &Point) -> Result<Vec<SweepRow>, RunError> {
     let failed = |e: &dyn std::fmt::Display| RunError::Failed(e.to_string());
     let tb = Testbed::up(TestbedSpec {
         gateway: p.gateway.is_some(),
@@ -109,20 +110,16 @@ pub fn run_point(p: &Point) -> Result<Vec<String>, RunError> {
         // Host b sent: its view has the TX queues, a's the RX queues.
         std::mem::swap(&mut tx, &mut rx);
     }
-    let queues = queue_fields(p, Some(&tx), Some(&rx), cpus)
-        .iter()
-        .map(|f| csv_field(f))
-        .collect::<Vec<_>>()
-        .join(",");
+    let queues = QueueColumns::of(p, Some(&tx), Some(&rx), cpus);
     Ok(rows
         .into_iter()
-        .map(|r| format!("{},{r},{queues}", csv_settings(p)))
+        .map(|r| SweepRow(Settings::of(p), r, queues.clone()))
         .collect())
 }
 
 /// Runs our server in host b and our client in host a: the report's CSV
 /// rows (one per direction).
-fn measure(p: &Point, tb: &Testbed) -> Result<Vec<String>, RunError> {
+fn measure(p: &Point, tb: &Testbed) -> Result<Vec<CsvRow>, RunError> {
     let failed = |e: &dyn std::fmt::Display| RunError::Failed(e.to_string());
     let (port_tx, port_rx) = std::sync::mpsc::channel();
     let server_ns = tb.b.netns.clone();
@@ -184,5 +181,5 @@ fn measure(p: &Point, tb: &Testbed) -> Result<Vec<String>, RunError> {
         .map_err(|_| failed(&"the sweep's server panicked"))?;
     let report = report?;
     served?;
-    Ok(report.csv_rows())
+    Ok(report.rows())
 }
