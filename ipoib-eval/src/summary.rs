@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::spec::SpecError;
+use crate::sweep::valid_experiment;
 use fabkit_chart::{self as chart, Line};
 
 /// The settings that make a point, in the order a chart prefers them on
@@ -100,16 +101,6 @@ pub struct Group {
     pub tx_size_log2: Vec<u64>,
     /// What the counters said of the policy, each distinct verdict once.
     pub policy_effect: Vec<String>,
-}
-
-/// Experiment names become file names: letters, digits, `-`, `_`, `.`,
-/// not starting with a dot.
-pub fn valid_experiment(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 64
-        && !n.starts_with('.')
-        && n.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 fn numbers(s: &str) -> Vec<u64> {

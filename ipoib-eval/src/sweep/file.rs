@@ -212,6 +212,16 @@ impl SweepFile {
     }
 }
 
+/// Experiment names become file names (the summary's charts): letters,
+/// digits, `-`, `_`, `.`, not starting with a dot.
+pub fn valid_experiment(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && !n.starts_with('.')
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
 impl SweepFile {
     /// The experiments: each name with its axes (`[axes]` with the
     /// experiment's own entries over them).
@@ -233,7 +243,7 @@ impl SweepFile {
         for (i, e) in self.experiment.iter().enumerate() {
             let mut t = e.clone();
             let name = match t.remove("name") {
-                Some(toml::Value::String(n)) if crate::summary::valid_experiment(&n) => n,
+                Some(toml::Value::String(n)) if valid_experiment(&n) => n,
                 _ => {
                     return Err(SpecError(format!(
                         "experiment {}: give it a name of letters, digits, - _ or . \

@@ -57,7 +57,7 @@ mod queues;
 mod rows;
 mod testbed;
 
-pub use file::{Axes, Policy, SweepFile};
+pub use file::{valid_experiment, Axes, Policy, SweepFile};
 pub use point::{parse_offloads, Point, IPERF3};
 pub use queues::QueueColumns;
 pub use rows::{done_keys, header, Settings, SweepRow};
