@@ -162,7 +162,8 @@ impl IfaceInfo {
 
 /// The interface that holds local address `addr` in this namespace.
 pub fn iface_of(addr: IpAddr) -> Option<String> {
-    crate::sys::iface_with_addr(addr)
+    let all = fabkit_core::net::interface_addresses().ok()?;
+    all.into_iter().find(|a| a.addr == addr).map(|a| a.name)
 }
 
 #[cfg(test)]
@@ -190,6 +191,15 @@ mod tests {
         };
         assert_eq!(later.since(&lo).rx_packets, 5);
         assert_eq!(lo.since(&later).rx_packets, 0);
+    }
+
+    #[test]
+    fn the_loopback_address_is_on_lo() {
+        assert_eq!(
+            iface_of("127.0.0.1".parse().unwrap()).as_deref(),
+            Some("lo")
+        );
+        assert_eq!(iface_of("192.0.2.77".parse().unwrap()), None);
     }
 
     #[test]
