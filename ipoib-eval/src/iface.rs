@@ -170,31 +170,16 @@ pub fn parse_channels(text: &str) -> Option<(Channels, Channels)> {
     which.map(|_| (sets[0], sets[1]))
 }
 
-/// Parses `ethtool -k`: the changeable features (not `[fixed]`), members
-/// rather than the groups above them. Pure.
+/// The changeable features (not `[fixed]`) of `ethtool -k` output,
+/// members rather than the groups above them, as they are to go back:
+/// on if on or asked to be (`off [requested on]` is a feature waiting for
+/// one it depends on; what was asked for is what comes back). Pure.
 pub fn parse_features(text: &str) -> Vec<(String, bool)> {
-    let lines: Vec<&str> = text.lines().skip(1).collect();
-    let mut out = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        let indented = l.starts_with(['\t', ' ']);
-        let group = !indented && lines.get(i + 1).is_some_and(|n| n.starts_with(['\t', ' ']));
-        let Some((k, v)) = l.split_once(':') else {
-            continue;
-        };
-        let v = v.trim();
-        if group || v.contains("[fixed]") {
-            continue;
-        }
-        // What was asked for is what comes back: `off [requested on]` is
-        // a feature waiting for one it depends on.
-        let on = match v.split_whitespace().next() {
-            Some("on") => true,
-            Some("off") => v.contains("[requested on]"),
-            _ => continue,
-        };
-        out.push((k.trim().to_string(), on));
-    }
-    out
+    fabkit_netns::ethtool::parse_features(text)
+        .into_iter()
+        .filter(|f| !f.group && !f.fixed)
+        .map(|f| (f.name, f.active || f.requested))
+        .collect()
 }
 
 /// Parses `tc qdisc show dev X root`: `None` for the kernel's own (handle

@@ -393,22 +393,15 @@ const SHORT_NAMES: [(&str, &str); 12] = [
 /// every name listed (groups, their members and fixed ones alike), and
 /// the short name of each group listed. Pure.
 fn feature_names(text: &str) -> Vec<String> {
-    let listed: Vec<&str> = text
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_once(':').map(|(k, _)| k.trim()))
-        .filter(|k| !k.is_empty())
+    let listed: Vec<String> = crate::ethtool::parse_features(text)
+        .into_iter()
+        .map(|f| f.name)
         .collect();
     let short = SHORT_NAMES
         .iter()
-        .filter(|(_, long)| listed.contains(long))
-        .map(|(s, _)| *s);
-    listed
-        .iter()
-        .copied()
-        .chain(short)
-        .map(String::from)
-        .collect()
+        .filter(|(_, long)| listed.iter().any(|l| l == long))
+        .map(|(s, _)| s.to_string());
+    listed.iter().cloned().chain(short).collect()
 }
 
 /// Refuses an offload that `ethtool -K` would not know, before anything
