@@ -182,35 +182,54 @@ pub fn parse_features(text: &str) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// Parses `tc qdisc show dev X root`: `None` for the kernel's own (handle
-/// `0:`, or nothing shown), else `kind options...` without the handle and
-/// refcount. Pure.
-pub fn parse_root_qdisc(text: &str) -> Option<String> {
-    let l = text.lines().next()?;
-    let mut w = l.split_whitespace();
-    if w.next() != Some("qdisc") {
-        return None;
-    }
-    let kind = w.next()?;
-    if w.next()? == "0:" {
-        return None;
-    }
-    let mut rest: Vec<&str> = Vec::new();
+/// A qdisc as `tc -j qdisc show` lists it (the fields read here).
+#[derive(Debug, Deserialize)]
+struct TcQdisc {
+    kind: String,
+    handle: String,
+}
+
+/// Parses `tc -j qdisc show dev X root`: the kind of a root qdisc an
+/// administrator configured; `None` for the kernel's own (handle `0:`, or
+/// none listed). Pure.
+pub fn parse_root_qdisc(json: &str) -> Option<String> {
+    let listed: Vec<TcQdisc> = serde_json::from_str(json).ok()?;
+    let root = listed.into_iter().next()?;
+    (root.handle != "0:").then_some(root.kind)
+}
+
+/// The options of `tc qdisc show dev X root` (text), in the words `tc
+/// qdisc replace` takes back: the words after `qdisc KIND HANDLE`, without
+/// `root` and `refcnt N`. `tc -j` gives the options as numbers in the
+/// kernel's units, which tc would read in its own (a tbf rate of 1Mbit
+/// shows as 125000, bytes per second; given back, 125000 bit/s). Pure.
+pub fn parse_qdisc_options(text: &str) -> Vec<String> {
+    let Some(l) = text.lines().next() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
     let mut skip = false;
-    for x in w {
+    for x in l.split_whitespace().skip(3) {
         match x {
             _ if skip => skip = false,
             "root" => {}
             "refcnt" => skip = true,
-            _ => rest.push(x),
+            _ => out.push(x.to_string()),
         }
     }
-    Some(
-        std::iter::once(kind)
-            .chain(rest)
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
+    out
+}
+
+/// The root qdisc an administrator configured on `iface` (`kind
+/// options...`); `None`: the kernel's own.
+fn root_qdisc(iface: &str) -> Result<Option<String>, IfaceError> {
+    let json = cmd(&["tc", "-j", "qdisc", "show", "dev", iface, "root"])?;
+    let Some(kind) = parse_root_qdisc(&json) else {
+        return Ok(None);
+    };
+    let text = cmd(&["tc", "qdisc", "show", "dev", iface, "root"])?;
+    let words = std::iter::once(kind).chain(parse_qdisc_options(&text));
+    Ok(Some(words.collect::<Vec<_>>().join(" ")))
 }
 
 fn sys_path(iface: &str, rest: &str) -> PathBuf {
@@ -291,7 +310,7 @@ pub fn read(iface: &str) -> Result<Saved, IfaceError> {
             .ok()
             .and_then(|t| parse_channels(&t)),
         features: parse_features(&cmd(&["ethtool", "-k", iface])?),
-        qdisc: parse_root_qdisc(&cmd(&["tc", "qdisc", "show", "dev", iface, "root"])?),
+        qdisc: root_qdisc(iface)?,
         xps_cpus: (0..queues)
             .map(|q| read_sys(iface, &format!("queues/tx-{q}/xps_cpus")).unwrap_or_default())
             .collect(),
@@ -393,7 +412,9 @@ fn set_features(iface: &str, f: &[(String, bool)]) -> Result<(), IfaceError> {
 
 /// Puts the recorded root qdisc back.
 fn restore_qdisc(s: &Saved) -> Result<(), IfaceError> {
-    let now = parse_root_qdisc(&cmd(&["tc", "qdisc", "show", "dev", &s.iface, "root"])?);
+    let now = parse_root_qdisc(&cmd(&[
+        "tc", "-j", "qdisc", "show", "dev", &s.iface, "root",
+    ])?);
     match &s.qdisc {
         None if now.is_none() => Ok(()),
         None => cmd(&["tc", "qdisc", "del", "dev", &s.iface, "root"]).map(drop),
@@ -731,13 +752,27 @@ mod tests {
     #[test]
     fn root_qdiscs_of_the_kernel_are_none() {
         assert_eq!(parse_root_qdisc(""), None);
-        assert_eq!(parse_root_qdisc("qdisc noqueue 0: root refcnt 2\n"), None);
-        assert_eq!(parse_root_qdisc("qdisc mq 0: root\n"), None);
+        assert_eq!(parse_root_qdisc("[]"), None);
         assert_eq!(
-            parse_root_qdisc("qdisc fq 8001: root refcnt 5 limit 10000p flow_limit 100p\n")
-                .as_deref(),
-            Some("fq limit 10000p flow_limit 100p")
+            parse_root_qdisc(
+                r#"[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]"#
+            ),
+            None
         );
+        assert_eq!(
+            parse_root_qdisc(r#"[{"kind":"mq","handle":"0:","root":true,"options":{}}]"#),
+            None
+        );
+        let fq = r#"[{"kind":"fq","handle":"8001:","root":true,"refcnt":5,
+            "options":{"limit":10000,"flow_limit":100}}]"#;
+        assert_eq!(parse_root_qdisc(fq).as_deref(), Some("fq"));
+        assert_eq!(
+            parse_qdisc_options("qdisc fq 8001: root refcnt 5 limit 10000p flow_limit 100p\n")
+                .join(" "),
+            "limit 10000p flow_limit 100p"
+        );
+        assert!(parse_qdisc_options("qdisc mq 0: root\n").is_empty());
+        assert!(parse_qdisc_options("").is_empty());
     }
 
     #[test]
