@@ -201,9 +201,16 @@ fn mgmt_link(netns: &str) -> Result<Ipv4Addr, TestbedError> {
         let [hi, lo] = (k * 4).to_be_bytes();
         Ipv4Addr::new(MGMT_NET[0], MGMT_NET[1], hi, lo)
     };
-    let links = run(&["ip", "-o", "link", "show"])?;
-    let link_exists =
-        |k: u16| links.contains(&format!(": ipm{k}:")) || links.contains(&format!(": ipm{k}@"));
+    let links = run(&["ip", "-j", "link", "show"])?;
+    let links: serde_json::Value = serde_json::from_str(&links).unwrap_or_default();
+    let link_exists = |k: u16| {
+        let name = format!("ipm{k}");
+        links
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|l| l["ifname"].as_str() == Some(name.as_str()))
+    };
     let k = (0..16384u16)
         .find(|&k| !taken(Ipv4Addr::from(u32::from(block(k)) + 1)) && !link_exists(k))
         .ok_or_else(|| TestbedError::Command {
