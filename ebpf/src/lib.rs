@@ -29,7 +29,7 @@ use std::path::Path;
 use aya::maps::{Array, MapData, PerCpuArray};
 use aya::programs::{SchedClassifier, TcAttachType, TracePoint};
 use aya::Ebpf;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Queues counted one by one (as in `bpf/queues.c`); higher ones share the
 /// last slot.
@@ -93,12 +93,7 @@ impl Iface {
             .args(["-d", "-j", "link", "show", "dev", name])
             .output()
             .map_err(|e| Error::NotFound(format!("running ip: {e} (install iproute2)")))?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let ifindex = text
-            .split("\"ifindex\":")
-            .nth(1)
-            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|s| s.parse::<u32>().ok())
+        let (ifindex, veth) = parse_link(&String::from_utf8_lossy(&out.stdout))
             .filter(|_| out.status.success())
             .ok_or_else(|| {
                 Error::NotFound(format!(
@@ -112,9 +107,33 @@ impl Iface {
         Ok(Iface {
             ifindex,
             netns,
-            veth: text.contains("\"info_kind\":\"veth\""),
+            veth,
         })
     }
+}
+
+/// An interface as `ip -d -j link show` lists it (the fields read here).
+#[derive(Debug, Deserialize)]
+struct IpLink {
+    ifindex: u32,
+    #[serde(default)]
+    linkinfo: Option<LinkInfo>,
+}
+
+/// `linkinfo` of `ip -d -j link show`.
+#[derive(Debug, Deserialize)]
+struct LinkInfo {
+    #[serde(default)]
+    info_kind: Option<String>,
+}
+
+/// Parses `ip -d -j link show dev NAME`: the interface's index, and
+/// whether it is a veth. Pure.
+fn parse_link(json: &str) -> Option<(u32, bool)> {
+    let listed: Vec<IpLink> = serde_json::from_str(json).ok()?;
+    let link = listed.into_iter().next()?;
+    let kind = link.linkinfo.and_then(|i| i.info_kind);
+    Some((link.ifindex, kind.as_deref() == Some("veth")))
 }
 
 /// Which packets count: IPv4 flows matching in either direction; `None`
@@ -512,5 +531,23 @@ impl RoundRobin {
             })
         })?;
         Ok(RoundRobin { _bpf: bpf })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_link_gives_the_index_and_the_kind() {
+        let veth = r#"[{"ifindex":7,"link_index":6,"ifname":"va","flags":["UP"],"mtu":1500,
+            "linkinfo":{"info_kind":"veth"},"num_tx_queues":4}]"#;
+        assert_eq!(parse_link(veth), Some((7, true)));
+        let lo = r#"[{"ifindex":1,"ifname":"lo","mtu":65536}]"#;
+        assert_eq!(parse_link(lo), Some((1, false)));
+        let slave = r#"[{"ifindex":3,"linkinfo":{"info_slave_kind":"bridge"}}]"#;
+        assert_eq!(parse_link(slave), Some((3, false)));
+        assert_eq!(parse_link("[]"), None);
+        assert_eq!(parse_link("Device \"x\" does not exist."), None);
     }
 }

@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::report::{csv_field, Report};
+use crate::report::CsvRow;
 use crate::run::RunError;
 use crate::spec::{Amount, Direction, Proto, TestSpec};
 use crate::stats::cpu::{Clock, ProcStat};
@@ -264,29 +264,9 @@ pub fn run(test: &TestSpec, e: &Ends<'_>) -> Result<(Measured, f64), RunError> {
     Ok((m, busy))
 }
 
-/// A row in [`Report::CSV_HEADER`]'s columns: the named ones filled, the
-/// others empty. An unknown name is a bug and panics in debug builds.
-pub fn csv_row(fields: &[(&str, String)]) -> String {
-    for (name, _) in fields {
-        debug_assert!(
-            Report::CSV_HEADER.split(',').any(|c| c == *name),
-            "no column {name}"
-        );
-    }
-    Report::CSV_HEADER
-        .split(',')
-        .map(|c| {
-            fields
-                .iter()
-                .find(|(n, _)| *n == c)
-                .map_or(String::new(), |(_, v)| csv_field(v))
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The report columns of an iperf3 run of `test` (send and recv `iperf3`).
-pub fn row(test: &TestSpec, m: &Measured, busy_s: f64, kernel: &str) -> String {
+/// The report columns of an iperf3 run of `test` (send and recv `iperf3`);
+/// the columns iperf3 has no figure for stay empty.
+pub fn row(test: &TestSpec, m: &Measured, busy_s: f64, kernel: &str) -> CsvRow {
     let hz = Clock::detect().hz;
     let c = crate::stats::cycles(busy_s, hz, m.received_msgs, m.received_bytes);
     // The words of our own rows' direction column.
@@ -294,48 +274,38 @@ pub fn row(test: &TestSpec, m: &Measured, busy_s: f64, kernel: &str) -> String {
         Direction::Forward => "client->server",
         Direction::Reverse => "server->client",
         Direction::Bidir => "both",
+    };
+    CsvRow {
+        commit: option_env!("FABKIT_COMMIT").unwrap_or("unknown").into(),
+        proto: format!("{:?}", test.proto).to_lowercase(),
+        len: test.len,
+        streams: test.streams,
+        direction: dir.into(),
+        send: "iperf3".into(),
+        recv: "iperf3".into(),
+        rate_bps: format!("{}", test.rate_bps),
+        nodelay: test.nodelay,
+        rr: false,
+        seconds: format!("{:.4}", m.seconds),
+        sent_msgs: m.sent_msgs,
+        received_msgs: m.received_msgs,
+        received_bytes: m.received_bytes,
+        gbit_s: format!("{:.4}", m.gbit_s),
+        msgs_per_s: format!(
+            "{:.1}",
+            crate::stats::per_second(m.received_msgs as f64, m.seconds)
+        ),
+        loss: format!("{:.6}", crate::stats::loss(m.sent_msgs, m.received_msgs)),
+        reordered: m.reordered,
+        retransmits: m.retransmits,
+        busy_s: format!("{busy_s:.3}"),
+        clock_hz: format!("{hz:.0}"),
+        cycles_per_msg: format!("{:.1}", c.per_msg),
+        cycles_per_byte: format!("{:.4}", c.per_byte),
+        same_host: true,
+        kernel: kernel.into(),
+        ..CsvRow::default()
     }
-    .to_string();
-    let opt = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
-    csv_row(&[
-        (
-            "commit",
-            option_env!("FABKIT_COMMIT").unwrap_or("unknown").into(),
-        ),
-        ("proto", format!("{:?}", test.proto).to_lowercase()),
-        ("len", test.len.to_string()),
-        ("streams", test.streams.to_string()),
-        ("direction", dir),
-        ("send", "iperf3".into()),
-        ("recv", "iperf3".into()),
-        ("rate_bps", format!("{}", test.rate_bps)),
-        ("nodelay", test.nodelay.to_string()),
-        ("rr", "false".into()),
-        ("seconds", format!("{:.4}", m.seconds)),
-        ("sent_msgs", m.sent_msgs.to_string()),
-        ("received_msgs", m.received_msgs.to_string()),
-        ("received_bytes", m.received_bytes.to_string()),
-        ("gbit_s", format!("{:.4}", m.gbit_s)),
-        (
-            "msgs_per_s",
-            format!(
-                "{:.1}",
-                crate::stats::per_second(m.received_msgs as f64, m.seconds)
-            ),
-        ),
-        (
-            "loss",
-            format!("{:.6}", crate::stats::loss(m.sent_msgs, m.received_msgs)),
-        ),
-        ("reordered", opt(m.reordered)),
-        ("retransmits", opt(m.retransmits)),
-        ("busy_s", format!("{busy_s:.3}")),
-        ("clock_hz", format!("{hz:.0}")),
-        ("cycles_per_msg", format!("{:.1}", c.per_msg)),
-        ("cycles_per_byte", format!("{:.4}", c.per_byte)),
-        ("same_host", "true".into()),
-        ("kernel", kernel.into()),
-    ])
 }
 
 #[cfg(test)]
@@ -391,10 +361,13 @@ mod tests {
             ..TestSpec::default()
         };
         let r = row(&t, &parse(UDP, Proto::Udp, 3).unwrap(), 0.5, "6.18");
-        let cols = crate::summary::csv_fields(&r);
-        let head: Vec<&str> = Report::CSV_HEADER.split(',').collect();
+        // As a sweep writes it, read back by column name.
+        let text = crate::report::row::to_text(&[r], true);
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let head = rd.headers().unwrap().clone();
+        let cols = rd.records().next().unwrap().unwrap();
         assert_eq!(cols.len(), head.len());
-        let get = |n: &str| cols[head.iter().position(|h| *h == n).unwrap()].clone();
+        let get = |n: &str| cols[head.iter().position(|h| h == n).unwrap()].to_string();
         assert_eq!(
             (get("send"), get("recv")),
             ("iperf3".into(), "iperf3".into())

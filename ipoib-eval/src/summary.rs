@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::spec::SpecError;
+use crate::sweep::valid_experiment;
 use fabkit_chart::{self as chart, Line};
 
 /// The settings that make a point, in the order a chart prefers them on
@@ -102,38 +103,6 @@ pub struct Group {
     pub policy_effect: Vec<String>,
 }
 
-/// Experiment names become file names: letters, digits, `-`, `_`, `.`,
-/// not starting with a dot.
-pub fn valid_experiment(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 64
-        && !n.starts_with('.')
-        && n.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-}
-
-/// Splits one CSV line into fields (quotes as RFC 4180 has them).
-pub fn csv_fields(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                cur.push('"');
-                chars.next();
-            }
-            ('"', true) => quoted = false,
-            ('"', false) if cur.is_empty() => quoted = true,
-            (',', false) => out.push(std::mem::take(&mut cur)),
-            (c, _) => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out
-}
-
 fn numbers(s: &str) -> Vec<u64> {
     s.split(' ').filter_map(|x| x.parse().ok()).collect()
 }
@@ -141,34 +110,39 @@ fn numbers(s: &str) -> Vec<u64> {
 /// Folds a sweep CSV into groups, in the order the points first appear.
 pub fn summarize(csv: &str) -> Result<Vec<Group>, SpecError> {
     // Columns are found by name, so files of earlier layouts still read.
-    let mut lines = csv.lines();
-    let header: Vec<String> = csv_fields(lines.next().unwrap_or(""));
-    let col = |name: &str| header.iter().position(|h| h == name);
-    let (Some(key), Some(exp), Some(dir)) = (col("key"), col("experiment"), col("direction"))
-    else {
-        return Err(SpecError(
+    // Rows of another length are read, then refused with their line.
+    let mut rd = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(csv.as_bytes());
+    let not_sweep = || {
+        SpecError(
             "not a sweep CSV (no key, experiment and direction columns): give the file \
              `ipoib-eval sweep -o` wrote"
                 .into(),
-        ));
+        )
+    };
+    let header = rd.headers().map_err(|_| not_sweep())?.clone();
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let (Some(key), Some(exp), Some(dir)) = (col("key"), col("experiment"), col("direction"))
+    else {
+        return Err(not_sweep());
     };
     // Rows of one point differ only in their `rep=` word.
     let mut order: Vec<(String, String)> = Vec::new();
-    let mut rows: BTreeMap<(String, String), Vec<Vec<String>>> = BTreeMap::new();
-    for (i, l) in lines.enumerate().filter(|(_, l)| !l.is_empty()) {
-        let f = csv_fields(l);
+    let mut rows: BTreeMap<(String, String), Vec<csv::StringRecord>> = BTreeMap::new();
+    for f in rd.records() {
+        let f = f.map_err(|e| SpecError(format!("sweep CSV: {e}")))?;
+        let line = f.position().map_or(0, csv::Position::line);
         if f.len() != header.len() {
             return Err(SpecError(format!(
-                "sweep CSV line {}: {} fields, the header has {}: the file is damaged",
-                i + 2,
+                "sweep CSV line {line}: {} fields, the header has {}: the file is damaged",
                 f.len(),
                 header.len()
             )));
         }
         if !valid_experiment(&f[exp]) {
             return Err(SpecError(format!(
-                "sweep CSV line {}: experiment `{}` is not a name of letters, digits, - _ or .",
-                i + 2,
+                "sweep CSV line {line}: experiment `{}` is not a name of letters, digits, - _ or .",
                 f[exp].escape_default()
             )));
         }
@@ -177,7 +151,7 @@ pub fn summarize(csv: &str) -> Result<Vec<Group>, SpecError> {
             .filter(|w| !w.starts_with("rep="))
             .collect::<Vec<_>>()
             .join(" ");
-        let id = (point, f[dir].clone());
+        let id = (point, f[dir].to_string());
         if !rows.contains_key(&id) {
             order.push(id.clone());
         }
@@ -189,7 +163,7 @@ pub fn summarize(csv: &str) -> Result<Vec<Group>, SpecError> {
         let first = &rs[0];
         let settings = AXIS_COLUMNS
             .iter()
-            .filter_map(|c| col(c).map(|i| (c.to_string(), first[i].clone())))
+            .filter_map(|c| col(c).map(|i| (c.to_string(), first[i].to_string())))
             .collect();
         let mut figures = BTreeMap::new();
         for (m, _) in METRICS {
@@ -220,13 +194,13 @@ pub fn summarize(csv: &str) -> Result<Vec<Group>, SpecError> {
         let mut effects: Vec<String> = Vec::new();
         if let Some(i) = col("policy_effect") {
             for r in rs {
-                if !effects.contains(&r[i]) {
-                    effects.push(r[i].clone());
+                if !effects.iter().any(|e| *e == r[i]) {
+                    effects.push(r[i].to_string());
                 }
             }
         }
         out.push(Group {
-            experiment: first[exp].clone(),
+            experiment: first[exp].to_string(),
             direction: id.1.clone(),
             settings,
             repetitions: rs.len(),
@@ -486,16 +460,25 @@ pub fn write(csv_path: &Path, groups: &[Group], dir: &Path) -> Result<Vec<PathBu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sweep::csv_header;
 
     #[test]
     fn fields_unquote_as_written() {
-        assert_eq!(
-            csv_fields("a,\"b,c\",\"d\"\"e\","),
-            ["a", "b,c", "d\"e", ""]
-        );
-        let f = crate::report::csv_field("x,\"y\"");
-        assert_eq!(csv_fields(&format!("{f},z")), ["x,\"y\"", "z"]);
+        // Commas, quotes and empty fields, as the csv crate writes them,
+        // read back as they were.
+        let text = csv(&[&[
+            ("key", "exp=e rep=0"),
+            ("experiment", "e"),
+            ("direction", "client->server"),
+            ("cpus", "b,c"),
+            ("qdisc", "d\"e"),
+            ("policy_effect", "x,\"y\""),
+        ]]);
+        assert!(text.contains(",\"b,c\","), "{text}");
+        let g = summarize(&text).unwrap();
+        assert_eq!(g[0].settings["cpus"], "b,c");
+        assert_eq!(g[0].settings["qdisc"], "d\"e");
+        assert_eq!(g[0].settings["proto"], "");
+        assert_eq!(g[0].policy_effect, ["x,\"y\""]);
     }
 
     #[test]
@@ -508,19 +491,18 @@ mod tests {
 
     /// A synthetic sweep CSV: the real header, rows filled in by name.
     fn csv(rows: &[&[(&str, &str)]]) -> String {
-        let header = csv_fields(&csv_header());
-        let mut s = csv_header() + "\n";
+        let header = crate::sweep::header();
+        let mut w = ::csv::Writer::from_writer(Vec::new());
+        w.write_record(&header).unwrap();
         for r in rows {
-            let line: Vec<String> = header
-                .iter()
-                .map(|h| {
-                    let v = r.iter().find(|(k, _)| k == h).map_or("", |(_, v)| *v);
-                    crate::report::csv_field(v)
-                })
-                .collect();
-            s += &(line.join(",") + "\n");
+            w.write_record(
+                header
+                    .iter()
+                    .map(|h| r.iter().find(|(k, _)| *k == h).map_or("", |(_, v)| *v)),
+            )
+            .unwrap();
         }
-        s
+        String::from_utf8(w.into_inner().unwrap()).unwrap()
     }
 
     #[test]
@@ -588,7 +570,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("experiment `../x`"));
-        let damaged = csv_header() + "\n1,2\n";
+        let damaged = crate::report::row::to_text::<crate::sweep::SweepRow>(&[], true) + "1,2\n";
         assert!(summarize(&damaged)
             .unwrap_err()
             .to_string()

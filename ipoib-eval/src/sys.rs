@@ -1,13 +1,12 @@
 //! The system calls that `socket2` and `std` do not cover: `sendmmsg` and
 //! `recvmmsg` with UDP GSO/GRO control messages, the `MSG_ZEROCOPY` error
-//! queue, `TCP_INFO`, per-thread `getrusage`, CPU affinity and
-//! `getifaddrs`. The only module of the crate with `unsafe`; each call's
-//! buffers are borrowed for exactly the call.
+//! queue, `TCP_INFO`, per-thread `getrusage` and CPU affinity
+//! (`getifaddrs` is `fabkit_core::net`'s). The only module of the crate
+//! with `unsafe`; each call's buffers are borrowed for exactly the call.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::IpAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
@@ -423,50 +422,6 @@ pub fn netns_inode() -> io::Result<u64> {
     Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
 }
 
-/// The interface holding local address `addr` in this network namespace.
-pub fn iface_with_addr(addr: IpAddr) -> Option<String> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: list is a valid out pointer; freed with freeifaddrs below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = list;
-    while !cur.is_null() {
-        // SAFETY: cur is a node of the list getifaddrs returned, alive until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and points at a sockaddr of the family it names.
-        let here = unsafe {
-            match i32::from((*ifa.ifa_addr).sa_family) {
-                libc::AF_INET => {
-                    let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
-                    Some(IpAddr::from(
-                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                    ))
-                }
-                libc::AF_INET6 => {
-                    let sin6 = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
-                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-                }
-                _ => None,
-            }
-        };
-        if here == Some(addr) {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-            found = Some(name.to_string_lossy().into_owned());
-            break;
-        }
-    }
-    // SAFETY: list came from getifaddrs and is freed once; no reference into it survives.
-    unsafe { libc::freeifaddrs(list) };
-    found
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,12 +480,7 @@ mod tests {
     }
 
     #[test]
-    fn loopback_has_an_interface_and_threads_have_times() {
-        assert_eq!(
-            iface_with_addr("127.0.0.1".parse().unwrap()).as_deref(),
-            Some("lo")
-        );
-        assert_eq!(iface_with_addr("192.0.2.77".parse().unwrap()), None);
+    fn threads_have_times() {
         let (u, s) = thread_rusage();
         assert!(u + s < Duration::from_secs(3600));
         assert!(clock_ticks() > 0.0);

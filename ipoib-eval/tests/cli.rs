@@ -196,16 +196,24 @@ fn a_run_writes_json_and_appends_csv_rows_under_one_header() {
     assert_eq!(v["totals"][0]["received_msgs"], 800);
     assert_eq!(v["client"]["iface"]["name"], "lo");
     assert!(v["commit"].as_str().is_some_and(|c| !c.is_empty()));
-    let rows: Vec<String> = std::fs::read_to_string(&csv)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
+    // One header, then a row per run, each as long as the header.
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut rd = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
     assert_eq!(rows.len(), 3, "{rows:?}");
-    assert!(rows[0].starts_with("commit,proto,len"));
-    assert!(rows[1].contains(",gso:8,gro,") && rows[2].contains(",mmsg:8,gro,"));
-    let cols = rows[0].split(',').count();
-    assert!(rows.iter().all(|r| r.split(',').count() == cols));
+    assert_eq!(
+        rows[0].iter().take(3).collect::<Vec<_>>(),
+        ["commit", "proto", "len"]
+    );
+    let col = |name: &str| rows[0].iter().position(|h| h == name).unwrap();
+    let (send, recv) = (col("send"), col("recv"));
+    assert_eq!((&rows[1][send], &rows[1][recv]), ("gso:8", "gro"));
+    assert_eq!((&rows[2][send], &rows[2][recv]), ("mmsg:8", "gro"));
+    let cols = rows[0].len();
+    assert!(rows.iter().all(|r| r.len() == cols));
 
     // -J: the JSON report alone on stdout.
     let o = run(&[

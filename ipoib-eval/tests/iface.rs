@@ -103,14 +103,14 @@ fn stderr_until(child: &mut Child, prefix: &str) {
 }
 
 fn rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
-    let mut lines = csv.lines();
-    let header = ipoib_eval::summary::csv_fields(lines.next().unwrap());
-    lines
-        .map(|l| {
+    let mut rd = csv::Reader::from_reader(csv.as_bytes());
+    let header = rd.headers().unwrap().clone();
+    rd.records()
+        .map(|f| {
             header
                 .iter()
-                .cloned()
-                .zip(ipoib_eval::summary::csv_fields(l))
+                .zip(&f.unwrap())
+                .map(|(h, v)| (h.to_string(), v.to_string()))
                 .collect()
         })
         .collect()

@@ -191,7 +191,7 @@ fn reverse_bidir_and_parallel_streams_count_per_direction() {
     assert_exact(&r, 400);
     assert_eq!(r.streams.len(), 6);
     assert_eq!(r.totals.len(), 2);
-    assert_eq!(r.csv_rows().len(), 2);
+    assert_eq!(r.rows().len(), 2);
 }
 
 #[test]

@@ -17,13 +17,20 @@ fn sweep(file: &std::path::Path, out: &std::path::Path) -> std::process::Output 
 }
 
 fn rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
-    let mut lines = csv.lines();
-    let header = ipoib_eval::summary::csv_fields(lines.next().unwrap());
-    lines
-        .map(|l| {
-            let f = ipoib_eval::summary::csv_fields(l);
-            assert_eq!(f.len(), header.len(), "{l}");
-            header.iter().zip(f).map(|(h, v)| (h.clone(), v)).collect()
+    // Flexible, so a short row fails the assertion below, not the reader.
+    let mut rd = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(csv.as_bytes());
+    let header = rd.headers().unwrap().clone();
+    rd.records()
+        .map(|f| {
+            let f = f.unwrap();
+            assert_eq!(f.len(), header.len(), "{f:?}");
+            header
+                .iter()
+                .zip(&f)
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect()
         })
         .collect()
 }

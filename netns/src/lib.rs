@@ -11,6 +11,8 @@
 //!   that exist ([`testbed::namespaces`]);
 //! - [`cleanup`]: what an interrupted run must undo, run on SIGINT, SIGTERM
 //!   or SIGHUP;
+//! - [`ethtool`]: an interface's offload features as `ethtool -k` prints
+//!   them, parsed once for the testbed and ipoib-eval;
 //! - `sys`: the system calls `std` lacks (`setns`, `flock`, the signal
 //!   mask); the only `unsafe` in the crate.
 //!
@@ -33,6 +35,7 @@
 #![deny(missing_docs)]
 
 pub mod cleanup;
+pub mod ethtool;
 mod sys;
 pub mod testbed;
 

@@ -201,9 +201,16 @@ fn mgmt_link(netns: &str) -> Result<Ipv4Addr, TestbedError> {
         let [hi, lo] = (k * 4).to_be_bytes();
         Ipv4Addr::new(MGMT_NET[0], MGMT_NET[1], hi, lo)
     };
-    let links = run(&["ip", "-o", "link", "show"])?;
-    let link_exists =
-        |k: u16| links.contains(&format!(": ipm{k}:")) || links.contains(&format!(": ipm{k}@"));
+    let links = run(&["ip", "-j", "link", "show"])?;
+    let links: serde_json::Value = serde_json::from_str(&links).unwrap_or_default();
+    let link_exists = |k: u16| {
+        let name = format!("ipm{k}");
+        links
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|l| l["ifname"].as_str() == Some(name.as_str()))
+    };
     let k = (0..16384u16)
         .find(|&k| !taken(Ipv4Addr::from(u32::from(block(k)) + 1)) && !link_exists(k))
         .ok_or_else(|| TestbedError::Command {
@@ -393,22 +400,15 @@ const SHORT_NAMES: [(&str, &str); 12] = [
 /// every name listed (groups, their members and fixed ones alike), and
 /// the short name of each group listed. Pure.
 fn feature_names(text: &str) -> Vec<String> {
-    let listed: Vec<&str> = text
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_once(':').map(|(k, _)| k.trim()))
-        .filter(|k| !k.is_empty())
+    let listed: Vec<String> = crate::ethtool::parse_features(text)
+        .into_iter()
+        .map(|f| f.name)
         .collect();
     let short = SHORT_NAMES
         .iter()
-        .filter(|(_, long)| listed.contains(long))
-        .map(|(s, _)| *s);
-    listed
-        .iter()
-        .copied()
-        .chain(short)
-        .map(String::from)
-        .collect()
+        .filter(|(_, long)| listed.iter().any(|l| l == long))
+        .map(|(s, _)| s.to_string());
+    listed.iter().cloned().chain(short).collect()
 }
 
 /// Refuses an offload that `ethtool -K` would not know, before anything

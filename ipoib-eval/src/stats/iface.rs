@@ -123,16 +123,13 @@ impl IfaceInfo {
         }
     }
 
-    /// Parses `ethtool -k NAME` output for the features in `FEATURES`. Pure.
+    /// The features in `FEATURES` of `ethtool -k NAME` output, on if in
+    /// effect (`off [requested on]` is off). Pure.
     pub fn parse_ethtool_k(text: &str) -> BTreeMap<String, bool> {
-        text.lines()
-            .filter_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                let k = k.trim();
-                FEATURES
-                    .contains(&k)
-                    .then(|| (k.to_string(), v.trim_start().starts_with("on")))
-            })
+        fabkit_netns::ethtool::parse_features(text)
+            .into_iter()
+            .filter(|f| FEATURES.contains(&f.name.as_str()))
+            .map(|f| (f.name, f.active))
             .collect()
     }
 
@@ -162,7 +159,8 @@ impl IfaceInfo {
 
 /// The interface that holds local address `addr` in this namespace.
 pub fn iface_of(addr: IpAddr) -> Option<String> {
-    crate::sys::iface_with_addr(addr)
+    let all = fabkit_core::net::interface_addresses().ok()?;
+    all.into_iter().find(|a| a.addr == addr).map(|a| a.name)
 }
 
 #[cfg(test)]
@@ -193,6 +191,15 @@ mod tests {
     }
 
     #[test]
+    fn the_loopback_address_is_on_lo() {
+        assert_eq!(
+            iface_of("127.0.0.1".parse().unwrap()).as_deref(),
+            Some("lo")
+        );
+        assert_eq!(iface_of("192.0.2.77".parse().unwrap()), None);
+    }
+
+    #[test]
     fn ip_link_and_ethtool_parse() {
         let j = r#"[{"ifname":"va","mtu":1500,"qdisc":"noqueue","txqlen":1000,
             "num_tx_queues":4,"num_rx_queues":4,"gso_max_size":65536}]"#;
@@ -202,11 +209,13 @@ mod tests {
         assert_eq!(i.qdisc.as_deref(), Some("noqueue"));
         assert_eq!(IfaceInfo::parse_ip_link("x", "garbage").mtu, None);
         let k = "Features for va:\nscatter-gather: on\n\ttx-scatter-gather: on\n\
-                 tcp-segmentation-offload: off [fixed]\ngeneric-receive-offload: on\n";
+                 tcp-segmentation-offload: off [fixed]\ngeneric-receive-offload: on\n\
+                 rx-udp-gro-forwarding: off [requested on]\n";
         let f = IfaceInfo::parse_ethtool_k(k);
         assert_eq!(f.get("scatter-gather"), Some(&true));
         assert_eq!(f.get("tcp-segmentation-offload"), Some(&false));
         assert_eq!(f.get("generic-receive-offload"), Some(&true));
+        assert_eq!(f.get("rx-udp-gro-forwarding"), Some(&false));
         assert!(!f.contains_key("tx-scatter-gather"));
     }
 }
