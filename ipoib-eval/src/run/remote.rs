@@ -1,100 +1,14 @@
-//! A sweep on a real interface sets the peer's side too: the server's
-//! `--sweep-iface`, recorded at the first change and put back on
-//! `Restore` or when the server ends.
+//! A sweep on a real interface sets the peer's side too: the client's
+//! requests that the server set its `--sweep-iface` (the server's side,
+//! recording it at the first change and putting it back on `Restore` or
+//! when it ends, is `server::configure`).
 
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::server::{refuse, unmap, Held, ServerOpts};
 use super::socket::{connect, resolve};
 use super::{failed, RunError};
 use crate::proto::{self, Msg};
-use crate::report::Report;
-
-/// Sets the server's `--sweep-iface` as a sweep point asks, recording it
-/// first; answers `Configured` or `Refused`.
-pub(super) fn configure(
-    opts: &ServerOpts,
-    running: &AtomicUsize,
-    held: &Held,
-    ctl: &TcpStream,
-    peer: &str,
-    wanted: Option<&crate::iface::Wanted>,
-) -> Result<Option<Report>, RunError> {
-    let Some(iface) = &opts.sweep_iface else {
-        return Err(refuse(
-            ctl,
-            peer,
-            "this server does not change its interface: start it with --sweep-iface IFACE".into(),
-        ));
-    };
-    // Only over the interface itself, and never under a running test.
-    let local = ctl.local_addr().map_err(|e| failed(e.to_string()))?.ip();
-    let came_on = crate::stats::iface::iface_of(unmap(local));
-    if came_on.as_deref() != Some(iface.as_str()) {
-        return Err(refuse(
-            ctl,
-            peer,
-            format!(
-                "settings are taken only over {iface} (this came to {local} on {}): give --peer \
-                 this server's address on {iface}",
-                came_on.as_deref().unwrap_or("no interface")
-            ),
-        ));
-    }
-    if running.load(Ordering::Relaxed) > 1 {
-        return Err(refuse(
-            ctl,
-            peer,
-            "tests are running on this server: change its interface when they end".into(),
-        ));
-    }
-    let done = match wanted {
-        // Restore: put the interface back and forget the record.
-        None => {
-            let taken = held.lock().unwrap_or_else(|p| p.into_inner()).take();
-            taken.map_or(Ok(()), |mut h| h.restore())
-        }
-        Some(wanted) => set_sweep_iface(opts, held, iface, wanted),
-    };
-    if let Err(e) = done {
-        return Err(refuse(ctl, peer, e.0));
-    }
-    let mut w = ctl;
-    proto::write_msg(
-        &mut w,
-        &Msg::Configured {
-            iface: iface.clone(),
-        },
-    )
-    .map_err(|e| failed(format!("{peer}: {e}")))?;
-    Ok(None)
-}
-
-/// Checks `wanted`, records `iface` at the first change, and sets it.
-fn set_sweep_iface(
-    opts: &ServerOpts,
-    held: &Held,
-    iface: &str,
-    wanted: &crate::iface::Wanted,
-) -> Result<(), crate::iface::IfaceError> {
-    wanted.validate()?;
-    let mut h = held.lock().unwrap_or_else(|p| p.into_inner());
-    let h = match &mut *h {
-        Some(h) => h,
-        empty => {
-            let (x, earlier) = crate::iface::hold(iface)?;
-            if earlier && opts.verbose {
-                eprintln!(
-                    "ipoib-eval server: {iface}: restoring to the record an earlier run left"
-                );
-            }
-            empty.insert(x)
-        }
-    };
-    crate::iface::apply(h.saved(), wanted)
-}
 
 /// Asks the server at `host:port` to set its `--sweep-iface` as `wanted`
 /// (waiting up to `timeout`: a driver may reset its link); returns the
