@@ -186,8 +186,16 @@ fn mgmt_link(netns: &str) -> Result<Ipv4Addr, TestbedError> {
             msg: e.to_string(),
         }
     })?;
-    let used = run(&["ip", "-4", "-j", "addr", "show"])?;
-    let used: serde_json::Value = serde_json::from_str(&used).unwrap_or_default();
+    // What `ip -j` prints, or an error: read as empty, every block would
+    // look free and the next link would take one in use.
+    let json = |args: &[&str]| -> Result<serde_json::Value, TestbedError> {
+        let out = run(args)?;
+        serde_json::from_str(&out).map_err(|e| TestbedError::Command {
+            cmd: args.join(" "),
+            msg: format!("its output is not JSON ({e})"),
+        })
+    };
+    let used = json(&["ip", "-4", "-j", "addr", "show"])?;
     let taken = |ip: Ipv4Addr| {
         used.as_array().into_iter().flatten().any(|l| {
             l["addr_info"]
@@ -201,8 +209,7 @@ fn mgmt_link(netns: &str) -> Result<Ipv4Addr, TestbedError> {
         let [hi, lo] = (k * 4).to_be_bytes();
         Ipv4Addr::new(MGMT_NET[0], MGMT_NET[1], hi, lo)
     };
-    let links = run(&["ip", "-j", "link", "show"])?;
-    let links: serde_json::Value = serde_json::from_str(&links).unwrap_or_default();
+    let links = json(&["ip", "-j", "link", "show"])?;
     let link_exists = |k: u16| {
         let name = format!("ipm{k}");
         links

@@ -32,8 +32,8 @@ pub fn parse_channels(text: &str) -> Option<(Channels, Channels)> {
 
 /// The changeable features (not `[fixed]`) of `ethtool -k` output,
 /// members rather than the groups above them, as they are to go back:
-/// on if on or asked to be (`off [requested on]` is a feature waiting for
-/// one it depends on; what was asked for is what comes back). Pure.
+/// on if it is on or was asked to be (`off [requested on]` is a feature
+/// waiting for one it depends on, and is put back on). Pure.
 pub fn parse_features(text: &str) -> Vec<(String, bool)> {
     fabkit_netns::ethtool::parse_features(text)
         .into_iter()
@@ -51,11 +51,40 @@ struct TcQdisc {
 
 /// Parses `tc -j qdisc show dev X root`: the kind of a root qdisc an
 /// administrator configured; `None` for the kernel's own (handle `0:`, or
-/// none listed). Pure.
-pub fn parse_root_qdisc(json: &str) -> Option<String> {
-    let listed: Vec<TcQdisc> = serde_json::from_str(json).ok()?;
-    let root = listed.into_iter().next()?;
-    (root.handle != "0:").then_some(root.kind)
+/// none listed). Output that is not tc's JSON is an error, not taken for
+/// the kernel's qdisc (a restore would then skip putting one back). Pure.
+pub fn parse_root_qdisc(json: &str) -> Result<Option<String>, IfaceError> {
+    if json.trim().is_empty() {
+        return Ok(None);
+    }
+    let listed: Vec<TcQdisc> = serde_json::from_str(json).map_err(|e| {
+        IfaceError(format!(
+            "tc -j qdisc show printed what is not its JSON ({e}): {json:.80}"
+        ))
+    })?;
+    Ok(listed
+        .into_iter()
+        .next()
+        .filter(|root| root.handle != "0:")
+        .map(|root| root.kind))
+}
+
+/// The root qdisc to record from both of tc's views of it: the kind from
+/// `tc -j` (`json`), the options in the words `tc qdisc replace` takes
+/// from the text form (`text`), which must name the same kind. Pure.
+pub fn root_qdisc_of(json: &str, text: &str) -> Result<Option<String>, IfaceError> {
+    let Some(kind) = parse_root_qdisc(json)? else {
+        return Ok(None);
+    };
+    let shown = text.split_whitespace().nth(1).unwrap_or_default();
+    if shown != kind {
+        return Err(IfaceError(format!(
+            "tc shows the root qdisc as {kind} in JSON and as `{shown}` in text: it changed \
+             while it was read; read the interface again"
+        )));
+    }
+    let words = std::iter::once(kind).chain(parse_qdisc_options(text));
+    Ok(Some(words.collect::<Vec<_>>().join(" ")))
 }
 
 /// The options of `tc qdisc show dev X root` (text), in the words `tc
@@ -84,12 +113,11 @@ pub fn parse_qdisc_options(text: &str) -> Vec<String> {
 /// options...`); `None`: the kernel's own.
 fn root_qdisc(iface: &str) -> Result<Option<String>, IfaceError> {
     let json = cmd(&["tc", "-j", "qdisc", "show", "dev", iface, "root"])?;
-    let Some(kind) = parse_root_qdisc(&json) else {
+    if parse_root_qdisc(&json)?.is_none() {
         return Ok(None);
-    };
+    }
     let text = cmd(&["tc", "qdisc", "show", "dev", iface, "root"])?;
-    let words = std::iter::once(kind).chain(parse_qdisc_options(&text));
-    Ok(Some(words.collect::<Vec<_>>().join(" ")))
+    root_qdisc_of(&json, &text)
 }
 
 /// Reads `iface`'s settings in this network namespace.
@@ -161,21 +189,30 @@ mod tests {
 
     #[test]
     fn root_qdiscs_of_the_kernel_are_none() {
-        assert_eq!(parse_root_qdisc(""), None);
-        assert_eq!(parse_root_qdisc("[]"), None);
+        let parse = |j: &str| parse_root_qdisc(j).unwrap();
+        assert_eq!(parse(""), None);
+        assert_eq!(parse("[]"), None);
         assert_eq!(
-            parse_root_qdisc(
-                r#"[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]"#
-            ),
+            parse(r#"[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]"#),
             None
         );
         assert_eq!(
-            parse_root_qdisc(r#"[{"kind":"mq","handle":"0:","root":true,"options":{}}]"#),
+            parse(r#"[{"kind":"mq","handle":"0:","root":true,"options":{}}]"#),
             None
         );
         let fq = r#"[{"kind":"fq","handle":"8001:","root":true,"refcnt":5,
             "options":{"limit":10000,"flow_limit":100}}]"#;
-        assert_eq!(parse_root_qdisc(fq).as_deref(), Some("fq"));
+        assert_eq!(parse(fq).as_deref(), Some("fq"));
+        let text = "qdisc fq 8001: root refcnt 5 limit 10000p flow_limit 100p\n";
+        assert_eq!(
+            root_qdisc_of(fq, text).unwrap().as_deref(),
+            Some("fq limit 10000p flow_limit 100p")
+        );
+        // The two views disagree (it changed between the reads): refused.
+        assert!(root_qdisc_of(fq, "qdisc tbf 8002: root rate 1Mbit\n").is_err());
+        // Not tc's JSON: an error, never "the kernel's own".
+        assert!(parse_root_qdisc("Error: Cannot find device").is_err());
+        assert_eq!(root_qdisc_of("[]", "").unwrap(), None);
         assert_eq!(
             parse_qdisc_options("qdisc fq 8001: root refcnt 5 limit 10000p flow_limit 100p\n")
                 .join(" "),

@@ -103,7 +103,7 @@ fn set_features(iface: &str, f: &[(String, bool)]) -> Result<(), IfaceError> {
 fn restore_qdisc(s: &Saved) -> Result<(), IfaceError> {
     let now = parse_root_qdisc(&cmd(&[
         "tc", "-j", "qdisc", "show", "dev", &s.iface, "root",
-    ])?);
+    ])?)?;
     match &s.qdisc {
         None if now.is_none() => Ok(()),
         None => cmd(&["tc", "qdisc", "del", "dev", &s.iface, "root"]).map(drop),
