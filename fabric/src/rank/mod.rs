@@ -55,11 +55,14 @@ use fabkit_core::{Completion, Op, Remote};
 mod data;
 mod msg;
 mod op;
+mod ordering;
+mod plan;
 mod setup;
 
-pub use data::{Initiator, OrderingStats};
+pub use data::Initiator;
+pub use ordering::OrderingStats;
 
-use data::FenceBook;
+use ordering::FenceBook;
 use setup::ProgressThread;
 
 /// Whether a rank runs a background thread that progresses its endpoint.

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::data::{FenceBook, ATOMIC_STAGE};
+use super::data::ATOMIC_STAGE;
+use super::ordering::FenceBook;
 use super::{Peer, ProgressMode, Rank, RankConfig};
 use crate::av::AddressVector;
 use crate::bootstrap::Bootstrap;
