@@ -8,7 +8,7 @@ use fabkit_core::Bootstrap;
 use crate::collective::agree;
 use crate::outcome::{Error, Result};
 
-pub(super) fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
+fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     let mut p = prefix.as_os_str().to_owned();
     p.push(suffix);
     PathBuf::from(p)

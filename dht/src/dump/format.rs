@@ -31,7 +31,7 @@ pub(super) fn le64(b: &[u8], at: u64) -> u64 {
     u64::from_le_bytes(w)
 }
 
-pub(super) fn le32(b: &[u8], at: u64) -> u32 {
+fn le32(b: &[u8], at: u64) -> u32 {
     let at = at as usize;
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
@@ -149,10 +149,10 @@ pub(super) fn record_crc(dump_id: u64, shard: u64, index: u64, key: &[u8], value
 /// so may have the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Stamp {
-    pub(super) dev: u64,
-    pub(super) ino: u64,
+    dev: u64,
+    ino: u64,
     pub(super) len: u64,
-    pub(super) mtime: (i64, i64),
+    mtime: (i64, i64),
 }
 
 impl Stamp {
@@ -167,20 +167,20 @@ impl Stamp {
 }
 
 /// Takes a batch of checked records (key, value) of a shard.
-pub(super) type Sink<'a> = dyn FnMut(&[(&[u8], &[u8])]) -> Result<()> + 'a;
+type Sink<'a> = dyn FnMut(&[(&[u8], &[u8])]) -> Result<()> + 'a;
 
 /// A shard being read: its header checked, its records handed out in
 /// batches as each batch passes its checksums.
 pub(super) struct ShardReader {
-    pub(super) path: PathBuf,
-    pub(super) r: BufReader<File>,
+    path: PathBuf,
+    r: BufReader<File>,
     pub(super) h: Header,
     pub(super) stamp: Stamp,
     /// The next record's index.
     pub(super) next: u64,
     pub(super) key_len: usize,
     pub(super) value_len: usize,
-    pub(super) buf: Vec<u8>,
+    buf: Vec<u8>,
 }
 
 impl ShardReader {

@@ -234,7 +234,7 @@ impl<T: Transport> Dht<T> {
 }
 
 /// What a restore's write rounds need to know.
-pub(super) struct WriteRound<'a> {
+struct WriteRound<'a> {
     prefix: &'a Path,
     shards: usize,
     lens: (usize, usize),
@@ -248,7 +248,7 @@ pub(super) struct WriteRound<'a> {
 /// shards read and checked. Returns whether there is more to do and the
 /// payload: the shard count asked for, then (shard, dump id) of each shard
 /// whose check finished.
-pub(super) fn check_round(
+fn check_round(
     prefix: &Path,
     mine: &mut std::iter::StepBy<std::ops::Range<usize>>,
     cur: &mut Option<ShardReader>,

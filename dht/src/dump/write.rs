@@ -22,7 +22,7 @@ use crate::variant::Settled;
 
 /// The 8-byte word at the start of bucket bytes `b` (fine's lock word,
 /// chunked's state word).
-pub(super) fn first_word(b: &[u8]) -> u64 {
+fn first_word(b: &[u8]) -> u64 {
     le64(b, 0)
 }
 
@@ -39,7 +39,7 @@ pub(super) fn data<'a>(l: &Layout, b: &'a [u8]) -> Bucket<'a> {
 
 /// Whether bucket `b` holds anything: a record, whole or not, or a held
 /// lock or claim. What holds something and is not dumped is skipped.
-pub(super) fn holds_something(l: &Layout, b: &[u8]) -> bool {
+fn holds_something(l: &Layout, b: &[u8]) -> bool {
     match l.variant {
         Variant::Chunked => first_word(b) != STATE_EMPTY,
         Variant::Fine => word::held(first_word(b)) || data(l, b).occupied(),
@@ -49,13 +49,13 @@ pub(super) fn holds_something(l: &Layout, b: &[u8]) -> bool {
 
 /// What a read of `key` does at bucket `b` (whole bucket bytes) of a quiet
 /// table: the variant's own rule ([`crate::variant::look`]), re-reads spent.
-pub(super) fn verdict(l: &Layout, b: &[u8], key: &[u8]) -> Settled {
+fn verdict(l: &Layout, b: &[u8], key: &[u8]) -> Settled {
     crate::variant::look(l.variant, first_word(b), &data(l, b), key).settled()
 }
 
 /// A record found in the block being dumped, and how far the walk along
 /// its key's buckets has come.
-pub(super) struct Walk<'a> {
+struct Walk<'a> {
     /// Its bucket's index in the block.
     j: usize,
     key: &'a [u8],
@@ -77,7 +77,7 @@ impl Walk<'_> {
 }
 
 /// A dump in progress on this rank.
-pub(super) struct Dumping {
+struct Dumping {
     part: PathBuf,
     dump_id: u64,
     /// The shard being written (None before the first round and after the

@@ -136,7 +136,7 @@ pub(super) fn canonical(s: &str) -> Option<u64> {
 /// Whether `/proc` is this process's own: `/proc/self` names our pid. It
 /// does not when `/proc` was mounted for another PID namespace, and then
 /// nothing read there says anything about our pids.
-pub(super) fn own_proc() -> bool {
+fn own_proc() -> bool {
     std::fs::read_link("/proc/self")
         .ok()
         .and_then(|l| l.to_str().and_then(canonical))
@@ -158,13 +158,13 @@ pub fn pid_namespace() -> Option<u64> {
 /// Only from there does `/proc` show every process on the machine.
 pub(super) const INIT_PID_NS: u64 = 0xEFFF_FFFC;
 
-pub(super) struct ProcStat {
+struct ProcStat {
     state: u8,
     start: u64,
 }
 
 /// Fields 3 (state) and 22 (start time) of a `/proc/<pid>/stat`.
-pub(super) fn proc_stat(path: &str) -> Option<ProcStat> {
+fn proc_stat(path: &str) -> Option<ProcStat> {
     let stat = std::fs::read_to_string(path).ok()?;
     // The command (field 2) is in parentheses and may hold spaces or ')':
     // fields are counted after the last ')'. Field 3 is the first there.

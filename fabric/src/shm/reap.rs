@@ -8,14 +8,17 @@ use std::path::Path;
 
 use fabkit_core::Error as CoreError;
 
-use super::name::*;
+use super::name::{
+    canonical, parse_name, parse_provider_name, pid_namespace, pid_state, Creator, Liveness,
+    PidState, INIT_PID_NS,
+};
 use super::SHM_DIR;
 use crate::error::{Error, Result};
 
 /// What made a segment [`survey`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Maker {
-    /// fabkit, as recorded in the name ([`segment_name`]).
+    /// fabkit, as recorded in the name ([`segment_name`](super::segment_name)).
     Fabkit {
         /// The creating process.
         creator: Creator,
@@ -391,6 +394,7 @@ pub fn reap_stale() -> Reaped {
 mod tests {
     use super::*;
 
+    use crate::shm::segment_name;
     use crate::shm::tests::Unlink;
     use crate::shm::{SharedSegment, PREFIX};
 

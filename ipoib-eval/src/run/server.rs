@@ -64,7 +64,7 @@ pub struct Server {
 }
 
 /// The interface a server lets sweeps set, once recorded.
-pub(super) type Held = Arc<Mutex<Option<crate::iface::Held>>>;
+type Held = Arc<Mutex<Option<crate::iface::Held>>>;
 
 /// One running test's place in the server's count, given back on drop (also
 /// when the session fails or panics).
@@ -76,7 +76,7 @@ impl Drop for Slot {
     }
 }
 
-pub(super) fn unmap(ip: IpAddr) -> IpAddr {
+fn unmap(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
@@ -216,7 +216,7 @@ impl Server {
 }
 
 /// Refuses a test with a reason the client prints, and returns the error.
-pub(super) fn refuse(ctl: &TcpStream, peer: &str, reason: String) -> RunError {
+fn refuse(ctl: &TcpStream, peer: &str, reason: String) -> RunError {
     let mut w = ctl;
     let _ = proto::write_msg(
         &mut w,

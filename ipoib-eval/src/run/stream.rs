@@ -50,7 +50,7 @@ pub(super) struct Ctx {
 
 /// Latency histogram: 1 ns to 1 hour, 3 significant digits; fixed memory,
 /// no allocation per sample.
-pub(super) type Histogram = hdrhistogram::Histogram<u64>;
+type Histogram = hdrhistogram::Histogram<u64>;
 
 pub(super) fn new_histogram() -> Histogram {
     // Valid bounds (low >= 1, high >= 2 * low, 3 digits): cannot fail.

@@ -11,7 +11,9 @@ use fabkit_core::{Op, OpKind, Remote};
 use fabkit_core::Error as CoreError;
 
 use crate::error::{error_string, Error, Result};
-use crate::shim::*;
+#[cfg(feature = "test-seams")]
+use crate::shim::fabkit_mpi_err_other;
+use crate::shim::{fabkit_mpi_no_op, fabkit_mpi_replace, fabkit_mpi_success};
 
 use super::{check_on, lock_kind, Sync, Window};
 
@@ -50,7 +52,7 @@ impl Window<'_> {
     /// borrowed (and put back after the batch). A batch that panicked
     /// never put it back and left an empty set of no ranks, which would
     /// drop every target and flush none: a fresh one replaces it.
-    pub(super) fn take_targets(&mut self) -> Targets {
+    fn take_targets(&mut self) -> Targets {
         let t = std::mem::take(&mut self.targets);
         if t.ranks == self.size {
             t
@@ -60,7 +62,7 @@ impl Window<'_> {
     }
 
     /// [`Window::execute_in_epoch`] after validation.
-    pub(super) fn in_epoch(&mut self, ops: &mut [Op<'_>], targets: &[usize]) -> Result<()> {
+    fn in_epoch(&mut self, ops: &mut [Op<'_>], targets: &[usize]) -> Result<()> {
         if !self.locked_all {
             if let Some(t) = targets.iter().find(|t| !self.locked.contains(t)) {
                 return Err(Error::from(CoreError::InvalidArgument(format!(
@@ -81,7 +83,7 @@ impl Window<'_> {
     /// common case, a valid op, is one match and a few comparisons; the
     /// error is worked out apart ([`Window::invalid`]).
     #[inline]
-    pub(super) fn validate(&self, op: &Op<'_>) -> Result<usize> {
+    fn validate(&self, op: &Op<'_>) -> Result<usize> {
         let (at, len, atomic) = match op {
             Op::Read { from, into } => (from, into.len(), false),
             Op::Write { to, from, .. } => (to, from.len(), false),
@@ -107,7 +109,7 @@ impl Window<'_> {
 
     /// Why `op` is refused (it failed [`Window::validate`]).
     #[cold]
-    pub(super) fn invalid(&self, op: &Op<'_>) -> Error {
+    fn invalid(&self, op: &Op<'_>) -> Error {
         match self.explain(op) {
             Err(e) => e,
             Ok(()) => unreachable!("validate refused an op explain accepts: {op:?}"),
@@ -115,7 +117,7 @@ impl Window<'_> {
     }
 
     /// Every check of an op, each refusal with its own message.
-    pub(super) fn explain(&self, op: &Op<'_>) -> Result<()> {
+    fn explain(&self, op: &Op<'_>) -> Result<()> {
         let at = op.target();
         let kind = op.kind();
         if matches!(kind, OpKind::Send | OpKind::Recv) {
@@ -154,7 +156,7 @@ impl Window<'_> {
 
     /// Validates every op and makes `targets` their distinct ranks, in one
     /// pass (on an error, `targets` holds those of the ops before it).
-    pub(super) fn validate_all(&self, ops: &[Op<'_>], targets: &mut Targets) -> Result<()> {
+    fn validate_all(&self, ops: &[Op<'_>], targets: &mut Targets) -> Result<()> {
         targets.clear();
         for op in ops {
             targets.add(self.validate(op)?);
@@ -266,7 +268,7 @@ impl Window<'_> {
     /// One batch's epoch under `sync`: `valid` is the batch's validation
     /// (under fence and PSCW a failed one still takes part in the epoch),
     /// `targets` its distinct targets in rank order.
-    pub(super) fn run_epoch(
+    fn run_epoch(
         &mut self,
         sync: Sync,
         ops: &mut [Op<'_>],
@@ -324,7 +326,7 @@ impl Window<'_> {
     /// The return code the test seam ([`Window::fail_after`]) puts in place
     /// of the call, if it is armed and this call is the one to fail.
     #[cfg(feature = "test-seams")]
-    pub(super) fn injected(&self) -> Option<i32> {
+    fn injected(&self) -> Option<i32> {
         let left = self.fail_after.get()?;
         if left == 0 {
             self.fail_after.set(None);
@@ -337,7 +339,7 @@ impl Window<'_> {
     }
 
     #[cfg(not(feature = "test-seams"))]
-    pub(super) fn injected(&self) -> Option<i32> {
+    fn injected(&self) -> Option<i32> {
         None
     }
 
@@ -346,10 +348,7 @@ impl Window<'_> {
     /// the whole `execute`), so they outlive the epoch that completes them.
     /// Takes the ops as an iterator, so that a subset (one target's) needs
     /// no list of its own.
-    pub(super) fn issue<'o, 'b: 'o>(
-        &self,
-        ops: impl Iterator<Item = &'o mut Op<'b>>,
-    ) -> Result<()> {
+    fn issue<'o, 'b: 'o>(&self, ops: impl Iterator<Item = &'o mut Op<'b>>) -> Result<()> {
         // SAFETY: reading MPI constants exported by rsmpi and the shim.
         let (u8t, u64t, ok) =
             unsafe { (ffi::RSMPI_UINT8_T, ffi::RSMPI_UINT64_T, fabkit_mpi_success) };
@@ -560,12 +559,12 @@ impl Targets {
     }
 
     /// Puts the ranks in order; call after the last [`Targets::add`].
-    pub(super) fn sort(&mut self) {
+    fn sort(&mut self) {
         self.list.sort_unstable();
     }
 
     /// Makes the set the distinct `ranks`, in order.
-    pub(super) fn fill(&mut self, ranks: impl Iterator<Item = usize>) {
+    fn fill(&mut self, ranks: impl Iterator<Item = usize>) {
         self.clear();
         let n = self.ranks;
         ranks.filter(|&r| r < n).for_each(|r| self.add(r));

@@ -97,7 +97,7 @@ impl Window<'_> {
 
     /// The group of `ranks` (distinct, in rank order) in the window's
     /// communicator.
-    pub(super) fn group_of(&self, ranks: &[usize]) -> Result<ffi::MPI_Group> {
+    fn group_of(&self, ranks: &[usize]) -> Result<ffi::MPI_Group> {
         // SAFETY: reading MPI handle constants exported by rsmpi.
         let (mut world, mut g) = unsafe { (ffi::RSMPI_GROUP_NULL, ffi::RSMPI_GROUP_NULL) };
         let list: Vec<i32> = ranks.iter().map(|&r| r as i32).collect();

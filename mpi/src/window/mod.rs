@@ -1,6 +1,7 @@
-//! MPI one-sided RMA windows that execute the same [`Op`](fabkit_core::Op) batches as a fabric
-//! fabric rank (fabkit-fabric's `Rank`), so one algorithm runs over native libfabric and over MPI
-//! and the two can be compared directly.
+//! MPI one-sided RMA windows that execute the same [`Op`](fabkit_core::Op)
+//! batches as a libfabric rank (fabkit-fabric's `Rank`), so one algorithm
+//! runs over native libfabric and over MPI and the two can be compared
+//! directly.
 //!
 //! Synchronisation is explicit ([`Sync`]), as in seed 003's comparison:
 //! `lock_all` plus flush, lock/unlock per batch (shared or exclusive), fence,
@@ -56,7 +57,7 @@ use crate::bootstrap::MpiBootstrap;
 use fabkit_core::Error as CoreError;
 
 use crate::error::{check, error_string, Error, Result};
-use crate::shim::*;
+use crate::shim::{fabkit_mpi_lock_exclusive, fabkit_mpi_lock_shared, fabkit_mpi_success};
 
 mod batch;
 mod epoch;

@@ -36,7 +36,7 @@ use fabkit_dht::{Config, Dht, Read, Stats, Transport, Variant};
 use fabkit_fabric::Rank;
 use serde::{Deserialize, Serialize};
 
-use crate::bounds::{self};
+use crate::bounds;
 use crate::hist::Hist;
 use args::{config, dist_of, rank_config, spec, variants};
 pub use args::{validate, DhtArgs};

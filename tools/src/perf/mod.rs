@@ -575,7 +575,7 @@ fn check_memory(a: &PerfArgs, sizes: &[usize], staging: usize, boot: &dyn Bootst
 
 /// -t: the count of operations that fills `secs` (see
 /// [`timing::calibrate`]); ranks without a role idle through the probes,
-/// and every rank's slowest probe counts.
+/// every rank learns whether any probe failed, and rank 0's time decides.
 fn calibrate(
     eps: &[Rank],
     job: &Job<'_>,

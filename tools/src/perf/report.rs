@@ -112,7 +112,7 @@ impl Report {
             let l = p.latency;
             let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
             let row = CsvRow {
-                provider: &self.meta.provider,
+                provider: self.meta.provider.to_lowercase(),
                 op: format!("{:?}", p.op).to_lowercase(),
                 pattern: format!("{:?}", p.pattern).to_lowercase(),
                 bidir: p.bidir,
@@ -139,8 +139,8 @@ impl Report {
 /// One CSV row of `fabkit perf` (its field names are the header). Rates
 /// and latencies are written to a fixed number of decimals.
 #[derive(Serialize)]
-struct CsvRow<'a> {
-    provider: &'a str,
+struct CsvRow {
+    provider: String,
     op: String,
     pattern: String,
     bidir: bool,

@@ -147,6 +147,15 @@ mod tests {
         assert!(near(l.max, 90.0), "{l:?}");
         assert!(near(l.mean, (98.0 * 2.0 + 140.0) / 100.0), "{l:?}");
         assert!(Latency::from_hist(&Hist::new()).is_none());
+        // One sample: every percentile is it, to the histogram's resolution
+        // (the top of its bucket, as hdrhistogram reports quantiles).
+        let mut one = Hist::new();
+        one.record(7_000);
+        let l = Latency::from_hist(&one).unwrap();
+        let top = one.get().highest_equivalent(7_000) as f64 / 1e3;
+        assert_eq!((l.p50, l.p99, l.max), (top, top, top));
+        assert_eq!(l.min, 7.0);
+        assert!(near(top, 7.0));
     }
 
     #[test]
