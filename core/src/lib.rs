@@ -14,6 +14,7 @@
 //! - [`time`]: a clock cheap enough for every step of an operation, the
 //!   timeout scale every wait honours, and the CPU clock rate that turns
 //!   CPU seconds into cycles.
+//! - [`host`]: this host's memory, which sizes are checked against.
 //! - [`net`]: the addresses of this host's interfaces (one `getifaddrs`
 //!   walk), and whether an address lies in a network.
 //! - [`error`]: what any layer can meet (a timeout, a bound, a bad
@@ -41,6 +42,7 @@
 
 pub mod bootstrap;
 pub mod error;
+pub mod host;
 pub mod net;
 pub mod op;
 pub mod time;

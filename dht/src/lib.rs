@@ -39,6 +39,7 @@
 
 pub mod clock;
 pub mod collective;
+mod config;
 mod dump;
 pub mod layout;
 mod outcome;
@@ -47,8 +48,9 @@ mod table;
 pub mod transport;
 mod variant;
 
+pub use config::{Config, MAX_DEADLINE, MAX_FIELD};
 pub use dump::{Dumped, Restored, FORMAT_VERSION, MAX_SHARDS};
 pub use layout::Variant;
 pub use outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
-pub use table::{physical_memory, Config, Dht, MAX_DEADLINE, MAX_FIELD};
+pub use table::Dht;
 pub use transport::Transport;

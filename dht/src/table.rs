@@ -1,4 +1,4 @@
-//! The table: configuration, collective creation, statistics, and the one
+//! The table: collective creation (from a [`Config`]), statistics, and the one
 //! driver of the variants' state machines ([`crate::variant`]): it posts
 //! the batches a machine plans on the transport, feeds the completions back
 //! with the time, and waits through the [`Clock`] when a machine asks.
@@ -8,158 +8,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fabkit_core::Bootstrap;
-use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, SystemClock};
-use crate::layout::{Layout, Variant};
+use crate::config::{Config, MAX_DEADLINE};
+use crate::layout::Variant;
 use crate::outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
-use crate::placement::{default_candidates, Placement, MAX_CANDIDATES};
+use crate::placement::Placement;
 use crate::transport::{Op, Transport};
 use crate::variant::{
     chunked::Chunked, coarse::Coarse, fine::Fine, lockfree::Lockfree, recycle, Batch, Machine,
     Mode, Outcome, Probe, Run, Shape, Step, MAX_RUN,
 };
-
-/// The longest key or value a table takes: 1 MiB.
-pub const MAX_FIELD: usize = 1 << 20;
-
-/// The longest deadline [`Dht::set_deadline`] takes: a week.
-pub const MAX_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// How a table is laid out; identical on every rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Config {
-    /// Algorithm.
-    pub variant: Variant,
-    /// Fixed key length in bytes.
-    pub key_len: usize,
-    /// Fixed value length in bytes.
-    pub value_len: usize,
-    /// Buckets per rank.
-    pub buckets: u64,
-    /// Candidate buckets per key (0: the published default for `buckets`).
-    pub candidates: u32,
-    /// Re-reads of a bucket whose checksum fails before it is marked invalid.
-    pub checksum_retries: u32,
-    /// Chunked: buckets per chunk (C); `candidates` counts chunks.
-    pub chunk: u32,
-}
-
-impl Config {
-    /// POET's records (80 B keys, 104 B values), 4096 buckets per rank.
-    pub fn new(variant: Variant) -> Config {
-        Config {
-            variant,
-            key_len: 80,
-            value_len: 104,
-            buckets: 4096,
-            candidates: 0,
-            checksum_retries: 3,
-            chunk: 8,
-        }
-    }
-
-    /// The bucket layout.
-    pub fn layout(&self) -> Layout {
-        Layout::new(self.variant, self.key_len, self.value_len)
-    }
-
-    /// Bytes of region each rank must expose, for a configuration that
-    /// [`Config::validate`] passed; one whose size overflows (which validate
-    /// refuses) gives `usize::MAX`, which no allocation serves, rather than
-    /// a wrapped, too small region.
-    pub fn region_len(&self) -> usize {
-        self.layout().region_len(self.buckets).unwrap_or(usize::MAX)
-    }
-
-    fn candidates(&self) -> u32 {
-        if self.candidates == 0 {
-            default_candidates(self.buckets)
-        } else {
-            self.candidates
-        }
-    }
-
-    /// Checks what can be checked before anything is allocated or sent.
-    pub fn validate(&self) -> Result<()> {
-        if self.key_len == 0 || self.value_len == 0 {
-            return Err(Error::Config(
-                "keys and values must be at least 1 byte".into(),
-            ));
-        }
-        if self.variant == Variant::Chunked && self.chunk == 0 {
-            return Err(Error::Config(
-                "chunked needs at least 1 bucket per chunk".into(),
-            ));
-        }
-        if self.buckets == 0 {
-            return Err(Error::Config(
-                "a region must hold at least one bucket (buckets = 0)".into(),
-            ));
-        }
-        if self.candidates > MAX_CANDIDATES {
-            return Err(Error::Config(format!(
-                "{} candidates per key: at most {MAX_CANDIDATES} (0 takes the published default)",
-                self.candidates
-            )));
-        }
-        // Bounded lengths keep the bucket layout's own sums small; the
-        // region's size is computed checked, since `buckets` is anyone's.
-        if self.key_len > MAX_FIELD || self.value_len > MAX_FIELD {
-            return Err(Error::Config(format!(
-                "keys of {} B and values of {} B: each must be at most {MAX_FIELD} B",
-                self.key_len, self.value_len
-            )));
-        }
-        let layout = self.layout();
-        let Some(region) = layout.region_len(self.buckets) else {
-            return Err(Error::Config(format!(
-                "{} buckets of {} B per rank overflow a region's size; use fewer buckets",
-                self.buckets, layout.bucket_len
-            )));
-        };
-        if let Some(mem) = physical_memory() {
-            let need = region as u128;
-            if need > mem as u128 {
-                return Err(Error::Config(format!(
-                    "{} buckets of {} B need {need} B per rank, more than this machine's {mem} B \
-                     of memory",
-                    self.buckets,
-                    self.layout().bucket_len
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    fn encode(&self) -> Vec<u8> {
-        let mut v = vec![self.variant.code()];
-        for x in [
-            self.key_len as u64,
-            self.value_len as u64,
-            self.buckets,
-            u64::from(self.candidates()),
-            u64::from(self.chunk),
-        ] {
-            v.extend_from_slice(&x.to_le_bytes());
-        }
-        v
-    }
-}
-
-/// This machine's memory in bytes (MemTotal), if /proc says; the one
-/// figure both the table and the `fabkit` tool check sizes against.
-pub fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    kb.checked_mul(1024)
-}
 
 /// A distributed hash table over a transport.
 pub struct Dht<T: Transport> {
@@ -198,12 +57,6 @@ impl<T: Transport> std::fmt::Debug for Dht<T> {
 /// A random start for a table's tag sequence.
 fn random_base() -> u32 {
     fabkit_core::random_u64() as u32
-}
-
-/// The deadline of each operation when none is set: 30 s, times
-/// `FABKIT_TIMEOUT_SCALE` (emulated and oversubscribed machines).
-fn default_deadline() -> Duration {
-    fabkit_core::time::scaled(Duration::from_secs(30))
 }
 
 impl<T: Transport> Dht<T> {
@@ -256,7 +109,7 @@ impl<T: Transport> Dht<T> {
             chunk: cfg.chunk,
             checksum_retries: cfg.checksum_retries,
             rank: t.rank(),
-            deadline: default_deadline(),
+            deadline: crate::config::default_deadline(),
             near: t.near(),
         };
         Ok(Dht {

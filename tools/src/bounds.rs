@@ -295,7 +295,7 @@ pub fn online_cpus() -> usize {
 }
 
 /// This machine's memory in bytes, as the DHT's table checks it.
-pub use fabkit_dht::physical_memory;
+pub use fabkit_core::host::physical_memory;
 
 /// Checks, before any rank is set up, that `provider` exists here with
 /// `caps` and offers `domain` (an interface, device or network the user
