@@ -179,6 +179,46 @@ impl Placement {
     }
 }
 
+/// How a table hashes a key to its places: fabkit's [`hash_key`], or the
+/// caller's function (the MPI-DHT's `hash_func`, given as a closure). Every
+/// rank of a table must use the same one; a table placed with one is read
+/// with it, and a restore re-places every record with the target table's.
+#[derive(Clone, Default)]
+pub struct KeyHash(Option<std::sync::Arc<HashFn>>);
+
+/// A key hash function of the caller's.
+type HashFn = dyn Fn(&[u8]) -> u64 + Send + Sync;
+
+impl KeyHash {
+    /// The caller's hash function.
+    pub fn custom(f: impl Fn(&[u8]) -> u64 + Send + Sync + 'static) -> KeyHash {
+        KeyHash(Some(std::sync::Arc::new(f)))
+    }
+
+    /// The hash of `key`.
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        match &self.0 {
+            None => hash_key(key),
+            Some(f) => f(key),
+        }
+    }
+
+    /// Whether this is the caller's function rather than fabkit's.
+    pub fn is_custom(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl std::fmt::Debug for KeyHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_custom() {
+            "KeyHash(custom)"
+        } else {
+            "KeyHash(fabkit)"
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, MAX_DEADLINE};
 use crate::layout::Variant;
 use crate::outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
+use crate::placement::KeyHash;
 use crate::placement::Placement;
 use crate::transport::{Op, Transport};
 use crate::variant::{
@@ -32,6 +33,8 @@ pub struct Dht<T: Transport> {
     work: Mutex<Work>,
     /// Hands out the tag bases of runs (see `variant::word::tag`).
     seq: AtomicU32,
+    /// How keys are placed (fabkit's hash or the caller's).
+    pub(crate) key_hash: KeyHash,
 }
 
 /// What an operation's machines work in: kept from one operation to the
@@ -65,6 +68,19 @@ impl<T: Transport> Dht<T> {
     /// mismatch is a clear error on every rank. Nothing is sent before the
     /// configuration, region size and atomics have been checked.
     pub fn create(t: T, cfg: Config, boot: &dyn Bootstrap) -> Result<Dht<T>> {
+        Dht::create_with_hash(t, cfg, boot, KeyHash::default())
+    }
+
+    /// [`Dht::create`] with the caller's key hash (the MPI-DHT's
+    /// `hash_func`): every key is placed by it, restores included. Every
+    /// rank must pass the same function; only whether one was given is
+    /// checked across ranks.
+    pub fn create_with_hash(
+        t: T,
+        cfg: Config,
+        boot: &dyn Bootstrap,
+        key_hash: KeyHash,
+    ) -> Result<Dht<T>> {
         cfg.validate()?;
         let need = cfg.region_len();
         let have = t.region_len(t.rank());
@@ -90,13 +106,15 @@ impl<T: Transport> Dht<T> {
         };
         // Every rank reaches the exchange, so a local problem on one rank
         // cannot leave the others waiting; each then reports what it saw.
-        let mine = cfg.encode();
+        let mut mine = cfg.encode();
+        mine.push(u8::from(key_hash.is_custom()));
         let all = boot.allgather(&mine).map_err(Error::Bootstrap)?;
         local?;
         if let Some(r) = all.iter().position(|c| *c != mine) {
             return Err(Error::Mismatch(format!(
                 "rank {} has {:?}, rank {r} has a different variant, key/value length, \
-                 bucket count or candidate count",
+                 bucket count or candidate count, or a key hash of its own where this \
+                 rank has none (or the reverse)",
                 boot.rank(),
                 cfg
             )));
@@ -120,6 +138,7 @@ impl<T: Transport> Dht<T> {
             clock: Arc::new(SystemClock),
             work: Mutex::new(Work::default()),
             seq: AtomicU32::new(random_base()),
+            key_hash,
         })
     }
 
@@ -459,7 +478,10 @@ impl<T: Transport> Dht<T> {
                 &values[first..first + ks.len()]
             };
             probes.clear();
-            probes.extend(ks.iter().map(|k| Probe::new(&self.shape, k)));
+            probes.extend(
+                ks.iter()
+                    .map(|k| Probe::new(&self.shape, self.key_hash.hash(k))),
+            );
             // Runs of one table take tag bases MAX_RUN apart, so the tags of
             // 64 runs in flight at once are all distinct; tables start at a
             // random base, so two tables of one rank rarely meet.

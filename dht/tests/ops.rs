@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{key, small, value};
 use fabkit_core::bootstrap::ThreadGroup;
+use fabkit_core::Bootstrap;
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::transport::recording::RecordingTransport;
 use fabkit_dht::transport::OpKind::*;
@@ -339,4 +340,75 @@ fn a_deadline_out_of_range_is_refused_by_name() {
     // only a failed attempt (a lock held, a wrong guess) meets it.
     d.set_deadline(Duration::from_micros(1)).unwrap();
     d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap();
+}
+
+/// The caller's key hash places every key (the MPI-DHT's `hash_func`): with
+/// one that sends every key to the same candidates, 100 distinct keys do
+/// not fit (8 candidates, and chunked's 8 chunks of 8) and evict, where
+/// fabkit's hash spreads them over 256 buckets; and a dump restored into a table with that hash finds what
+/// it kept where the hash says.
+#[test]
+fn a_callers_key_hash_places_every_key_restores_included() {
+    for variant in [
+        Variant::Lockfree,
+        Variant::Fine,
+        Variant::Coarse,
+        Variant::Chunked,
+    ] {
+        let cfg = small(variant, 256);
+        let boot = || {
+            ThreadGroup::members(1, Duration::from_secs(5))
+                .pop()
+                .unwrap()
+        };
+        let one = || LocalTransport::group(1, cfg.region_len()).pop().unwrap();
+        let same = || fabkit_dht::KeyHash::custom(|_: &[u8]| 7);
+        let d = Dht::create_with_hash(one(), cfg, &boot(), same()).unwrap();
+        let plain = Dht::create(one(), cfg, &boot()).unwrap();
+        let (mut evicted, mut plain_evicted) = (0, 0);
+        for i in 0..100u64 {
+            let v = value(&key(i), 0, 0, 24);
+            evicted += u32::from(d.write(&key(i), &v).unwrap() == Write::Evicted);
+            plain_evicted += u32::from(plain.write(&key(i), &v).unwrap() == Write::Evicted);
+        }
+        assert!(
+            evicted > 0,
+            "{variant:?}: one place for 100 keys, yet no eviction"
+        );
+        assert_eq!(plain_evicted, 0, "{variant:?}");
+        // The last key written is where the hash sends it.
+        let last = d.read(&key(99)).unwrap();
+        assert!(matches!(last, Read::Hit(_)), "{variant:?}: {last:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("hashed");
+        let kept = d.dump(&prefix, &boot()).unwrap().records;
+        let back = Dht::create_with_hash(one(), cfg, &boot(), same()).unwrap();
+        let r = back.restore(&prefix, 1, &boot(), 16).unwrap();
+        assert_eq!(r.restored + r.dropped, kept, "{variant:?}");
+        assert!(
+            matches!(back.read(&key(99)).unwrap(), Read::Hit(_)),
+            "{variant:?}"
+        );
+        // Ranks must agree on having a hash of their own.
+        let boots = ThreadGroup::members(2, Duration::from_secs(5));
+        let group = LocalTransport::group(2, cfg.region_len());
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = group
+                .into_iter()
+                .zip(&boots)
+                .map(|(t, b)| {
+                    s.spawn(move || {
+                        let h = if b.rank() == 0 {
+                            same()
+                        } else {
+                            Default::default()
+                        };
+                        Dht::create_with_hash(t, cfg, b, h).unwrap_err().to_string()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(errs.iter().all(|e| e.contains("key hash")), "{errs:?}");
+    }
 }

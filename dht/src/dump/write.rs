@@ -14,7 +14,6 @@ use super::{Dumped, HEADER_LEN, MAX_READS, MAX_SHARDS, ROUND_BLOCKS, SCAN};
 use crate::collective::agree;
 use crate::layout::{Bucket, Layout, Variant, STATE_EMPTY, STATE_FULL};
 use crate::outcome::{Error, Result};
-use crate::placement::hash_key;
 use crate::table::Dht;
 use crate::transport::{Op, Remote, Transport};
 use crate::variant::word;
@@ -338,7 +337,7 @@ impl<T: Transport> Dht<T> {
             if verdict(&l, b, key) != Settled::Hit {
                 continue;
             }
-            let hash = hash_key(key);
+            let hash = self.key_hash.hash(key);
             // No read of the key comes to this rank.
             if place.rank_of(hash) as usize != me {
                 continue;

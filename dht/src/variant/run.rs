@@ -55,8 +55,8 @@ pub(crate) enum Hold {
 }
 
 impl Probe {
-    pub(crate) fn new(shape: &Shape, key: &[u8]) -> Probe {
-        let hash = crate::placement::hash_key(key);
+    /// The probe of a key whose hash is `hash` (the table's [`KeyHash`](crate::placement::KeyHash)).
+    pub(crate) fn new(shape: &Shape, hash: u64) -> Probe {
         Probe {
             rank: shape.place.rank_of(hash) as usize,
             hash,
