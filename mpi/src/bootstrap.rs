@@ -4,9 +4,11 @@
 //! through libfabric; the same bootstrap owns MPI for the [`Window`](crate::Window)s.
 
 use std::cell::Cell;
+use std::mem::ManuallyDrop;
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
+use mpi::raw::FromRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::AsRaw;
 
@@ -44,7 +46,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`Window::free`](crate::Window::free), or leaked with
 /// `mem::forget`, which ends the borrow but not the window).
 pub struct MpiBootstrap {
-    world: SimpleCommunicator,
+    /// MPI_COMM_WORLD, or (on a caller's communicator) fabkit's duplicate
+    /// of it; dropped by hand, and not at all when the teardown is skipped.
+    world: ManuallyDrop<SimpleCommunicator>,
     /// A duplicate of the world communicator that returns errors instead
     /// of aborting, for the bootstrap's collectives and the windows, so
     /// they never match a collective of the caller's on the world.
@@ -102,7 +106,7 @@ impl MpiBootstrap {
         let mut boot = MpiBootstrap {
             rank: world.rank() as usize,
             size: world.size() as usize,
-            world,
+            world: ManuallyDrop::new(world),
             comm: null,
             fin_comm: null,
             timeout: Cell::new(timeout),
@@ -113,6 +117,71 @@ impl MpiBootstrap {
         };
         boot.comm = boot.dup_world("duplicating the world communicator")?;
         boot.fin_comm = boot.dup_world("duplicating the world communicator for teardown")?;
+        Ok(boot)
+    }
+
+    /// A bootstrap on a communicator of the caller's, in a process whose
+    /// MPI the caller initialised and finalises (a C program that hands its
+    /// `MPI_Comm` to `DHT_create`; a sub-communicator works too, so two
+    /// tables can live on two halves of a job). The communicator is
+    /// duplicated first, so nothing fabkit does, frees or sets touches the
+    /// caller's; dropping the bootstrap frees the duplicates after a
+    /// bounded barrier and never finalises MPI. Collective over `comm`.
+    ///
+    /// # Safety
+    ///
+    /// `comm` is a live intra-communicator of this process's MPI (not
+    /// `MPI_COMM_NULL`), every rank of it makes this call, and the
+    /// bootstrap is dropped before the caller finalises MPI.
+    pub unsafe fn on_communicator(comm: ffi::MPI_Comm, timeout: Duration) -> Result<Self> {
+        let (mut init, mut fin) = (0, 0);
+        // SAFETY: both may be called at any time, before MPI_Init too.
+        unsafe {
+            ffi::MPI_Initialized(&mut init);
+            ffi::MPI_Finalized(&mut fin);
+        }
+        if init == 0 || fin != 0 {
+            return Err(CoreError::Bootstrap(format!(
+                "MPI is {}: call MPI_Init before making a table on a communicator, and \
+                 MPI_Finalize only after freeing it",
+                if init == 0 {
+                    "not initialised"
+                } else {
+                    "already finalised"
+                }
+            ))
+            .into());
+        }
+        // SAFETY: reading an MPI handle constant exported by rsmpi.
+        let null = unsafe { ffi::RSMPI_COMM_NULL };
+        if comm == null {
+            return Err(CoreError::InvalidArgument(
+                "the communicator is MPI_COMM_NULL: give the one the ranks share".into(),
+            )
+            .into());
+        }
+        let mut mine = null;
+        // SAFETY: `comm` is live (the caller's contract); the duplicate is
+        // ours from here on and is handed to rsmpi, which frees it.
+        check("MPI_Comm_dup", unsafe {
+            ffi::MPI_Comm_dup(comm, &mut mine)
+        })?;
+        // SAFETY: a live intra-communicator we own and use only through it.
+        let world = unsafe { SimpleCommunicator::from_raw(mine) };
+        let mut boot = MpiBootstrap {
+            rank: world.rank() as usize,
+            size: world.size() as usize,
+            world: ManuallyDrop::new(world),
+            comm: null,
+            fin_comm: null,
+            timeout: Cell::new(timeout),
+            max_nap: Cell::new(DEFAULT_MAX_NAP),
+            broken: Cell::new(None),
+            live_windows: Cell::new(0),
+            universe: None,
+        };
+        boot.comm = boot.dup_world("duplicating the caller's communicator")?;
+        boot.fin_comm = boot.dup_world("duplicating the caller's communicator for teardown")?;
         Ok(boot)
     }
 
@@ -338,17 +407,15 @@ impl MpiBootstrap {
 
 impl Drop for MpiBootstrap {
     fn drop(&mut self) {
-        let Some(universe) = self.universe.take() else {
-            return;
-        };
         // MPI_Comm_free and MPI_Finalize wait for every rank without a
         // deadline: only when every rank is known to be here. Otherwise
         // end without them (the launcher reports a rank that did not
-        // finalize).
+        // finalize; a caller's MPI keeps our duplicates).
         let skip = self.is_broken()
             || self.live_windows.get() > 0
             || std::thread::panicking()
             || self.teardown_barrier().is_err();
+        let universe = self.universe.take();
         if skip {
             std::mem::forget(universe);
             return;
@@ -362,7 +429,10 @@ impl Drop for MpiBootstrap {
                 unsafe { ffi::MPI_Comm_free(c) };
             }
         }
-        drop(universe); // MPI_Finalize
+        // SAFETY: dropped once, here, and not used after; MPI is still
+        // initialised (ours is finalised below, a caller's later).
+        unsafe { ManuallyDrop::drop(&mut self.world) };
+        drop(universe); // MPI_Finalize, if MPI is ours
     }
 }
 

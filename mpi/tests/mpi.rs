@@ -733,3 +733,91 @@ fn child_window_sizes() {
     drop(boot);
     assert!(verdict.starts_with("ok"));
 }
+
+#[test]
+fn a_bootstrap_on_the_callers_communicator_leaves_its_mpi_and_communicator_to_it() {
+    let run = mpirun(
+        "child_callers_mpi",
+        &["--mca", "osc", "sm,pt2pt"],
+        &[],
+        fabkit_core::time::scaled(Duration::from_secs(60)),
+    );
+    for rank in 0..2 {
+        let r = run.result(rank);
+        assert!(r.starts_with("ok"), "rank {rank}: {r}\n{}", run.stderr);
+    }
+    assert!(run.status.is_some_and(|s| s.success()), "{}", run.stderr);
+}
+
+#[test]
+#[ignore = "a rank of a_bootstrap_on_the_callers_communicator_leaves_its_mpi_and_communicator_to_it"]
+fn child_callers_mpi() {
+    use mpi::collective::CommunicatorCollectives;
+    use mpi::topology::{Color, Communicator};
+    use mpi::traits::AsRaw;
+    assert!(is_child(), "run by the test above, under mpirun");
+    // The caller's MPI, as a C program's MPI_Init: fabkit must neither
+    // initialise nor finalise it.
+    let universe = mpi::initialize().expect("MPI initialises once");
+    let world = universe.world();
+    let me = world.rank() as usize;
+    let half = world
+        .split_by_color(Color::with_value(world.rank() % 2))
+        .expect("a half for every rank");
+    let verdict = (|| -> Result<String, String> {
+        let t = Duration::from_secs(30);
+        // SAFETY: live intra-communicators of this MPI, every rank calls,
+        // and both bootstraps are dropped before `universe`.
+        let all = unsafe { MpiBootstrap::on_communicator(world.as_raw(), t) }
+            .map_err(|e| e.to_string())?;
+        // SAFETY: as above, on this rank's half.
+        let mine = unsafe { MpiBootstrap::on_communicator(half.as_raw(), t) }
+            .map_err(|e| e.to_string())?;
+        if (all.rank(), all.size(), mine.size()) != (me, 2, 1) {
+            return Err(format!(
+                "ranks {}/{} and half {}",
+                all.rank(),
+                all.size(),
+                mine.size()
+            ));
+        }
+        let got = all.allgather(&[me as u8]).map_err(|e| e.to_string())?;
+        if got != vec![vec![0u8], vec![1u8]] {
+            return Err(format!("allgather gave {got:?}"));
+        }
+        // A window on it, written across and freed.
+        let mut win = Window::new(&all, 64, WindowKind::Allocate).map_err(|e| e.to_string())?;
+        let to = Remote::new(1 - me, 8);
+        let mut ops = [Op::Write {
+            to,
+            from: b"caller's",
+            completion: Completion::Delivery,
+        }];
+        win.execute(Sync::LockAll, &mut ops)
+            .map_err(|e| e.to_string())?;
+        win.free().map_err(|e| e.to_string())?;
+        drop(mine);
+        drop(all);
+        // The caller's communicators are still theirs to use.
+        world.barrier();
+        half.barrier();
+        Ok(format!("ok: rank {me} of 2, half of 1"))
+    })();
+    let verdict = verdict.unwrap_or_else(|e| format!("FAIL: {e}"));
+    println!("RESULT rank {me}: {verdict}");
+    drop(half);
+    drop(universe); // the caller's MPI_Finalize
+    assert!(verdict.starts_with("ok"));
+}
+
+#[test]
+fn a_bootstrap_on_a_communicator_before_mpi_init_is_refused() {
+    // SAFETY: MPI is not initialised in this process (the tests here run
+    // MPI under mpirun only), which is what is checked first.
+    let e = unsafe {
+        MpiBootstrap::on_communicator(mpi::ffi::RSMPI_COMM_WORLD, Duration::from_secs(5))
+    }
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("MPI is not initialised"), "{e}");
+}
