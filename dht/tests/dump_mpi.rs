@@ -93,22 +93,22 @@ impl Drop for Group {
     }
 }
 
-#[test]
-fn a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("mpirun.out");
+/// Runs test `child` of this binary as two ranks under mpirun, with
+/// `dir` in the children's environment; returns mpirun's status and output.
+fn mpirun(child: &str, dir: &std::path::Path) -> (std::process::ExitStatus, String) {
+    let log = dir.join(format!("{child}.out"));
     let mut child = Command::new("mpirun")
         .args(["--oversubscribe", "--mca", "osc", "sm,pt2pt", "-n", "2"])
         .args(["-x", CHILD_ENV])
         .arg(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "mpi_restore_rank",
+            child,
             "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ENV, dir.path())
+        .env(CHILD_ENV, dir)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .stdin(Stdio::null())
@@ -139,6 +139,13 @@ fn a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun() {
     };
     let out = std::fs::read_to_string(&log).unwrap();
     eprintln!("{out}");
+    (status, out)
+}
+
+#[test]
+fn a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun() {
+    let dir = tempfile::tempdir().unwrap();
+    let (status, out) = mpirun("mpi_restore_rank", dir.path());
     assert!(!status.success(), "mpirun exited {status}");
     let s1 = format!("{}, byte 80:", dir.path().join("d.rank1").display());
     for r in 0..2 {
@@ -154,6 +161,61 @@ fn a_damaged_shard_fails_the_restore_on_every_rank_under_mpirun() {
         assert!(
             out.contains(&format!("{MARK} rank {r} untouched: true")),
             "rank {r} restored something:\n{out}"
+        );
+    }
+}
+
+/// A table that owns its MPI (what a C handle keeps): the transport shares
+/// the bootstrap, so the table and the bootstrap live in one value with no
+/// borrow between them.
+struct Owned {
+    dht: Dht<MpiTransport<'static>>,
+    boot: std::rc::Rc<MpiBootstrap>,
+}
+
+#[test]
+#[ignore = "run under mpirun by an_owned_mpi_table_is_a_value_of_its_own"]
+fn owned_table_rank() {
+    assert!(
+        std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some(),
+        "owned_table_rank is one rank of an mpirun job"
+    );
+    let boot = std::rc::Rc::new(MpiBootstrap::init().unwrap());
+    let cfg = small(Variant::Lockfree, 128);
+    let make = || -> Owned {
+        let t =
+            MpiTransport::new_shared(boot.clone(), cfg.region_len(), WindowKind::Allocate, false)
+                .unwrap();
+        Owned {
+            dht: Dht::create(t, cfg, &*boot).unwrap(),
+            boot: boot.clone(),
+        }
+    };
+    let owned = Box::new(make());
+    drop(boot);
+    let me = owned.boot.rank() as u64;
+    for i in (0..KEYS).filter(|i| i % 2 == me) {
+        owned.dht.write(&key(i), &value(&key(i), 0, i, 24)).unwrap();
+    }
+    owned.boot.barrier().unwrap();
+    let hits = (0..KEYS)
+        .filter(|i| matches!(owned.dht.read(&key(*i)).unwrap(), Read::Hit(_)))
+        .count();
+    println!("{MARK} rank {me} owned hits: {hits}");
+    let Owned { dht, boot } = *owned;
+    dht.free(&*boot).unwrap().free().unwrap();
+    drop(boot);
+}
+
+#[test]
+fn an_owned_mpi_table_is_a_value_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let (status, out) = mpirun("owned_table_rank", dir.path());
+    assert!(status.success(), "mpirun exited {status}");
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("{MARK} rank {r} owned hits: {KEYS}")),
+            "rank {r} did not read every key back:\n{out}"
         );
     }
 }

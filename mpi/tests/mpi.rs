@@ -797,7 +797,20 @@ fn child_callers_mpi() {
             .map_err(|e| e.to_string())?;
         win.free().map_err(|e| e.to_string())?;
         drop(mine);
-        drop(all);
+        // A window that shares the bootstrap keeps it (and MPI) alive
+        // after every other handle is gone, and frees it with itself.
+        let shared = std::rc::Rc::new(all);
+        let mut win = Window::new_shared(shared.clone(), 64, WindowKind::Create)
+            .map_err(|e| e.to_string())?;
+        drop(shared);
+        let mut ops = [Op::Write {
+            to,
+            from: b"shared  ",
+            completion: Completion::Delivery,
+        }];
+        win.execute(Sync::LockAll, &mut ops)
+            .map_err(|e| e.to_string())?;
+        win.free().map_err(|e| e.to_string())?;
         // The caller's communicators are still theirs to use.
         world.barrier();
         half.barrier();

@@ -76,6 +76,30 @@ impl<'env> MpiTransport<'env> {
         })
     }
 
+    /// [`MpiTransport::new`] on a bootstrap it shares: the transport keeps
+    /// `boot` (and MPI) alive for as long as it lives, so a table over it is
+    /// a value of its own, with no borrow (what a C handle needs).
+    pub fn new_shared(
+        boot: std::rc::Rc<MpiBootstrap>,
+        region_len: usize,
+        kind: WindowKind,
+        per_op_locks: bool,
+    ) -> Result<MpiTransport<'static>> {
+        let (rank, ranks) = (boot.rank(), boot.size());
+        let mut win = Window::new_shared(boot, region_len, kind)?;
+        if !per_op_locks {
+            win.lock_all()?;
+        }
+        Ok(MpiTransport {
+            win: RefCell::new(win),
+            rank,
+            ranks,
+            len: region_len,
+            per_op_locks,
+            held: Cell::new(None),
+        })
+    }
+
     /// Frees the window: collective, every rank calls it at the same point
     /// (bounded by the bootstrap's timeout up to `MPI_Win_free`).
     pub fn free(self) -> Result<()> {

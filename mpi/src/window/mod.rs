@@ -46,6 +46,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::io::Write as _;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use mpi::ffi;
@@ -134,7 +135,7 @@ pub struct Window<'env> {
     /// Unique in the process: names this window in its [`Prepared`]
     /// batches (a handle could be reused by a later window).
     id: u64,
-    boot: &'env MpiBootstrap,
+    boot: BootRef<'env>,
     /// Test seam: how many more data-moving calls succeed before one fails.
     #[cfg(feature = "test-seams")]
     fail_after: std::cell::Cell<Option<usize>>,
@@ -242,6 +243,35 @@ fn agree_on_len(all: &[Vec<u8>]) -> Result<usize> {
         })
 }
 
+/// How a window holds the bootstrap that owns MPI: borrowed, so the
+/// compiler sees that the window cannot outlive it, or shared, so the
+/// window keeps it alive (a table handed to C owns its MPI this way, with
+/// no borrow to tie it to a stack frame).
+#[derive(Clone)]
+enum BootRef<'env> {
+    Borrowed(&'env MpiBootstrap),
+    Shared(Rc<MpiBootstrap>),
+}
+
+impl std::ops::Deref for BootRef<'_> {
+    type Target = MpiBootstrap;
+    fn deref(&self) -> &MpiBootstrap {
+        match self {
+            BootRef::Borrowed(b) => b,
+            BootRef::Shared(b) => b,
+        }
+    }
+}
+
+impl Window<'static> {
+    /// [`Window::new`] on a bootstrap the window shares: it keeps `boot`
+    /// (and so MPI) alive for as long as it lives, so it can be kept in a
+    /// value of its own (an owned table) without a lifetime. Collective.
+    pub fn new_shared(boot: Rc<MpiBootstrap>, len: usize, kind: WindowKind) -> Result<Self> {
+        Window::make(BootRef::Shared(boot), len, kind)
+    }
+}
+
 impl<'env> Window<'env> {
     /// Creates a zeroed window of `len` bytes on every rank of `boot`.
     /// Collective: every rank passes the same `len` (checked first, through
@@ -252,6 +282,11 @@ impl<'env> Window<'env> {
     /// the creation call did; a rank whose creation call fails inside MPI
     /// while the others wait in it is not bounded (see the module docs).
     pub fn new(boot: &'env MpiBootstrap, len: usize, kind: WindowKind) -> Result<Window<'env>> {
+        Window::make(BootRef::Borrowed(boot), len, kind)
+    }
+
+    fn make(held: BootRef<'env>, len: usize, kind: WindowKind) -> Result<Window<'env>> {
+        let boot: &MpiBootstrap = &held;
         let all = boot.allgather(&(len as u64).to_le_bytes())?;
         let len = agree_on_len(&all)?;
         let comm = boot.comm();
@@ -344,7 +379,7 @@ impl<'env> Window<'env> {
             posted: RefCell::new(Vec::new()),
             targets: Targets::new(boot.size()),
             id: NEXT_WINDOW_ID.fetch_add(1, AtomicOrdering::Relaxed),
-            boot,
+            boot: held.clone(),
             #[cfg(feature = "test-seams")]
             fail_after: std::cell::Cell::new(None),
         };
@@ -353,7 +388,9 @@ impl<'env> Window<'env> {
         // collective the others would wait for.
         let agreed = agree_on_rc(boot, call, rc);
         if !created {
-            std::mem::forget(w);
+            // Nothing was made: dropping it does no MPI call (and lets go
+            // of a shared bootstrap).
+            drop(w);
             agreed?;
             return check(call, rc).map(|_| unreachable!("agreed on a failure"));
         }
@@ -397,7 +434,9 @@ impl<'env> Window<'env> {
             // SAFETY: from MPI_Alloc_mem; the window exposing it is freed.
             unsafe { ffi::MPI_Free_mem(self.alloc.cast()) };
         }
-        std::mem::forget(self);
+        // Dropping does no MPI call; it lets go of a shared bootstrap, which
+        // may then end MPI if this was the last handle on it.
+        drop(self);
         Ok(())
     }
 
