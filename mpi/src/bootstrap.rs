@@ -101,23 +101,15 @@ impl MpiBootstrap {
             ))
         })?;
         let world = universe.world();
-        // SAFETY: reading an MPI handle constant exported by rsmpi.
-        let null = unsafe { ffi::RSMPI_COMM_NULL };
-        let mut boot = MpiBootstrap {
-            rank: world.rank() as usize,
-            size: world.size() as usize,
-            world: ManuallyDrop::new(world),
-            comm: null,
-            fin_comm: null,
-            timeout: Cell::new(timeout),
-            max_nap: Cell::new(DEFAULT_MAX_NAP),
-            broken: Cell::new(None),
-            live_windows: Cell::new(0),
-            universe: Some(universe),
-        };
-        boot.comm = boot.dup_world("duplicating the world communicator")?;
-        boot.fin_comm = boot.dup_world("duplicating the world communicator for teardown")?;
-        Ok(boot)
+        MpiBootstrap::on(
+            world,
+            Some(universe),
+            timeout,
+            [
+                "duplicating the world communicator",
+                "duplicating the world communicator for teardown",
+            ],
+        )
     }
 
     /// A bootstrap on a communicator of the caller's, in a process whose
@@ -168,6 +160,30 @@ impl MpiBootstrap {
         })?;
         // SAFETY: a live intra-communicator we own and use only through it.
         let world = unsafe { SimpleCommunicator::from_raw(mine) };
+        MpiBootstrap::on(
+            world,
+            None,
+            timeout,
+            [
+                "duplicating the caller's communicator",
+                "duplicating the caller's communicator for teardown",
+            ],
+        )
+    }
+
+    /// A duplicate of the world communicator that returns errors,
+    /// through a bounded `MPI_Comm_idup`.
+    /// The bootstrap over `world` (whose ranks it names), with its own two
+    /// duplicates of it (collectives, teardown); `universe` is MPI when it
+    /// is ours to finalise. `dups` say what each duplication is, in errors.
+    fn on(
+        world: SimpleCommunicator,
+        universe: Option<mpi::environment::Universe>,
+        timeout: Duration,
+        dups: [&'static str; 2],
+    ) -> Result<Self> {
+        // SAFETY: reading an MPI handle constant exported by rsmpi.
+        let null = unsafe { ffi::RSMPI_COMM_NULL };
         let mut boot = MpiBootstrap {
             rank: world.rank() as usize,
             size: world.size() as usize,
@@ -178,15 +194,13 @@ impl MpiBootstrap {
             max_nap: Cell::new(DEFAULT_MAX_NAP),
             broken: Cell::new(None),
             live_windows: Cell::new(0),
-            universe: None,
+            universe,
         };
-        boot.comm = boot.dup_world("duplicating the caller's communicator")?;
-        boot.fin_comm = boot.dup_world("duplicating the caller's communicator for teardown")?;
+        boot.comm = boot.dup_world(dups[0])?;
+        boot.fin_comm = boot.dup_world(dups[1])?;
         Ok(boot)
     }
 
-    /// A duplicate of the world communicator that returns errors,
-    /// through a bounded `MPI_Comm_idup`.
     fn dup_world(&self, what: &'static str) -> Result<ffi::MPI_Comm> {
         let deadline = self.deadline();
         // The new handle is written when the duplication completes, so it
