@@ -152,6 +152,16 @@ impl<T: Transport> Dht<T> {
         &self.t
     }
 
+    /// Where `key` is placed: its rank and its first candidate bucket
+    /// there (what the MPI-DHT's `DHT_write` reports as `proc` and `index`).
+    pub fn place_of(&self, key: &[u8]) -> (usize, u64) {
+        let h = self.key_hash.hash(key);
+        (
+            self.shape.place.rank_of(h) as usize,
+            self.shape.place.candidate(h, 0),
+        )
+    }
+
     /// This rank's statistics so far.
     pub fn stats(&self) -> Stats {
         *self.stats.lock().unwrap()
