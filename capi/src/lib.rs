@@ -1,4 +1,4 @@
-//! The DHT for C, C++ and Fortran MPI programs: the public MPI-DHT's API
+//! The DHT for C and C++ MPI programs: the public MPI-DHT's API
 //! (`<LUCX/MPI/DHT.h>`, in `include/` beside this crate), so that a program
 //! written against it relinks against fabkit with no source change.
 //!
@@ -9,13 +9,14 @@
 //!
 //! At the boundary: a null pointer or a size that does not fit is an error
 //! code, never a crash; a panic never crosses into C (it becomes
-//! `DHT_UCX_ERROR`); nothing is printed on the caller's behalf except by
-//! `DHT_print_statistics`, and the last failure's message is kept for
-//! `fabkit_dht_last_error`. Ranks agree on the table's size before any
-//! window exists, so a size that differs fails `DHT_create` on every rank;
-//! a rank whose arguments are wrong (a null pointer, a size of 0) fails at
-//! once, and the others then fail at the bootstrap's timeout (60 s, times
-//! `FABKIT_TIMEOUT_SCALE`).
+//! `DHT_UCX_ERROR`, after Rust's hook prints it); failures are return codes
+//! with the message kept for `fabkit_dht_last_error`, and nothing else is
+//! printed but by `DHT_print_statistics`, except on the one fatal path (an
+//! MPI epoch that cannot be closed aborts the job, saying why). Ranks check
+//! their arguments and agree before any window exists, so wrong sizes fail
+//! `DHT_create` on every rank (a null `init_params` cannot reach the
+//! others). Calls after the caller's `MPI_Finalize` are refused, and
+//! `DHT_free` then leaks instead of calling MPI.
 //!
 //! Not yet: `DHT_write_accumulate` and `DHT_set_accumulate_callback` answer
 //! `DHT_NOT_IMPLEMENTED`; the variant and transport are not yet chosen by
@@ -65,7 +66,7 @@ pub struct DHT_init_t {
     /// Bytes of a value.
     pub data_size: c_int,
     /// Buckets on each rank.
-    pub bucket_count: u32,
+    pub bucket_count: std::ffi::c_uint,
     /// The caller's hash, or null for fabkit's.
     pub hash_func: Option<HashFunc>,
     /// The ranks that share the table.
@@ -93,7 +94,7 @@ thread_local! {
 /// Keeps `msg` for `fabkit_dht_last_error` and gives `code` back.
 fn fail(code: c_int, msg: impl std::fmt::Display) -> c_int {
     let text = CString::new(msg.to_string().replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = text);
     code
 }
 
@@ -112,7 +113,8 @@ fn guarded(f: impl FnOnce() -> c_int) -> c_int {
     }
 }
 
-fn make(init: &DHT_init_t) -> Result<DHT, String> {
+/// The key and value sizes and bucket count `init` asks for, checked.
+fn sizes(init: &DHT_init_t) -> Result<(usize, usize, u64), String> {
     let key = usize::try_from(init.key_size).ok().filter(|&k| k > 0);
     let value = usize::try_from(init.data_size).ok().filter(|&v| v > 0);
     let (Some(key_len), Some(value_len)) = (key, value) else {
@@ -124,15 +126,31 @@ fn make(init: &DHT_init_t) -> Result<DHT, String> {
     if init.bucket_count == 0 {
         return Err("bucket_count is 0: give the buckets each rank holds".into());
     }
+    Ok((key_len, value_len, u64::from(init.bucket_count)))
+}
+
+fn make(init: &DHT_init_t) -> Result<DHT, String> {
     let timeout = fabkit_core::time::scaled(Duration::from_secs(60));
     // SAFETY: the caller gives a live communicator of its initialised MPI,
     // as the MPI-DHT's DHT_create requires, on every rank of it; the
     // bootstrap is dropped in DHT_free, before the caller finalises MPI.
     let boot =
         unsafe { MpiBootstrap::on_communicator(init.comm, timeout) }.map_err(|e| e.to_string())?;
+    // Every rank checks its arguments, then all agree: a rank whose
+    // arguments are wrong fails DHT_create on every rank, not only on its
+    // own while the others wait in the next collective.
+    let local = sizes(init);
+    let all = boot
+        .allgather(&[u8::from(local.is_ok())])
+        .map_err(|e| e.to_string())?;
+    let (key_len, value_len, buckets) = match (local, all.iter().position(|v| v != &[1])) {
+        (Err(e), _) => return Err(e),
+        (Ok(_), Some(r)) => return Err(format!("rank {r}'s arguments are wrong (it says why)")),
+        (Ok(s), None) => s,
+    };
     let boot = Rc::new(boot);
     let mut cfg = Config::new(Variant::Lockfree);
-    (cfg.key_len, cfg.value_len, cfg.buckets) = (key_len, value_len, u64::from(init.bucket_count));
+    (cfg.key_len, cfg.value_len, cfg.buckets) = (key_len, value_len, buckets);
     let hash = match init.hash_func {
         None => KeyHash::default(),
         Some(f) => KeyHash::custom(move |k: &[u8]| {
@@ -174,8 +192,23 @@ pub unsafe extern "C" fn DHT_create(init_params: *const DHT_init_t) -> *mut DHT 
     out
 }
 
-/// The table behind `table`, or the error code for a null one.
+/// Whether the caller has finalised MPI: no MPI call may follow.
+fn mpi_finalized() -> bool {
+    let mut fin = 0;
+    // SAFETY: may be called at any time, after MPI_Finalize too.
+    unsafe { mpi::ffi::MPI_Finalized(&mut fin) };
+    fin != 0
+}
+
+/// The table behind `table`, or the error code for a null one or one used
+/// after MPI_Finalize.
 fn table<'a>(table: *mut DHT, call: &str) -> Result<&'a DHT, c_int> {
+    if mpi_finalized() {
+        return Err(fail(
+            DHT_UCX_ERROR,
+            format!("{call}: MPI is already finalised"),
+        ));
+    }
     // SAFETY: null or a table from DHT_create not yet freed (the caller's
     // contract of every DHT_* call).
     unsafe { table.as_ref() }.ok_or_else(|| fail(DHT_UCX_ERROR, format!("{call}: table is null")))
@@ -302,6 +335,14 @@ pub unsafe extern "C" fn DHT_free(table_: *mut DHT, chksum_retries: *mut u32) ->
         }
         // SAFETY: from DHT_create's Box, freed once (the contract).
         let t = unsafe { Box::from_raw(table_) };
+        if mpi_finalized() {
+            // Tearing down would call MPI after MPI_Finalize: leak instead.
+            std::mem::forget(t);
+            return fail(
+                DHT_UCX_ERROR,
+                "DHT_free: MPI is already finalised; free tables first",
+            );
+        }
         let retries = t.dht.stats().checksum_retries;
         // SAFETY: null or writable (the contract).
         if let Some(r) = unsafe { chksum_retries.as_mut() } {
@@ -378,9 +419,17 @@ pub unsafe extern "C" fn DHT_from_file(table_: *mut DHT, filename: *const c_char
             Ok(p) => p,
             Err(c) => return c,
         };
-        let shards = (0..fabkit_dht::MAX_SHARDS)
+        let seen = (0..fabkit_dht::MAX_SHARDS)
             .take_while(|r| Path::new(&format!("{}.rank{r}", p.display())).exists())
-            .count();
+            .count() as u64;
+        // Rank 0's count for all: a rank that sees fewer files (another
+        // node's /tmp) must still enter the restore, which then says so.
+        let shards = match t.boot.allgather(&seen.to_le_bytes()) {
+            Ok(all) => all.first().and_then(|b| b.get(..8)).map_or(0, |b| {
+                u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize
+            }),
+            Err(e) => return fail(DHT_UCX_ERROR, format!("DHT_from_file: {e}")),
+        };
         if shards == 0 {
             return fail(
                 DHT_WRONG_FILE,
@@ -463,5 +512,7 @@ pub unsafe extern "C" fn DHT_set_accumulate_callback(
 /// the next DHT_* call on this thread.
 #[no_mangle]
 pub extern "C" fn fabkit_dht_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
 }

@@ -13,19 +13,26 @@
  *   MPI-DHT's coarse-locking variant gets lock-free semantics.
  * - DHT_write_accumulate and DHT_set_accumulate_callback return (or leave)
  *   DHT_NOT_IMPLEMENTED for now.
- * - Every failure is a return code (or NULL from DHT_create); nothing is
- *   printed but by DHT_print_statistics. fabkit_dht_last_error() gives the
- *   last failure's message on this thread.
- * - DHT_to_file writes checksummed shards <filename>.rank<N>; DHT_from_file
- *   reads them into a table of any size or rank count.
+ * - Every failure is a return code (or NULL from DHT_create) whose message
+ *   fabkit_dht_last_error() gives (valid until the next DHT_* call on the
+ *   same thread); nothing is printed but by DHT_print_statistics, except
+ *   when an MPI epoch cannot be closed, which aborts the job saying why.
+ * - DHT_to_file writes fabkit's checksummed shards <filename>.rank<N>;
+ *   DHT_from_file reads them (not the MPI-DHT's files) into a table of any
+ *   size or rank count.
+ * - A table is used from one thread at a time, and is gone after DHT_free
+ *   whatever it returns. hash_func must not throw (C++).
  * MPI is the caller's: initialise it before DHT_create and finalise it
- * after DHT_free.
+ * after DHT_free (calls after MPI_Finalize are refused). Build with the
+ * same MPI fabkit was built with (MPI_Comm differs between MPIs).
  */
 #ifndef FABKIT_LUCX_MPI_DHT_H
 #define FABKIT_LUCX_MPI_DHT_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define DHT_SUCCESS 0
 #define DHT_UCX_ERROR -1
@@ -39,6 +46,7 @@
 #define DHT_FILE_WRITE_ERROR -14
 #define DHT_NO_MEM -15
 #define DHT_NOT_IMPLEMENTED -32
+#define DHT_FILEHEADER_SIZE 8
 
 #if defined(__cplusplus)
 extern "C" {
@@ -57,7 +65,8 @@ typedef struct DHT_init {
   MPI_Comm comm;
 } DHT_init_t;
 
-/* Collective over init_params->comm; NULL on failure on every rank. */
+/* Collective over init_params->comm; NULL on failure, on every rank when a
+ * rank's sizes are wrong. */
 DHT *DHT_create(const DHT_init_t *init_params);
 /* proc and index (may be NULL) receive the key's rank and first bucket. */
 int DHT_write(DHT *table, void *key, void *data, uint32_t *proc,
