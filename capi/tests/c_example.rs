@@ -10,10 +10,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where cargo put this crate's shared and static libraries.
+/// Where cargo put this crate's shared and static libraries: beside this
+/// test (`target/debug/deps`, where `cargo test` builds them), or one up
+/// (`target/debug`, where `cargo build` copies them).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+    let deps = exe.parent().unwrap().to_path_buf();
+    let has = |d: &Path| d.join("libfabkit_mpi_dht.so").exists();
+    match deps.parent() {
+        Some(up) if !has(&deps) && has(up) => up.to_path_buf(),
+        _ => deps,
+    }
 }
 
 /// Builds the example into `out`, linked against the shared library or the
