@@ -36,8 +36,17 @@ fn build(out: &Path, shared: bool) {
     if shared {
         c.arg("-L").arg(lib_dir()).arg("-lfabkit_mpi_dht");
     } else {
-        c.arg(lib_dir().join("libfabkit_mpi_dht.a"))
-            .args(["-lpthread", "-ldl", "-lm"]);
+        // What a static Rust library needs from the system; in a workspace
+        // build the DHT also has its libfabric transport, and so libfabric
+        // and libibverbs (features unify across the packages built).
+        c.arg(lib_dir().join("libfabkit_mpi_dht.a")).args([
+            "-lfabric",
+            "-libverbs",
+            "-lrdmacm",
+            "-lpthread",
+            "-ldl",
+            "-lm",
+        ]);
     }
     let o = c
         .output()
