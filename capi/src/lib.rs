@@ -214,6 +214,14 @@ fn table<'a>(table: *mut DHT, call: &str) -> Result<&'a DHT, c_int> {
     unsafe { table.as_ref() }.ok_or_else(|| fail(DHT_UCX_ERROR, format!("{call}: table is null")))
 }
 
+/// Runs `f` on the table behind `table_` (see [`table`]), guarded.
+fn on_table(table_: *mut DHT, call: &str, f: impl FnOnce(&DHT) -> c_int) -> c_int {
+    guarded(|| match table(table_, call) {
+        Ok(t) => f(t),
+        Err(c) => c,
+    })
+}
+
 /// `len` bytes at `p`, or an error for a null pointer.
 ///
 /// # Safety
@@ -242,11 +250,7 @@ pub unsafe extern "C" fn DHT_write(
     proc_: *mut u32,
     index: *mut u32,
 ) -> c_int {
-    guarded(|| {
-        let t = match table(table_, "DHT_write") {
-            Ok(t) => t,
-            Err(c) => return c,
-        };
+    on_table(table_, "DHT_write", |t| {
         let cfg = t.dht.config();
         // SAFETY: sized as the table's keys and values (the contract).
         let (k, v) = match unsafe {
@@ -293,11 +297,7 @@ pub unsafe extern "C" fn DHT_read(
     key: *const c_void,
     destination: *mut c_void,
 ) -> c_int {
-    guarded(|| {
-        let t = match table(table_, "DHT_read") {
-            Ok(t) => t,
-            Err(c) => return c,
-        };
+    on_table(table_, "DHT_read", |t| {
         let cfg = t.dht.config();
         // SAFETY: sized as the table's keys (the contract).
         let k = match unsafe { bytes(key, cfg.key_len, "DHT_read: key") } {
@@ -384,11 +384,7 @@ unsafe fn path_of<'a>(s: *const c_char, call: &str) -> Result<&'a Path, c_int> {
 /// `table` is from `DHT_create`; `filename` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn DHT_to_file(table_: *mut DHT, filename: *const c_char) -> c_int {
-    guarded(|| {
-        let t = match table(table_, "DHT_to_file") {
-            Ok(t) => t,
-            Err(c) => return c,
-        };
+    on_table(table_, "DHT_to_file", |t| {
         // SAFETY: NUL-terminated (the contract).
         let p = match unsafe { path_of(filename, "DHT_to_file") } {
             Ok(p) => p,
@@ -409,11 +405,7 @@ pub unsafe extern "C" fn DHT_to_file(table_: *mut DHT, filename: *const c_char) 
 /// `table` is from `DHT_create`; `filename` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn DHT_from_file(table_: *mut DHT, filename: *const c_char) -> c_int {
-    guarded(|| {
-        let t = match table(table_, "DHT_from_file") {
-            Ok(t) => t,
-            Err(c) => return c,
-        };
+    on_table(table_, "DHT_from_file", |t| {
         // SAFETY: NUL-terminated (the contract).
         let p = match unsafe { path_of(filename, "DHT_from_file") } {
             Ok(p) => p,
@@ -454,11 +446,7 @@ pub unsafe extern "C" fn DHT_from_file(table_: *mut DHT, filename: *const c_char
 /// `table` is from `DHT_create`.
 #[no_mangle]
 pub unsafe extern "C" fn DHT_print_statistics(table_: *mut DHT) -> c_int {
-    guarded(|| {
-        let t = match table(table_, "DHT_print_statistics") {
-            Ok(t) => t,
-            Err(c) => return c,
-        };
+    on_table(table_, "DHT_print_statistics", |t| {
         match t.dht.stats_all(&*t.boot) {
             Ok(s) => {
                 if t.boot.rank() == 0 {
