@@ -693,10 +693,11 @@ fn child_bad_op_active_target() {
     run_sync_child(bad_op_active_target);
 }
 
-#[test]
-fn ranks_asking_for_windows_of_other_sizes_all_get_one_error() {
+/// Runs `child` as two ranks (osc sm or pt2pt, a minute's deadline) and
+/// asserts both report ok.
+fn both_ranks_ok(child: &str) -> Run {
     let run = mpirun(
-        "child_window_sizes",
+        child,
         &["--mca", "osc", "sm,pt2pt"],
         &[],
         fabkit_core::time::scaled(Duration::from_secs(60)),
@@ -705,6 +706,12 @@ fn ranks_asking_for_windows_of_other_sizes_all_get_one_error() {
         let r = run.result(rank);
         assert!(r.starts_with("ok"), "rank {rank}: {r}\n{}", run.stderr);
     }
+    run
+}
+
+#[test]
+fn ranks_asking_for_windows_of_other_sizes_all_get_one_error() {
+    both_ranks_ok("child_window_sizes");
 }
 
 #[test]
@@ -736,16 +743,7 @@ fn child_window_sizes() {
 
 #[test]
 fn a_bootstrap_on_the_callers_communicator_leaves_its_mpi_and_communicator_to_it() {
-    let run = mpirun(
-        "child_callers_mpi",
-        &["--mca", "osc", "sm,pt2pt"],
-        &[],
-        fabkit_core::time::scaled(Duration::from_secs(60)),
-    );
-    for rank in 0..2 {
-        let r = run.result(rank);
-        assert!(r.starts_with("ok"), "rank {rank}: {r}\n{}", run.stderr);
-    }
+    let run = both_ranks_ok("child_callers_mpi");
     assert!(run.status.is_some_and(|s| s.success()), "{}", run.stderr);
 }
 
