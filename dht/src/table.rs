@@ -16,6 +16,7 @@ use crate::outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
 use crate::placement::KeyHash;
 use crate::placement::Placement;
 use crate::transport::{Op, Transport};
+use crate::variant::Update;
 use crate::variant::{
     chunked::Chunked, coarse::Coarse, fine::Fine, lockfree::Lockfree, recycle, Batch, Machine,
     Mode, Outcome, Probe, Run, Shape, Step, MAX_RUN,
@@ -451,6 +452,67 @@ impl<T: Transport> Dht<T> {
         Ok(())
     }
 
+    /// Accumulates into `key`'s value: see [`Dht::update_many`].
+    pub fn update(&self, key: &[u8], f: impl FnOnce(&mut [u8]) -> bool) -> Result<Write> {
+        let mut f = Some(f);
+        let mut once = |_: usize, v: &mut [u8]| f.take().is_some_and(|f| f(v));
+        Ok(self
+            .update_many(&[key], &mut once)?
+            .pop()
+            .expect("one outcome per key"))
+    }
+
+    /// Writes each key with a value computed from the one it replaces,
+    /// while the variant holds the bucket, so no other writer comes in
+    /// between (an accumulation: counts, sums, merged records). `f` gets
+    /// the key's index in `keys` and its value to update in place: the old
+    /// value, or zeros when the key was absent (inserted, or pushing out
+    /// another key); it returns false to leave the bucket as it was. It is
+    /// called once per key, while holds are taken: keep it short, and do
+    /// not call the table from it.
+    ///
+    /// The variants that hold a bucket while they write offer it (fine,
+    /// coarse, chunked); lock-free writers hold nothing, so its tables
+    /// refuse it ([`Error::Config`]).
+    pub fn update_many(
+        &self,
+        keys: &[&[u8]],
+        f: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<Vec<Write>> {
+        if self.cfg.variant == Variant::Lockfree {
+            return Err(Error::Config(
+                "accumulating writes need a variant that holds the bucket while it writes \
+                 (fine, coarse or chunked); this table is lock-free"
+                    .into(),
+            ));
+        }
+        for k in keys {
+            self.check_key(k)?;
+        }
+        let out = self.with_work(|w| {
+            self.run_updating(Mode::Write, keys, &[], w, Some(f))?;
+            Ok(w.out
+                .iter()
+                .map(|o| match o {
+                    Outcome::Updated => Write::Updated,
+                    Outcome::Evicted => Write::Evicted,
+                    _ => Write::Inserted,
+                })
+                .collect::<Vec<Write>>())
+        })?;
+        self.count(|s| {
+            s.writes += keys.len() as u64;
+            for w in &out {
+                match w {
+                    Write::Inserted => s.inserts += 1,
+                    Write::Updated => s.updates += 1,
+                    Write::Evicted => s.evictions += 1,
+                }
+            }
+        });
+        Ok(out)
+    }
+
     /// Runs `f` on the table's reusable buffers, or on fresh ones while
     /// another thread uses them.
     fn with_work<R>(&self, f: impl FnOnce(&mut Work) -> Result<R>) -> Result<R> {
@@ -464,6 +526,19 @@ impl<T: Transport> Dht<T> {
     /// `MAX_RUN` keys; outcomes and found values land in `w.out` and
     /// `w.found`, one per key.
     fn run(&self, mode: Mode, keys: &[&[u8]], values: &[&[u8]], w: &mut Work) -> Result<()> {
+        self.run_updating(mode, keys, values, w, None)
+    }
+
+    /// [`Dht::run`], for writes whose values `update` computes from the
+    /// ones they replace (then `values` is empty).
+    fn run_updating(
+        &self,
+        mode: Mode,
+        keys: &[&[u8]],
+        values: &[&[u8]],
+        w: &mut Work,
+        mut update: Option<&mut Update<'_>>,
+    ) -> Result<()> {
         let vl = self.cfg.value_len;
         w.out.clear();
         w.out.resize(keys.len(), Outcome::Pending);
@@ -496,7 +571,7 @@ impl<T: Transport> Dht<T> {
             // 64 runs in flight at once are all distinct; tables start at a
             // random base, so two tables of one rank rarely meet.
             let seq = self.seq.fetch_add(MAX_RUN as u32, Ordering::Relaxed) as u16;
-            let run = Run::new(
+            let mut run = Run::new(
                 &self.shape,
                 mode,
                 ks,
@@ -507,6 +582,12 @@ impl<T: Transport> Dht<T> {
                 seq,
                 self.clock.now(),
             );
+            // The caller numbers keys across runs.
+            let mut shifted;
+            if let Some(f) = update.as_mut() {
+                shifted = move |i: usize, v: &mut [u8]| f(first + i, v);
+                run.update = Some(&mut shifted);
+            }
             match self.cfg.variant {
                 Variant::Lockfree => self.drive(Lockfree::new(run), batch, ops)?,
                 Variant::Fine => self.drive(Fine::new(run), batch, ops)?,

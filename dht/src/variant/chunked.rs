@@ -229,7 +229,7 @@ impl<'a> Chunked<'a> {
             Mode::Read => self.run.decide(i, Outcome::Miss),
             Mode::FindOrPut => self.run.decide(i, Outcome::Full),
             // Evict the last bucket probed, under a claim.
-            Mode::Write if is_full(state) => self.take(i, last, state, Outcome::Evicted),
+            Mode::Write if is_full(state) => self.take(i, last, state, Outcome::Evicted, None),
             Mode::Write => return self.wait_claim(i, last, state, now),
         }
         true
@@ -238,7 +238,7 @@ impl<'a> Chunked<'a> {
     fn empty(&mut self, i: usize, bucket: u64, claim: Option<u64>, now: Instant) -> bool {
         match (self.run.mode, claim) {
             (Mode::Read, _) => self.run.decide(i, Outcome::Miss),
-            (_, None) => self.take(i, bucket, STATE_EMPTY, Outcome::Inserted),
+            (_, None) => self.take(i, bucket, STATE_EMPTY, Outcome::Inserted, None),
             // Being filled, perhaps with this key: an insert never passes it.
             (_, Some(c)) => return self.wait_claim(i, bucket, c, now),
         }
@@ -256,7 +256,9 @@ impl<'a> Chunked<'a> {
                 self.run.keep_value(i, value);
                 self.run.decide(i, Outcome::Found);
             }
-            Mode::Write if is_full(state) => self.take(i, bucket, state, Outcome::Updated),
+            Mode::Write if is_full(state) => {
+                self.take(i, bucket, state, Outcome::Updated, Some(value))
+            }
             // Another writer is updating this key: after it.
             Mode::Write => return self.wait_claim(i, bucket, state, now),
         }
@@ -283,7 +285,8 @@ impl<'a> Chunked<'a> {
                 } else {
                     Outcome::Inserted
                 };
-                self.take(i, bucket, state, o);
+                // The key's bytes are damaged: an accumulation starts over.
+                self.take(i, bucket, state, o, None);
             }
             _ => return self.wait_claim(i, bucket, state, now),
         }
@@ -291,8 +294,11 @@ impl<'a> Chunked<'a> {
     }
 
     /// Probe `i` claims `bucket`, seen in `state` (empty or full), to store
-    /// with outcome `o`.
-    fn take(&mut self, i: usize, bucket: u64, state: u64, o: Outcome) {
+    /// with outcome `o`; `old` is the key's value there, read with `state`
+    /// (an accumulation's start if the claim from `state` succeeds, which
+    /// it does only if no writer came since).
+    fn take(&mut self, i: usize, bucket: u64, state: u64, o: Outcome, old: Option<&[u8]>) {
+        self.run.old_value(i, old);
         let tag = self.run.tag(i);
         let p = &mut self.run.probes[i];
         p.bucket = bucket;
@@ -343,9 +349,10 @@ impl<'a> Chunked<'a> {
         false
     }
 
-    /// A takeover's read of the bucket it now holds: this key's whole
-    /// record is updated (found); another key's is published back as it
-    /// was and the probe looks on; anything not whole is overwritten.
+    /// A takeover's read of the bucket it now holds (or an accumulation's,
+    /// of the record it updates): this key's whole record is updated
+    /// (found); another key's is published back as it was and the probe
+    /// looks on; anything not whole is overwritten.
     fn checked(&mut self, i: usize, data: &[u8]) {
         let layout = self.run.shape.layout;
         let bk = layout.decode(data, STATE_FULL);
@@ -360,9 +367,15 @@ impl<'a> Chunked<'a> {
                 self.run.probes[i].free = full(next);
                 (Outcome::Found, Role::Publish)
             }
-            (true, true, _) => (Outcome::Updated, Role::Store),
+            (true, true, _) => {
+                self.run.old_value(i, Some(bk.value));
+                (Outcome::Updated, Role::Store)
+            }
             (true, false, _) => (Outcome::Pending, Role::Publish),
-            (false, _, _) => (Outcome::Inserted, Role::Store),
+            (false, _, _) => {
+                self.run.old_value(i, None);
+                (Outcome::Inserted, Role::Store)
+            }
         };
         let p = &mut self.run.probes[i];
         p.pending = o;
@@ -409,9 +422,20 @@ impl<'a> Chunked<'a> {
                     Role::Claim,
                 ),
                 Some(Role::Check) => self.run.plan_read(b, i, Role::Check),
-                Some(Role::Store) => {
+                Some(Role::Store) if self.run.accumulate(i) => {
                     self.run.probes[i].dirty = true;
                     self.run.plan_store(b, i);
+                }
+                Some(Role::Store) => {
+                    // An accumulation that keeps the bucket as it was.
+                    self.run.probes[i].phase = Some(Role::Publish);
+                    b.cas(
+                        shape.word_at(p.rank, p.bucket),
+                        p.word,
+                        Self::publish_value(&p),
+                        i,
+                        Role::Publish,
+                    );
                 }
                 Some(Role::Publish) => b.cas(
                     shape.word_at(p.rank, p.bucket),
@@ -529,7 +553,13 @@ impl Machine for Chunked<'_> {
                         progressed = true;
                         p.hold = Hold::Held;
                         p.dirty = false;
-                        p.phase = Some(if p.pending == Outcome::Pending {
+                        // An accumulation reads the value it updates again
+                        // under the claim: the scan's read of the state and
+                        // of the data are not one moment (a read's bytes
+                        // land in no promised order), so the value it saw
+                        // may be older than the state it claimed from.
+                        let reread = self.run.update.is_some() && p.pending == Outcome::Updated;
+                        p.phase = Some(if p.pending == Outcome::Pending || reread {
                             Role::Check
                         } else {
                             Role::Store

@@ -16,7 +16,7 @@ use super::{
     locked_look, locked_read, plan_lock_release, store_or_advance, take, word, Batch, Hold, Look,
     Machine, Mode, Outcome, Role, Run, Step,
 };
-use crate::outcome::{Error, Result, Stats};
+use crate::outcome::{Error, Result, Stats, Write};
 use crate::transport::Remote;
 
 /// Where the current rank's group is.
@@ -156,13 +156,16 @@ impl<'a> Coarse<'a> {
                     if !self.member(i) {
                         continue;
                     }
-                    match self.run.probes[i].phase {
+                    let phase = self.run.probes[i].phase;
+                    match phase {
                         Some(Role::Data) => self.run.plan_read(b, i, Role::Data),
-                        Some(Role::Store) => {
+                        Some(Role::Store) if self.run.accumulate(i) => {
                             self.run.probes[i].dirty = true;
                             self.run.probes[lead].dirty = true;
                             self.run.plan_store(b, i);
                         }
+                        // An accumulation that keeps the bucket as it was.
+                        Some(Role::Store) => self.run.probes[i].phase = None,
                         Some(Role::Defer) => self.run.probes[i].phase = Some(Role::Data),
                         _ => {}
                     }
@@ -206,6 +209,11 @@ impl<'a> Coarse<'a> {
         }
         let last = self.run.probes[i].last(&shape);
         let choice = take(bk.occupied(), bk.key == self.run.keys[i], last);
+        if let Some(w) = choice {
+            // Under the region lock: what this store replaces.
+            self.run
+                .old_value(i, (w == Write::Updated).then_some(bk.value));
+        }
         store_or_advance(&mut self.run, b, i, choice);
     }
 

@@ -21,7 +21,7 @@ use super::{
     lock_failed, lock_released, locked_look, locked_read, release_step, take, word, Batch, Hold,
     Look, Machine, Mode, Outcome, Role, Run, Step,
 };
-use crate::outcome::{Error, Result, Stats};
+use crate::outcome::{Error, Result, Stats, Write};
 
 /// Fine's read rule, given the bucket's lock word as the reader saw it: a
 /// held lock is never read through (a writer that died, or gave up, may
@@ -86,13 +86,19 @@ impl<'a> Fine<'a> {
                     p.pending = o;
                     p.phase = Some(Role::Check);
                 } else {
-                    let p = &mut self.run.probes[i];
-                    match take(bk.occupied(), bk.key == key, p.last(&shape)) {
+                    match take(
+                        bk.occupied(),
+                        bk.key == key,
+                        self.run.probes[i].last(&shape),
+                    ) {
                         Some(w) => {
+                            let same = (w == Write::Updated).then_some(bk.value);
+                            self.run.old_value(i, same);
+                            let p = &mut self.run.probes[i];
                             p.pending = Outcome::of(w);
                             p.phase = Some(Role::Store);
                         }
-                        None => p.phase = Some(Role::Release),
+                        None => self.run.probes[i].phase = Some(Role::Release),
                     }
                 }
             }
@@ -187,9 +193,14 @@ impl<'a> Fine<'a> {
                     self.run.probes[i].word = held;
                     b.cas(word_at, p.free, held, i, Role::Acquire);
                 }
-                Some(Role::Store) => {
+                Some(Role::Store) if self.run.accumulate(i) => {
                     self.run.probes[i].dirty = true;
                     self.run.plan_store(b, i);
+                }
+                Some(Role::Store) => {
+                    // An accumulation that keeps the bucket as it was.
+                    self.run.probes[i].phase = Some(Role::Release);
+                    b.cas(word_at, p.word, p.free, i, Role::Release);
                 }
                 Some(Role::Release) => {
                     let to = if p.dirty {

@@ -104,7 +104,16 @@ pub(crate) struct Run<'a> {
     pub(crate) stores: StoreFilter,
     /// When giving back after an error must stop trying.
     pub(crate) release_by: Option<Instant>,
+    /// A write that computes each key's value from the one it replaces
+    /// (see [`Run::old_value`], [`Run::accumulate`]); none for plain
+    /// writes.
+    pub(crate) update: Option<&'a mut Update<'a>>,
 }
+
+/// An accumulating write's function: the key's index in the run, its
+/// value to update in place (the old value, or zeros where there was
+/// none); false to leave the bucket as it was.
+pub(crate) type Update<'a> = dyn FnMut(usize, &mut [u8]) -> bool + 'a;
 
 impl<'a> Run<'a> {
     /// A run over `keys` (and `values` for writes), whose probes the caller
@@ -137,7 +146,36 @@ impl<'a> Run<'a> {
             idle: 0,
             stores: StoreFilter::default(),
             release_by: None,
+            update: None,
         }
+    }
+
+    /// An accumulating write: probe `i` took its bucket, which held `old`
+    /// for its key (`None`: empty, another key's, or damaged). Keeps it
+    /// (zeros for `None`) as the value to update; plain writes ignore it.
+    /// The value is read under the probe's hold, or under a claim that
+    /// succeeds only if the bucket did not change since.
+    pub(crate) fn old_value(&mut self, i: usize, old: Option<&[u8]>) {
+        if self.update.is_none() {
+            return;
+        }
+        let n = self.shape.layout.value_len;
+        let v = &mut self.found[i * n..(i + 1) * n];
+        match old {
+            Some(o) => v.copy_from_slice(o),
+            None => v.fill(0),
+        }
+    }
+
+    /// Whether probe `i`, holding its bucket, stores: always for a plain
+    /// write; for an accumulating one, once its function has updated the
+    /// kept value and said so. Called once, as the store is planned.
+    pub(crate) fn accumulate(&mut self, i: usize) -> bool {
+        let Some(f) = self.update.as_mut() else {
+            return true;
+        };
+        let n = self.shape.layout.value_len;
+        f(i, &mut self.found[i * n..(i + 1) * n])
     }
 
     /// The tag of probe `i`'s holds.
@@ -170,7 +208,13 @@ impl<'a> Run<'a> {
         let p = &self.probes[i];
         let at = self.shape.data_at(p.rank, p.bucket);
         let buf = b.write(at, self.shape.layout.data_len(), i, Role::Store);
-        self.shape.layout.encode(self.keys[i], self.values[i], buf);
+        let value = if self.update.is_some() {
+            let n = self.shape.layout.value_len;
+            &self.found[i * n..(i + 1) * n]
+        } else {
+            self.values[i]
+        };
+        self.shape.layout.encode(self.keys[i], value, buf);
     }
 
     /// Ends the run with a deadline error for probe `i` if `now` is past
