@@ -15,6 +15,8 @@
 //!   timeout scale every wait honours, and the CPU clock rate that turns
 //!   CPU seconds into cycles.
 //! - [`host`]: this host's memory, which sizes are checked against.
+//! - [`notice`]: what a layer says that is no error of the call at hand;
+//!   printed by the tools, taken by a library that embeds fabkit.
 //! - [`net`]: the addresses of this host's interfaces (one `getifaddrs`
 //!   walk), and whether an address lies in a network.
 //! - [`error`]: what any layer can meet (a timeout, a bound, a bad
@@ -44,6 +46,7 @@ pub mod bootstrap;
 pub mod error;
 pub mod host;
 pub mod net;
+pub mod notice;
 pub mod op;
 pub mod time;
 pub mod words;

@@ -29,9 +29,9 @@ pub fn timeout_scale() -> u32 {
         Ok(v) => match v.trim().parse::<u32>() {
             Ok(s @ 1..=1000) => s,
             _ => {
-                eprintln!(
-                    "fabkit: ignoring FABKIT_TIMEOUT_SCALE={v:?}: give a whole number from 1 to 1000"
-                );
+                crate::notice::notice(format_args!(
+                    "ignoring FABKIT_TIMEOUT_SCALE={v:?}: give a whole number from 1 to 1000"
+                ));
                 1
             }
         },

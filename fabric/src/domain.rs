@@ -81,7 +81,10 @@ pub(crate) unsafe fn close_fid(fid: *mut ffi::fid, what: &'static str, log: &Fid
     let rc = unsafe { ffi::fi_close(fid) };
     log.push(FidEvent::Closed(what, rc));
     if rc != 0 {
-        eprintln!("fabkit: fi_close({what}) failed: {}", crate::strerror(-rc));
+        fabkit_core::notice::notice(format_args!(
+            "fi_close({what}) failed: {}",
+            crate::strerror(-rc)
+        ));
     }
     rc
 }

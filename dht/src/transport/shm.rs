@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fabkit_core::bootstrap::{host_id, Bootstrap};
+use fabkit_core::notice::notice;
 use fabkit_core::words::{prefetch_words, read_words, with_prefetch, write_words};
 use fabkit_core::Error as CoreError;
 use fabkit_fabric::shm::{SharedSegment, SHM_DIR};
@@ -94,13 +95,15 @@ impl ShmTransport {
         // cannot be removed is said and left: it must not stop this start.
         let reaped = fabkit_fabric::shm::reap_stale();
         for (file, why) in &reaped.removed {
-            eprintln!("fabkit: removed stale segment {SHM_DIR}/{file}: {why}");
+            notice(format_args!(
+                "removed stale segment {SHM_DIR}/{file}: {why}"
+            ));
         }
         for (file, err) in &reaped.failed {
-            eprintln!(
-                "fabkit: warning: could not remove stale segment {SHM_DIR}/{file}: {err} \
+            notice(format_args!(
+                "warning: could not remove stale segment {SHM_DIR}/{file}: {err} \
                  (`fabkit clean` retries)"
-            );
+            ));
         }
         // Named after this process (and a per-process count, for in-process
         // ranks), so a later start can tell whether its creator still runs.

@@ -218,11 +218,11 @@ impl Drop for Rank {
             && match Arc::try_unwrap(ep.inner) {
                 Ok(ep) => ep.close().is_ok(),
                 Err(shared) => {
-                    eprintln!(
-                        "fabkit: rank {}: its endpoint is still referenced elsewhere, so it \
-                         cannot be closed now",
+                    fabkit_core::notice::notice(format_args!(
+                        "rank {}: its endpoint is still referenced elsewhere, so it cannot be \
+                         closed now",
                         self.rank
-                    );
+                    ));
                     drop(shared);
                     false
                 }
@@ -239,12 +239,12 @@ impl Drop for Rank {
                 unsafe { r.free() };
             }
         } else if !retired.is_empty() {
-            eprintln!(
-                "fabkit: rank {}: a close failed, so {} retired staging buffer(s) the NIC \
-                 may still write are leaked, not freed",
+            fabkit_core::notice::notice(format_args!(
+                "rank {}: a close failed, so {} retired staging buffer(s) the NIC may still \
+                 write are leaked, not freed",
                 self.rank,
                 retired.len()
-            );
+            ));
             drop(retired); // leaks them
         }
     }
