@@ -4,12 +4,9 @@
 //! through libfabric; the same bootstrap owns MPI for the [`Window`](crate::Window)s.
 
 use std::cell::Cell;
-use std::mem::ManuallyDrop;
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
-use mpi::raw::FromRaw;
-use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::AsRaw;
 
 use fabkit_core::Bootstrap;
@@ -46,9 +43,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`Window::free`](crate::Window::free), or leaked with
 /// `mem::forget`, which ends the borrow but not the window).
 pub struct MpiBootstrap {
-    /// MPI_COMM_WORLD, or (on a caller's communicator) fabkit's duplicate
-    /// of it; dropped by hand, and not at all when the teardown is skipped.
-    world: ManuallyDrop<SimpleCommunicator>,
+    /// MPI_COMM_WORLD, or the caller's communicator: only duplicated and
+    /// asked for its rank and size, never freed.
+    world: ffi::MPI_Comm,
     /// A duplicate of the world communicator that returns errors instead
     /// of aborting, for the bootstrap's collectives and the windows, so
     /// they never match a collective of the caller's on the world.
@@ -100,7 +97,7 @@ impl MpiBootstrap {
                 "MPI is already initialized in this process".into(),
             ))
         })?;
-        let world = universe.world();
+        let world = universe.world().as_raw();
         MpiBootstrap::on(
             world,
             Some(universe),
@@ -116,9 +113,12 @@ impl MpiBootstrap {
     /// MPI the caller initialised and finalises (a C program that hands its
     /// `MPI_Comm` to `DHT_create`; a sub-communicator works too, so two
     /// tables can live on two halves of a job). The communicator is
-    /// duplicated first, so nothing fabkit does, frees or sets touches the
-    /// caller's; dropping the bootstrap frees the duplicates after a
-    /// bounded barrier and never finalises MPI. Collective over `comm`.
+    /// duplicated first, by `MPI_Comm_idup` under the timeout, so nothing
+    /// fabkit does, frees or sets touches the caller's, and a rank whose
+    /// peers never come fails instead of waiting for ever; dropping the
+    /// bootstrap frees the duplicates after a bounded barrier and never
+    /// frees the caller's communicator nor finalises MPI. Collective over
+    /// `comm`.
     ///
     /// # Safety
     ///
@@ -152,16 +152,8 @@ impl MpiBootstrap {
             )
             .into());
         }
-        let mut mine = null;
-        // SAFETY: `comm` is live (the caller's contract); the duplicate is
-        // ours from here on and is handed to rsmpi, which frees it.
-        check("MPI_Comm_dup", unsafe {
-            ffi::MPI_Comm_dup(comm, &mut mine)
-        })?;
-        // SAFETY: a live intra-communicator we own and use only through it.
-        let world = unsafe { SimpleCommunicator::from_raw(mine) };
         MpiBootstrap::on(
-            world,
+            comm,
             None,
             timeout,
             [
@@ -177,17 +169,23 @@ impl MpiBootstrap {
     /// duplicates of it (collectives, teardown); `universe` is MPI when it
     /// is ours to finalise. `dups` say what each duplication is, in errors.
     fn on(
-        world: SimpleCommunicator,
+        world: ffi::MPI_Comm,
         universe: Option<mpi::environment::Universe>,
         timeout: Duration,
         dups: [&'static str; 2],
     ) -> Result<Self> {
         // SAFETY: reading an MPI handle constant exported by rsmpi.
         let null = unsafe { ffi::RSMPI_COMM_NULL };
+        let (mut rank, mut size) = (0, 0);
+        // SAFETY: `world` is a live intra-communicator (MPI_COMM_WORLD, or
+        // the caller's, by on_communicator's contract).
+        check("MPI_Comm_rank", unsafe { ffi::MPI_Comm_rank(world, &mut rank) })?;
+        // SAFETY: as above.
+        check("MPI_Comm_size", unsafe { ffi::MPI_Comm_size(world, &mut size) })?;
         let mut boot = MpiBootstrap {
-            rank: world.rank() as usize,
-            size: world.size() as usize,
-            world: ManuallyDrop::new(world),
+            rank: usize::try_from(rank).unwrap_or(0),
+            size: usize::try_from(size).unwrap_or(0),
+            world,
             comm: null,
             fin_comm: null,
             timeout: Cell::new(timeout),
@@ -214,7 +212,7 @@ impl MpiBootstrap {
         };
         // SAFETY: the world communicator is live; `dup` and `req` stay
         // valid until the request completes (or are leaked by complete).
-        let rc = unsafe { ffi::MPI_Comm_idup(self.world.as_raw(), &mut *dup, &mut *req) };
+        let rc = unsafe { ffi::MPI_Comm_idup(self.world, &mut *dup, &mut *req) };
         self.started(what, "MPI_Comm_idup", rc)?;
         // SAFETY: `req` is active on `dup`, a heap cell `keep` owns.
         let dup = unsafe { self.complete(what, req, deadline, dup)? };
@@ -266,9 +264,15 @@ impl MpiBootstrap {
         self.max_nap.get()
     }
 
-    /// The world communicator, for code that also speaks MPI.
-    pub fn world(&self) -> &SimpleCommunicator {
-        &self.world
+    /// Ends every process of the job with exit code `code`
+    /// (`MPI_Abort` on the world communicator: MPI_COMM_WORLD, or the
+    /// caller's this bootstrap was made on).
+    pub fn abort(&self, code: i32) -> ! {
+        // SAFETY: the world communicator is live while MPI is initialised,
+        // which it is while this bootstrap exists.
+        unsafe { ffi::MPI_Abort(self.world, code) };
+        // MPI_Abort does not return; should an MPI's ever do, end here.
+        std::process::exit(code)
     }
 
     /// The bootstrap's own communicator (a duplicate of the world's that
@@ -443,9 +447,6 @@ impl Drop for MpiBootstrap {
                 unsafe { ffi::MPI_Comm_free(c) };
             }
         }
-        // SAFETY: dropped once, here, and not used after; MPI is still
-        // initialised (ours is finalised below, a caller's later).
-        unsafe { ManuallyDrop::drop(&mut self.world) };
         drop(universe); // MPI_Finalize, if MPI is ours
     }
 }

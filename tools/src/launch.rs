@@ -246,8 +246,6 @@ where
     T: Serialize + DeserializeOwned,
     F: Fn(&fabkit_mpi::MpiBootstrap) -> Result<T>,
 {
-    use mpi::topology::Communicator;
-
     let mine = match f(boot) {
         Ok(v) => serde_json::to_vec(&v)?,
         Err(e) => {
@@ -257,7 +255,7 @@ where
                 crate::bounds::one_line(&e)
             );
             // MPI_Abort: the launcher ends every rank.
-            boot.world().abort(crate::bounds::exit_code(&e).into());
+            boot.abort(crate::bounds::exit_code(&e).into());
         }
     };
     let all = boot.allgather(&mine)?;
