@@ -129,6 +129,15 @@ pub fn prepared() -> &'static Prepared {
     PREPARED.get_or_init(Prepared::default)
 }
 
+/// [`prepared`], preparing now if the constructor did not run (a library
+/// linked statically whose constructor the linker dropped): then, with
+/// other threads running (an MPI's), nothing is set and `note` says why,
+/// and [`check_ranks`] still refuses a job the queues cannot hold. A
+/// library calls it before its first libfabric call.
+pub fn prepare_late() -> &'static Prepared {
+    PREPARED.get_or_init(prepare)
+}
+
 /// A variable as the user left it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Var {

@@ -179,9 +179,13 @@ impl MpiBootstrap {
         let (mut rank, mut size) = (0, 0);
         // SAFETY: `world` is a live intra-communicator (MPI_COMM_WORLD, or
         // the caller's, by on_communicator's contract).
-        check("MPI_Comm_rank", unsafe { ffi::MPI_Comm_rank(world, &mut rank) })?;
+        check("MPI_Comm_rank", unsafe {
+            ffi::MPI_Comm_rank(world, &mut rank)
+        })?;
         // SAFETY: as above.
-        check("MPI_Comm_size", unsafe { ffi::MPI_Comm_size(world, &mut size) })?;
+        check("MPI_Comm_size", unsafe {
+            ffi::MPI_Comm_size(world, &mut size)
+        })?;
         let mut boot = MpiBootstrap {
             rank: usize::try_from(rank).unwrap_or(0),
             size: usize::try_from(size).unwrap_or(0),

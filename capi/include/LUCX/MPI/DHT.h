@@ -2,24 +2,50 @@
  * public MPI-DHT (types, functions and return codes), so that a program
  * written against that header relinks against fabkit unchanged:
  *
- *   mpicc prog.c -I<fabkit>/capi/include -L<lib dir> -lfabkit_mpi_dht
+ *   mpicc prog.c $(pkg-config --cflags --libs fabkit-dht)
  *
- * What differs, and what fabkit adds:
- * - DHT is opaque here: its fields are fabkit's own. Programs that read the
- *   MPI-DHT's fields (its header lists them and asks not to) do not build.
- * - A table is the lock-free variant over an MPI_Win_allocate window on a
- *   duplicate of the caller's communicator, as the MPI-DHT's default build:
- *   DHT_read can return DHT_READ_CORRUPT. A program built against the
- *   MPI-DHT's coarse-locking variant gets lock-free semantics.
- * - DHT_write_accumulate and DHT_set_accumulate_callback return (or leave)
- *   DHT_NOT_IMPLEMENTED for now.
- * - Every failure is a return code (or NULL from DHT_create) whose message
- *   fabkit_dht_last_error() gives (valid until the next DHT_* call on the
- *   same thread); nothing is printed but by DHT_print_statistics, except
- *   when an MPI epoch cannot be closed, which aborts the job saying why.
+ * The table, by default and by choice:
+ * - By default a table is the lock-free variant over an MPI_Win_allocate
+ *   window on a duplicate of the caller's communicator, as the MPI-DHT's
+ *   default build: DHT_read can return DHT_READ_CORRUPT. A program built
+ *   against the MPI-DHT's coarse-locking variant gets lock-free semantics
+ *   unless it chooses coarse (FABKIT_DHT_VARIANT=coarse).
+ * - The environment chooses, read at each DHT_create, the same on every
+ *   rank (ranks that differ fail DHT_create on all):
+ *     FABKIT_DHT_VARIANT    lockfree (default), fine, coarse, chunked
+ *     FABKIT_DHT_TRANSPORT  mpi (default), fabric (libfabric to every
+ *                           rank), shm (shared memory to the ranks of this
+ *                           node, libfabric to the others)
+ *     FABKIT_DHT_PROVIDER   the libfabric provider of fabric and shm
+ *                           (default "tcp;ofi_rxm"; "verbs;ofi_rxm",
+ *                           "cxi", "efa", "psm3" on their fabrics)
+ *     FABKIT_DHT_DOMAIN     its interface, device or network (default:
+ *                           chosen)
+ *   fabkit_dht_create takes the same choices as strings, over the
+ *   environment's.
+ * - DHT_write_accumulate updates a key's value while the variant holds its
+ *   bucket (fine, coarse, chunked); on a lock-free table it returns
+ *   DHT_NOT_IMPLEMENTED. The callback gets (send_size, data, value size,
+ *   value): the stored value, or zeros for a key not there, to update in
+ *   place; it returns 0 to store it. Keep it short: it runs while the
+ *   bucket is held. It must not call the table, nor throw.
  * - DHT_to_file writes fabkit's checksummed shards <filename>.rank<N>;
  *   DHT_from_file reads them (not the MPI-DHT's files) into a table of any
  *   size or rank count.
+ * - proc and index of DHT_write receive the key's rank and its first
+ *   candidate bucket (where it was stored may be a later one).
+ *
+ * What differs from the MPI-DHT:
+ * - DHT is opaque here: its fields are fabkit's own. Programs that read the
+ *   MPI-DHT's fields (its header lists them and asks not to) do not build.
+ * - Every failure is a return code (NULL from DHT_create) whose message
+ *   fabkit_dht_last_error() gives (valid until the next call on the same
+ *   thread). Nothing is printed but by DHT_print_statistics, except when an
+ *   MPI epoch cannot be closed, which aborts the job saying why; fabkit's
+ *   notices (a stale segment it removed, a resource it could not close)
+ *   are kept as the last message, not printed.
+ * - Wrong sizes or options on any rank fail DHT_create on every rank. After
+ *   an internal error a table refuses every call but DHT_free.
  * - A table is used from one thread at a time, and is gone after DHT_free
  *   whatever it returns. hash_func must not throw (C++).
  * MPI is the caller's: initialise it before DHT_create and finalise it
@@ -31,6 +57,7 @@
 
 #include <mpi.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -65,8 +92,7 @@ typedef struct DHT_init {
   MPI_Comm comm;
 } DHT_init_t;
 
-/* Collective over init_params->comm; NULL on failure, on every rank when a
- * rank's sizes are wrong. */
+/* Collective over init_params->comm; NULL on failure, on every rank. */
 DHT *DHT_create(const DHT_init_t *init_params);
 /* proc and index (may be NULL) receive the key's rank and first bucket. */
 int DHT_write(DHT *table, void *key, void *data, uint32_t *proc,
@@ -77,7 +103,8 @@ int DHT_to_file(DHT *table, const char *filename);
 int DHT_from_file(DHT *table, const char *filename);
 int DHT_free(DHT *table, uint32_t *chksum_retries);
 int DHT_print_statistics(DHT *table);
-/* DHT_NOT_IMPLEMENTED for now. */
+/* See above: fine, coarse and chunked tables; DHT_NOT_IMPLEMENTED on
+ * lock-free ones. */
 void DHT_set_accumulate_callback(DHT *table,
                                  int (*callback_func)(int, void *, int,
                                                       void *));
@@ -85,7 +112,49 @@ int DHT_write_accumulate(DHT *table, const void *key, int send_size,
                          void *data, uint32_t *proc, uint32_t *index,
                          int *callback_ret);
 
-/* fabkit's: the message of this thread's last failure ("" if none). */
+/* fabkit's own. */
+
+/* The choices of the environment variables above, as strings; a NULL
+ * field takes the variable's, else the default. */
+typedef struct fabkit_dht_options {
+  const char *variant;
+  const char *transport;
+  const char *provider;
+  const char *domain;
+} fabkit_dht_options_t;
+
+/* DHT_create with options (may be NULL); collective. */
+DHT *fabkit_dht_create(const DHT_init_t *init_params,
+                       const fabkit_dht_options_t *options);
+
+/* n keys (back to back) read with their operations overlapped: a hit's
+ * value lands in values (n values back to back), each key's DHT_SUCCESS,
+ * DHT_READ_MISS or DHT_READ_CORRUPT in results. DHT_SUCCESS when the batch
+ * ran. */
+int fabkit_dht_read_many(DHT *table, size_t n, const void *keys,
+                         void *values, int *results);
+/* n keys and values written likewise; results (may be NULL) receive
+ * DHT_SUCCESS or DHT_WRITE_SUCCESS_WITH_EVICTION per key. */
+int fabkit_dht_write_many(DHT *table, size_t n, const void *keys,
+                          const void *values, int *results);
+
+/* A table's counters. */
+typedef struct fabkit_dht_stats {
+  uint64_t reads, writes, hits, misses, corrupt;
+  uint64_t inserts, updates, evictions;
+  uint64_t checksum_retries, invalidations, lock_retries;
+  uint64_t remote_ops, batches, remote_bytes;
+} fabkit_dht_stats_t;
+
+/* This rank's counters, or with all_ranks nonzero the sum over every rank
+ * (then collective). */
+int fabkit_dht_stats(DHT *table, fabkit_dht_stats_t *out, int all_ranks);
+
+/* The table's variant and transport in one line, e.g. "lockfree over mpi
+ * (MPI_Win_allocate)"; valid until DHT_free. */
+const char *fabkit_dht_describe(DHT *table);
+
+/* The message of this thread's last failure or notice ("" if none). */
 const char *fabkit_dht_last_error(void);
 
 #if defined(__cplusplus)

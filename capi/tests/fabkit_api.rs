@@ -1,0 +1,39 @@
+//! What fabkit adds in C (`examples/fabkit_api.c`), under mpirun: ranks
+//! counting into shared keys with DHT_write_accumulate lose no increment
+//! on every variant that holds a bucket (lock-free says it cannot), over
+//! MPI, libfabric and the same-node path; batches, counters and failures
+//! behave as the header says; ranks that ask for different variants, or
+//! one that does not exist, fail DHT_create on every rank.
+
+mod common;
+
+use common::{build, every_rank_says, run};
+
+#[test]
+fn accumulations_batches_and_counters_on_every_variant_and_transport() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("fabkit_api");
+    build("fabkit_api", &exe, true);
+    for (variant, transport, ranks) in [
+        ("fine", "mpi", 3),
+        ("coarse", "mpi", 2),
+        ("chunked", "mpi", 2),
+        ("lockfree", "mpi", 2),
+        ("fine", "fabric", 2),
+        ("chunked", "shm", 3),
+    ] {
+        let out = run(&exe, ranks, &[variant, transport], &[]);
+        every_rank_says(&format!("{variant} over {transport}"), ranks, out, ": ok ");
+    }
+}
+
+#[test]
+fn ranks_that_disagree_or_ask_for_nothing_known_fail_create_on_every_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("fabkit_api");
+    build("fabkit_api", &exe, false);
+    for mode in ["disagree", "bogus"] {
+        let out = run(&exe, 3, &["fine", "mpi", mode], &[]);
+        every_rank_says(mode, 3, out, ": ok refused");
+    }
+}
