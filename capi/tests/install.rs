@@ -1,0 +1,78 @@
+//! `capi/install.sh` puts the library, the header and pkg-config files
+//! under a prefix, and programs build against it with nothing but
+//! pkg-config: the MPI-DHT program shared and static, and the Fortran one
+//! (ISO_C_BINDING) shared; each then runs under mpirun. The libraries
+//! installed are the ones `cargo test` built (`--lib-dir`): a cargo build
+//! inside a cargo test would wait for the build directory's lock.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{compile, every_rank_says, here, lib_dir, run};
+
+/// `pkg-config --cflags --libs pc` against the prefix's pkg-config files.
+fn flags(prefix: &Path, pc: &str) -> Vec<String> {
+    let o = Command::new("pkg-config")
+        .args(["--cflags", "--libs", pc])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .expect("running pkg-config (installed by .ci/install-deps)");
+    assert!(
+        o.status.success(),
+        "pkg-config {pc}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn installed_with_pkg_config_files_programs_build_against_it_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    let o = Command::new("bash")
+        .arg(here().join("install.sh"))
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg("--lib-dir")
+        .arg(lib_dir())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in [
+        "include/LUCX/MPI/DHT.h",
+        "lib/libfabkit_mpi_dht.so",
+        "lib/libfabkit_mpi_dht.a",
+    ] {
+        assert!(prefix.join(f).exists(), "{f} not installed");
+    }
+    let dump = dir.path().to_str().unwrap();
+    for (pc, compiler, src, want) in [
+        ("fabkit-dht", "mpicc", "mpidht_api.c", ": ok hits 40 of 40"),
+        (
+            "fabkit-dht-static",
+            "mpicc",
+            "mpidht_api.c",
+            ": ok hits 40 of 40",
+        ),
+        ("fabkit-dht", "mpifort", "mpidht_api.f90", ": ok hits 40"),
+    ] {
+        let exe = dir.path().join(format!("{pc}-{src}"));
+        let mut c = Command::new(compiler);
+        c.arg(here().join("examples").join(src))
+            .args(["-Wall", "-Werror", "-o"])
+            .arg(&exe)
+            .args(flags(&prefix, pc));
+        compile(c);
+        // The shared library is found through the rpath pkg-config gave,
+        // not LD_LIBRARY_PATH (run sets it to cargo's directory, which
+        // holds the same library: unset it here).
+        let out = run(&exe, 2, &[dump], &[("LD_LIBRARY_PATH", "")]);
+        every_rank_says(&format!("{compiler} {src} with {pc}"), 2, out, want);
+    }
+}
