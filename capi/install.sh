@@ -41,6 +41,7 @@ prefix=$(cd "$prefix" && pwd)
 install -m 0755 "$libdir_in/libfabkit_mpi_dht.so" "$prefix/lib/"
 install -m 0644 "$libdir_in/libfabkit_mpi_dht.a" "$prefix/lib/"
 install -m 0644 "$here/include/LUCX/MPI/DHT.h" "$prefix/include/LUCX/MPI/"
+install -m 0644 "$here/include/LUCX/DHT.h" "$prefix/include/LUCX/"
 # What the static library needs besides MPI (mpicc adds it): the C
 # libraries whose functions it calls (libfabric; libibverbs and librdmacm
 # where fabkit was built with them), and what Rust's standard library uses.

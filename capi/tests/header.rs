@@ -111,24 +111,44 @@ fn the_header_agrees_with_the_library_as_c_and_as_cxx() {
     }
 }
 
+/// Compiles `src` as C with `defines`; returns whether it built and what
+/// the compiler said.
+fn compiles(src: &str, defines: &[&str]) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.c");
+    std::fs::write(&path, src).unwrap();
+    let o = Command::new("mpicc")
+        .arg(&path)
+        .args(defines)
+        .args(["-c", "-I"])
+        .arg(here().join("include"))
+        .arg("-o")
+        .arg(dir.path().join("t.o"))
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+#[test]
+fn the_other_include_path_gives_the_same_api_under_lucx_mpi_impl_and_says_so_without() {
+    // The MPI-DHT's programs include either header; <LUCX/DHT.h> is its
+    // MPI API only with LUCX_MPI_IMPL defined (else its UCX one).
+    let src = "#include <LUCX/DHT.h>\nint f(DHT *t, const void *k, void *d) { return DHT_read(t, k, d); }\n";
+    let (ok, err) = compiles(src, &["-DLUCX_MPI_IMPL"]);
+    assert!(ok, "{err}");
+    let (ok, err) = compiles(src, &[]);
+    assert!(!ok && err.contains("define LUCX_MPI_IMPL"), "{err}");
+}
+
 #[test]
 fn a_wrong_value_in_the_generated_checks_fails_the_build() {
     // The check above can fail: the same program with one code off by one
     // does not compile.
-    let dir = tempfile::tempdir().unwrap();
     let bad = program().replace("SA(DHT_READ_MISS == -2", "SA(DHT_READ_MISS == -3");
     assert_ne!(bad, program());
-    let path = dir.path().join("bad.c");
-    std::fs::write(&path, bad).unwrap();
-    let o = Command::new("mpicc")
-        .arg(&path)
-        .arg("-c")
-        .arg("-I")
-        .arg(here().join("include"))
-        .arg("-o")
-        .arg(dir.path().join("bad.o"))
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("DHT_READ_MISS"));
+    let (ok, err) = compiles(&bad, &[]);
+    assert!(!ok && err.contains("DHT_READ_MISS"), "{err}");
 }

@@ -46,6 +46,7 @@ fn installed_with_pkg_config_files_programs_build_against_it_alone() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for f in [
         "include/LUCX/MPI/DHT.h",
+        "include/LUCX/DHT.h",
         "lib/libfabkit_mpi_dht.so",
         "lib/libfabkit_mpi_dht.a",
     ] {

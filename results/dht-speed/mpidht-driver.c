@@ -53,6 +53,14 @@
  * checked inside the timed loop, as fabkit does. The MPI-DHT is driven one
  * blocking operation at a time (fabkit's batch 1).
  *
+ * The same file, unchanged, also builds against fabkit's C API (capi/,
+ * installed with capi/install.sh), which is how results/capi/relink.md
+ * measures a program relinked from the MPI-DHT to fabkit:
+ * "mpicc -O2 -Wall -DLUCX_MPI_IMPL -DMPIDHT_VARIANT=\"fabkit\" driver.c
+ * $(pkg-config --cflags --libs fabkit-dht) -lm -o bench-fabkit". Built so,
+ * it also takes --batch N: runs of up to N reads, or writes, go to
+ * fabkit_dht_read_many or fabkit_dht_write_many, what fabkit adds in C.
+ *
  * The hash the MPI-DHT asks for (it is used for the key's placement and,
  * in the lockfree variant, for the bucket checksum) is ours: it starts from
  * a constant xor the length, and for each little-endian 64-bit word of the
@@ -259,13 +267,73 @@ static void fail(int rank, const char *what, uint64_t i, int rc) {
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
+/* Ops per call: 1 is the MPI-DHT's API, one blocking operation at a
+ * time; more (--batch, fabkit's build only) passes each run of up to
+ * BATCH consecutive reads, or writes, to fabkit_dht_read_many or
+ * fabkit_dht_write_many. */
+static uint64_t BATCH = 1;
+
+static void count_read(counts_t *c, const phase_t *ph, uint64_t i, int rc,
+                       const unsigned char *buf, int rank) {
+  switch (rc) {
+  case DHT_SUCCESS:
+    c->hits++;
+    c->false_hits += ph->absent[i];
+    c->wrong += !value_good(ph->id[i], buf, VLEN);
+    break;
+  case DHT_READ_MISS:
+    c->misses++;
+    c->lost += !ph->absent[i];
+    break;
+  case DHT_READ_CORRUPT:
+  case DHT_READ_INVALID:
+    c->corrupt++;
+    break;
+  default:
+    fail(rank, "DHT_read", i, rc);
+  }
+}
+
+#ifdef FABKIT_LUCX_MPI_DHT_H
+/* The ops from i on, in runs of one kind of at most BATCH; returns the
+ * index after the run done. */
+static uint64_t run_batch(DHT *dht, const phase_t *ph, uint64_t i,
+                          unsigned char *vals, int *rcs, int rank,
+                          counts_t *c) {
+  uint64_t n = 1;
+  while (i + n < ph->n && n < BATCH && ph->is_write[i + n] == ph->is_write[i])
+    n++;
+  if (ph->is_write[i]) {
+    if (fabkit_dht_write_many(dht, n, ph->keys + i * KLEN, ph->vals + i * VLEN,
+                              rcs) != DHT_SUCCESS)
+      fail(rank, "fabkit_dht_write_many", i, -1);
+    for (uint64_t j = 0; j < n; j++)
+      c->evictions += rcs[j] == DHT_WRITE_SUCCESS_WITH_EVICTION;
+  } else {
+    if (fabkit_dht_read_many(dht, n, ph->keys + i * KLEN, vals, rcs) !=
+        DHT_SUCCESS)
+      fail(rank, "fabkit_dht_read_many", i, -1);
+    for (uint64_t j = 0; j < n; j++)
+      count_read(c, ph, i + j, rcs[j], vals + j * VLEN, rank);
+  }
+  return i + n;
+}
+#endif
+
 static double run_phase(DHT *dht, const phase_t *ph, int rank,
                         counts_t *c) {
-  unsigned char *buf = must_alloc(VLEN);
+  unsigned char *buf = must_alloc(VLEN * BATCH);
+  int *rcs = must_alloc(sizeof(int) * BATCH);
   memset(c, 0, sizeof *c);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
-  for (uint64_t i = 0; i < ph->n; i++) {
+#ifdef FABKIT_LUCX_MPI_DHT_H
+  if (BATCH > 1) {
+    for (uint64_t i = 0; i < ph->n;)
+      i = run_batch(dht, ph, i, buf, rcs, rank, c);
+  }
+#endif
+  for (uint64_t i = 0; BATCH == 1 && i < ph->n; i++) {
     unsigned char *key = ph->keys + i * KLEN;
     if (ph->is_write[i]) {
       int rc = DHT_write(dht, key, ph->vals + i * VLEN, NULL, NULL);
@@ -274,29 +342,13 @@ static double run_phase(DHT *dht, const phase_t *ph, int rank,
       else if (rc != DHT_SUCCESS)
         fail(rank, "DHT_write", i, rc);
     } else {
-      int rc = DHT_read(dht, key, buf);
-      switch (rc) {
-      case DHT_SUCCESS:
-        c->hits++;
-        c->false_hits += ph->absent[i];
-        c->wrong += !value_good(ph->id[i], buf, VLEN);
-        break;
-      case DHT_READ_MISS:
-        c->misses++;
-        c->lost += !ph->absent[i];
-        break;
-      case DHT_READ_CORRUPT:
-      case DHT_READ_INVALID:
-        c->corrupt++;
-        break;
-      default:
-        fail(rank, "DHT_read", i, rc);
-      }
+      count_read(c, ph, i, DHT_read(dht, key, buf), buf, rank);
     }
   }
   double secs = MPI_Wtime() - t0;
   MPI_Barrier(MPI_COMM_WORLD);
   free(buf);
+  free(rcs);
   return secs;
 }
 
@@ -306,7 +358,7 @@ static void usage(const char *msg) {
   fprintf(stderr,
           "mpidht-bench: %s\n"
           "usage: mpidht-bench [-k KEYS] [-b BUCKETS] [--key BYTES] "
-          "[--value BYTES] [-s SEED] [--ops OPS]\n",
+          "[--value BYTES] [-s SEED] [--ops OPS] [--batch N (fabkit only)]\n",
           msg);
   exit(1);
 }
@@ -349,6 +401,10 @@ int main(int argc, char **argv) {
       seed = number(a, v, 0, UINT64_MAX), i++;
     else if (!strcmp(a, "--ops"))
       ops = number(a, v, 1, 1ULL << 32), i++;
+#ifdef FABKIT_LUCX_MPI_DHT_H
+    else if (!strcmp(a, "--batch"))
+      BATCH = number(a, v, 1, 1 << 16), i++;
+#endif
     else {
       char m[160];
       snprintf(m, sizeof m, "unknown argument '%s'", a);
@@ -410,10 +466,11 @@ int main(int argc, char **argv) {
     MPI_Reduce(&secs, &maxsecs, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(mine, sum, 8, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
-      printf("mpidht %s paper uniform %s Mops/s %.3f hits %llu misses %llu "
+      printf("mpidht %s%s paper uniform %s Mops/s %.3f hits %llu misses %llu "
              "ranks %llu keys %llu buckets %llu ops %llu secs %.4f lost %llu "
              "false_hits %llu wrong %llu corrupt %llu evictions %llu\n",
-             MPIDHT_VARIANT, ph[p].name, (double)sum[0] / maxsecs / 1e6,
+             MPIDHT_VARIANT, BATCH > 1 ? "-batched" : "", ph[p].name,
+             (double)sum[0] / maxsecs / 1e6,
              (unsigned long long)sum[1], (unsigned long long)sum[2],
              (unsigned long long)ranks, (unsigned long long)keys,
              (unsigned long long)buckets, (unsigned long long)sum[0], maxsecs,
