@@ -9,8 +9,7 @@ mod common;
 
 use std::sync::Barrier;
 
-use common::{key, local_tables, small, tables_with};
-use fabkit_dht::transport::faulty::{Delay, Faults, FaultyTransport};
+use common::{key, local_tables, racing_faults, small};
 use fabkit_dht::{Dht, Error, Read, Transport, Variant, Write};
 
 const HOLDING: [Variant; 3] = [Variant::Fine, Variant::Coarse, Variant::Chunked];
@@ -70,15 +69,7 @@ fn ranks_counting_into_one_key_lose_no_increment_under_faults() {
     for variant in HOLDING {
         let mut cfg = small(variant, 64);
         cfg.checksum_retries = 20;
-        let tables = tables_with(4, cfg, |r, t| {
-            FaultyTransport::new(
-                t,
-                Faults::seeded(0xacc ^ r as u64)
-                    .reorder()
-                    .split_reads(0.5)
-                    .delay_writes(Delay::UntilNextBatch, 0.5),
-            )
-        });
+        let tables = racing_faults(4, cfg, 0xacc);
         count_together(&tables, variant, 60);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::{key, local_tables, small, tables_with, value, value_ok, VARIANTS};
+use common::{key, local_tables, racing_faults, small, tables_with, value, value_ok, VARIANTS};
 use fabkit_dht::clock::TestClock;
 use fabkit_dht::layout::is_full;
 use fabkit_dht::placement::{default_candidates, hash_key, Placement};
@@ -113,15 +113,7 @@ fn concurrent_updates_of_one_key_end_in_one_whole_value_under_faults() {
     for variant in VARIANTS {
         let mut cfg = small(variant, 64);
         cfg.checksum_retries = 20;
-        let tables = tables_with(4, cfg, |r, t| {
-            FaultyTransport::new(
-                t,
-                Faults::seeded(0x5eed ^ r as u64)
-                    .reorder()
-                    .split_reads(0.5)
-                    .delay_writes(Delay::UntilNextBatch, 0.5),
-            )
-        });
+        let tables = racing_faults(4, cfg, 0x5eed);
         one_hot_key(&tables, &cfg, 150);
     }
 }

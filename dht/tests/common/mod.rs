@@ -6,6 +6,7 @@ use std::time::Duration;
 pub mod model;
 
 use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
+use fabkit_dht::transport::faulty::{Delay, Faults, FaultyTransport};
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::{Config, Dht, Transport, Variant};
 
@@ -51,6 +52,25 @@ pub fn tables_with<T: Transport + Send>(
             .map(|(t, b)| s.spawn(move || Dht::create(t, cfg, b as &dyn Bootstrap).unwrap()))
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// `n` tables whose transports reorder batches, split half the reads and
+/// delay half the writes until the writer's next batch (rank r's faults
+/// seeded with `seed ^ r`): the faults racing writers must survive.
+pub fn racing_faults(
+    n: usize,
+    cfg: Config,
+    seed: u64,
+) -> Vec<Dht<FaultyTransport<LocalTransport>>> {
+    tables_with(n, cfg, |r, t| {
+        FaultyTransport::new(
+            t,
+            Faults::seeded(seed ^ r as u64)
+                .reorder()
+                .split_reads(0.5)
+                .delay_writes(Delay::UntilNextBatch, 0.5),
+        )
     })
 }
 
