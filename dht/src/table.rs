@@ -16,11 +16,11 @@ use crate::outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
 use crate::placement::KeyHash;
 use crate::placement::Placement;
 use crate::transport::{Op, Transport};
-use crate::variant::Update;
 use crate::variant::{
     chunked::Chunked, coarse::Coarse, fine::Fine, lockfree::Lockfree, recycle, Batch, Machine,
     Mode, Outcome, Probe, Run, Shape, Step, MAX_RUN,
 };
+use crate::variant::{Update, Updating};
 
 /// A distributed hash table over a transport.
 pub struct Dht<T: Transport> {
@@ -47,6 +47,8 @@ struct Work {
     probes: Vec<Probe>,
     out: Vec<Outcome>,
     found: Vec<u8>,
+    /// Accumulations: each key's bucket as it was (see `Updating`).
+    before: Vec<u8>,
 }
 
 impl<T: Transport> std::fmt::Debug for Dht<T> {
@@ -422,87 +424,22 @@ impl<T: Transport> Dht<T> {
             self.check_key(k)?;
             self.check_value(v)?;
         }
-        let (mut inserts, mut updates, mut evictions) = (0u64, 0u64, 0u64);
         self.with_work(|w| {
             self.run(Mode::Write, keys, values, w)?;
             for (o, r) in out.iter_mut().zip(&w.out) {
-                *o = match r {
-                    Outcome::Updated => {
-                        updates += 1;
-                        Write::Updated
-                    }
-                    Outcome::Evicted => {
-                        evictions += 1;
-                        Write::Evicted
-                    }
-                    _ => {
-                        inserts += 1;
-                        Write::Inserted
-                    }
-                };
+                *o = r.written();
             }
             Ok(())
         })?;
-        self.count(|s| {
-            s.writes += keys.len() as u64;
-            s.inserts += inserts;
-            s.updates += updates;
-            s.evictions += evictions;
-        });
+        self.count_writes(out.iter().copied());
         Ok(())
     }
 
-    /// Accumulates into `key`'s value: see [`Dht::update_many`].
-    pub fn update(&self, key: &[u8], f: impl FnOnce(&mut [u8]) -> bool) -> Result<Write> {
-        let mut f = Some(f);
-        let mut once = |_: usize, v: &mut [u8]| f.take().is_some_and(|f| f(v));
-        Ok(self
-            .update_many(&[key], &mut once)?
-            .pop()
-            .expect("one outcome per key"))
-    }
-
-    /// Writes each key with a value computed from the one it replaces,
-    /// while the variant holds the bucket, so no other writer comes in
-    /// between (an accumulation: counts, sums, merged records). `f` gets
-    /// the key's index in `keys` and its value to update in place: the old
-    /// value, or zeros when the key was absent (inserted, or pushing out
-    /// another key); it returns false to leave the bucket as it was. It is
-    /// called once per key, while holds are taken: keep it short, and do
-    /// not call the table from it.
-    ///
-    /// The variants that hold a bucket while they write offer it (fine,
-    /// coarse, chunked); lock-free writers hold nothing, so its tables
-    /// refuse it ([`Error::Config`]).
-    pub fn update_many(
-        &self,
-        keys: &[&[u8]],
-        f: &mut dyn FnMut(usize, &mut [u8]) -> bool,
-    ) -> Result<Vec<Write>> {
-        if self.cfg.variant == Variant::Lockfree {
-            return Err(Error::Config(
-                "accumulating writes need a variant that holds the bucket while it writes \
-                 (fine, coarse or chunked); this table is lock-free"
-                    .into(),
-            ));
-        }
-        for k in keys {
-            self.check_key(k)?;
-        }
-        let out = self.with_work(|w| {
-            self.run_updating(Mode::Write, keys, &[], w, Some(f))?;
-            Ok(w.out
-                .iter()
-                .map(|o| match o {
-                    Outcome::Updated => Write::Updated,
-                    Outcome::Evicted => Write::Evicted,
-                    _ => Write::Inserted,
-                })
-                .collect::<Vec<Write>>())
-        })?;
+    /// Counts `stored`, the outcomes of writes that stored.
+    fn count_writes(&self, stored: impl Iterator<Item = Write>) {
         self.count(|s| {
-            s.writes += keys.len() as u64;
-            for w in &out {
+            for w in stored {
+                s.writes += 1;
                 match w {
                     Write::Inserted => s.inserts += 1,
                     Write::Updated => s.updates += 1,
@@ -510,7 +447,100 @@ impl<T: Transport> Dht<T> {
                 }
             }
         });
+    }
+
+    /// Accumulates into `key`'s value: see [`Dht::update_many`].
+    pub fn update(&self, key: &[u8], f: impl FnOnce(&mut [u8]) -> bool) -> Result<Write> {
+        let mut f = Some(f);
+        // Called once (see update_into); a second call would decline.
+        let mut once = |_: usize, v: &mut [u8]| f.take().is_some_and(|f| f(v));
+        let mut out = [Write::Inserted];
+        self.update_into(&[key], &mut once, &mut out)?;
+        Ok(out[0])
+    }
+
+    /// Writes each key with a value computed from the one it replaces,
+    /// while the variant holds the bucket, so no other writer comes in
+    /// between (an accumulation: counts, sums, merged records). `f` gets
+    /// the key's index in `keys` and its value to update in place: the old
+    /// value, or zeros when the key was absent (inserted, or pushing out
+    /// another key); it returns false to leave the bucket as it was (the
+    /// outcome still says what the write would have been; the counters
+    /// count it as no write). It is called once per key, while holds are
+    /// taken: keep it short, and do not call the table from it.
+    ///
+    /// An error before a key's bucket is given back leaves it as it was
+    /// (the bucket is put back as read under the hold), so a retry counts
+    /// once; an error in giving it back (the release of its lock or claim,
+    /// whose retry then releases it) leaves the value stored, and so may a
+    /// chunked claim another writer took over ([`Error::Lost`]).
+    ///
+    /// The variants that hold a bucket while they write offer it (fine,
+    /// coarse, chunked); lock-free writers hold nothing, so its tables
+    /// refuse it ([`Error::Config`]). A chunked accumulation never takes
+    /// a stalled claim over: it fails at its deadline instead.
+    pub fn update_many(
+        &self,
+        keys: &[&[u8]],
+        f: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<Vec<Write>> {
+        let mut out = vec![Write::Inserted; keys.len()];
+        self.update_into(keys, f, &mut out)?;
         Ok(out)
+    }
+
+    /// [`Dht::update_many`] with the outcomes into the caller's `out` (as
+    /// long as `keys`), allocating nothing once the table is warm.
+    pub fn update_into(
+        &self,
+        keys: &[&[u8]],
+        f: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        out: &mut [Write],
+    ) -> Result<()> {
+        if self.cfg.variant == Variant::Lockfree {
+            return Err(Error::Config(
+                "accumulating writes need a variant that holds the bucket while it writes \
+                 (fine, coarse or chunked); this table is lock-free"
+                    .into(),
+            ));
+        }
+        if out.len() != keys.len() {
+            return Err(Error::Config(format!(
+                "{} keys need as many outcomes, not {}",
+                keys.len(),
+                out.len()
+            )));
+        }
+        for k in keys {
+            self.check_key(k)?;
+        }
+        // Counted as they store: a declined key is no write.
+        let (mut inserts, mut updates, mut evictions) = (0u64, 0u64, 0u64);
+        let mut counting = |i: usize, w: Write, v: &mut [u8]| {
+            let keep = f(i, v);
+            if keep {
+                match w {
+                    Write::Inserted => inserts += 1,
+                    Write::Updated => updates += 1,
+                    Write::Evicted => evictions += 1,
+                }
+            }
+            keep
+        };
+        self.with_work(|w| {
+            self.run_updating(Mode::Write, keys, &[], w, Some(&mut counting))?;
+            for (o, r) in out.iter_mut().zip(&w.out) {
+                *o = r.written();
+            }
+            Ok(())
+        })?;
+        self.count(|s| {
+            s.writes += inserts + updates + evictions;
+            s.inserts += inserts;
+            s.updates += updates;
+            s.evictions += evictions;
+        });
+        Ok(())
     }
 
     /// Runs `f` on the table's reusable buffers, or on fresh ones while
@@ -548,12 +578,17 @@ impl<T: Transport> Dht<T> {
         if w.found.len() < need {
             w.found.resize(need, 0);
         }
+        let dl = self.cfg.layout().data_len();
+        if update.is_some() && w.before.len() < keys.len() * dl {
+            w.before.resize(keys.len() * dl, 0);
+        }
         let Work {
             batch,
             ops,
             probes,
             out,
             found,
+            before,
         } = w;
         for (n, ks) in keys.chunks(MAX_RUN).enumerate() {
             let first = n * MAX_RUN;
@@ -585,8 +620,11 @@ impl<T: Transport> Dht<T> {
             // The caller numbers keys across runs.
             let mut shifted;
             if let Some(f) = update.as_mut() {
-                shifted = move |i: usize, v: &mut [u8]| f(first + i, v);
-                run.update = Some(&mut shifted);
+                shifted = move |i: usize, w: Write, v: &mut [u8]| f(first + i, w, v);
+                run.update = Some(Updating {
+                    f: &mut shifted,
+                    before: &mut before[first * dl..(first + ks.len()) * dl],
+                });
             }
             match self.cfg.variant {
                 Variant::Lockfree => self.drive(Lockfree::new(run), batch, ops)?,

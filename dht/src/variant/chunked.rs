@@ -229,7 +229,7 @@ impl<'a> Chunked<'a> {
             Mode::Read => self.run.decide(i, Outcome::Miss),
             Mode::FindOrPut => self.run.decide(i, Outcome::Full),
             // Evict the last bucket probed, under a claim.
-            Mode::Write if is_full(state) => self.take(i, last, state, Outcome::Evicted, None),
+            Mode::Write if is_full(state) => self.take(i, last, state, Outcome::Evicted),
             Mode::Write => return self.wait_claim(i, last, state, now),
         }
         true
@@ -238,7 +238,7 @@ impl<'a> Chunked<'a> {
     fn empty(&mut self, i: usize, bucket: u64, claim: Option<u64>, now: Instant) -> bool {
         match (self.run.mode, claim) {
             (Mode::Read, _) => self.run.decide(i, Outcome::Miss),
-            (_, None) => self.take(i, bucket, STATE_EMPTY, Outcome::Inserted, None),
+            (_, None) => self.take(i, bucket, STATE_EMPTY, Outcome::Inserted),
             // Being filled, perhaps with this key: an insert never passes it.
             (_, Some(c)) => return self.wait_claim(i, bucket, c, now),
         }
@@ -256,9 +256,7 @@ impl<'a> Chunked<'a> {
                 self.run.keep_value(i, value);
                 self.run.decide(i, Outcome::Found);
             }
-            Mode::Write if is_full(state) => {
-                self.take(i, bucket, state, Outcome::Updated, Some(value))
-            }
+            Mode::Write if is_full(state) => self.take(i, bucket, state, Outcome::Updated),
             // Another writer is updating this key: after it.
             Mode::Write => return self.wait_claim(i, bucket, state, now),
         }
@@ -285,8 +283,7 @@ impl<'a> Chunked<'a> {
                 } else {
                     Outcome::Inserted
                 };
-                // The key's bytes are damaged: an accumulation starts over.
-                self.take(i, bucket, state, o, None);
+                self.take(i, bucket, state, o);
             }
             _ => return self.wait_claim(i, bucket, state, now),
         }
@@ -294,11 +291,8 @@ impl<'a> Chunked<'a> {
     }
 
     /// Probe `i` claims `bucket`, seen in `state` (empty or full), to store
-    /// with outcome `o`; `old` is the key's value there, read with `state`
-    /// (an accumulation's start if the claim from `state` succeeds, which
-    /// it does only if no writer came since).
-    fn take(&mut self, i: usize, bucket: u64, state: u64, o: Outcome, old: Option<&[u8]>) {
-        self.run.old_value(i, old);
+    /// with outcome `o`.
+    fn take(&mut self, i: usize, bucket: u64, state: u64, o: Outcome) {
         let tag = self.run.tag(i);
         let p = &mut self.run.probes[i];
         p.bucket = bucket;
@@ -319,6 +313,14 @@ impl<'a> Chunked<'a> {
         p.phase = Some(Role::Data);
         if p.bucket == bucket && p.seen == c {
             if let Some(t) = p.since {
+                if now.saturating_duration_since(t) >= deadline && self.run.update.is_some() {
+                    // An accumulation never takes a claim over: the
+                    // stalled claimer's write may land after the takeover
+                    // read the bucket, and an increment would be lost. It
+                    // fails at its deadline, as fine and coarse writers do.
+                    self.run.past_deadline(i, now, "the claim");
+                    return false;
+                }
                 if now.saturating_duration_since(t) >= deadline {
                     // Its claimer is gone or stalled. What the bucket holds
                     // is read under the new claim before anything is
@@ -350,15 +352,23 @@ impl<'a> Chunked<'a> {
     }
 
     /// A takeover's read of the bucket it now holds (or an accumulation's,
-    /// of the record it updates): this key's whole record is updated
-    /// (found); another key's is published back as it was and the probe
-    /// looks on; anything not whole is overwritten.
+    /// of the bucket it claimed): this key's whole record is updated
+    /// (found); another key's is pushed out if the probe claimed it to
+    /// evict, else published back as it was while the probe looks on;
+    /// anything not whole is overwritten.
     fn checked(&mut self, i: usize, data: &[u8]) {
         let layout = self.run.shape.layout;
         let bk = layout.decode(data, STATE_FULL);
         let whole = bk.checksum_ok();
         let mine = bk.key == self.run.keys[i];
+        let pending = self.run.probes[i].pending;
         let (o, phase) = match (whole, mine, self.run.mode) {
+            // An accumulation that claimed an empty bucket: whatever lies
+            // there was never published (a first fill given back).
+            _ if pending == Outcome::Inserted => {
+                self.run.old_value(i, None, data);
+                (Outcome::Inserted, Role::Store)
+            }
             (true, true, Mode::FindOrPut) => {
                 // Found: published, also if the stalled claim was a first
                 // fill whose record landed.
@@ -368,12 +378,16 @@ impl<'a> Chunked<'a> {
                 (Outcome::Found, Role::Publish)
             }
             (true, true, _) => {
-                self.run.old_value(i, Some(bk.value));
+                self.run.old_value(i, Some(bk.value), data);
                 (Outcome::Updated, Role::Store)
+            }
+            (true, false, _) if pending == Outcome::Evicted => {
+                self.run.old_value(i, None, data);
+                (Outcome::Evicted, Role::Store)
             }
             (true, false, _) => (Outcome::Pending, Role::Publish),
             (false, _, _) => {
-                self.run.old_value(i, None);
+                self.run.old_value(i, None, data);
                 (Outcome::Inserted, Role::Store)
             }
         };
@@ -553,12 +567,12 @@ impl Machine for Chunked<'_> {
                         progressed = true;
                         p.hold = Hold::Held;
                         p.dirty = false;
-                        // An accumulation reads the value it updates again
-                        // under the claim: the scan's read of the state and
-                        // of the data are not one moment (a read's bytes
-                        // land in no promised order), so the value it saw
+                        // An accumulation reads the bucket it updates again
+                        // under the claim: the scan's reads of the state
+                        // and of the data are not one moment (a read's
+                        // bytes land in no promised order), so what it saw
                         // may be older than the state it claimed from.
-                        let reread = self.run.update.is_some() && p.pending == Outcome::Updated;
+                        let reread = self.run.update.is_some();
                         p.phase = Some(if p.pending == Outcome::Pending || reread {
                             Role::Check
                         } else {
@@ -589,6 +603,14 @@ impl Machine for Chunked<'_> {
                     if ours && p.pending != Outcome::Pending {
                         let o = p.pending;
                         self.run.decide(i, o);
+                    } else if !ours && self.run.update.is_some() {
+                        // Taken over while this accumulation held the
+                        // claim: its store may have landed and been kept.
+                        // Doing it again could count it twice; say so.
+                        let found = b.word(j);
+                        self.run.lost(i, "the claim", found);
+                        self.run.probes[i].done = true;
+                        self.run.probes[i].phase = None;
                     } else {
                         // Published back another key's record after a
                         // takeover: look on. Or taken over (this claim was

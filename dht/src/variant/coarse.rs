@@ -211,8 +211,8 @@ impl<'a> Coarse<'a> {
         let choice = take(bk.occupied(), bk.key == self.run.keys[i], last);
         if let Some(w) = choice {
             // Under the region lock: what this store replaces.
-            self.run
-                .old_value(i, (w == Write::Updated).then_some(bk.value));
+            let same = (w == Write::Updated).then_some(bk.value);
+            self.run.old_value(i, same, data);
         }
         store_or_advance(&mut self.run, b, i, choice);
     }

@@ -93,7 +93,7 @@ impl<'a> Fine<'a> {
                     ) {
                         Some(w) => {
                             let same = (w == Write::Updated).then_some(bk.value);
-                            self.run.old_value(i, same);
+                            self.run.old_value(i, same, b.bytes(j));
                             let p = &mut self.run.probes[i];
                             p.pending = Outcome::of(w);
                             p.phase = Some(Role::Store);

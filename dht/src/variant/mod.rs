@@ -38,7 +38,7 @@ use crate::transport::Remote;
 pub(crate) use batch::{recycle, Batch, Role};
 pub(crate) use lock::{lock_failed, lock_released, plan_lock_release, release_step, released};
 pub(crate) use look::{locked_look, locked_read, look, take, Look, Settled};
-pub(crate) use run::{store_or_advance, Hold, Probe, Run, Update};
+pub(crate) use run::{store_or_advance, Hold, Probe, Run, Update, Updating};
 
 /// The most keys one run of a machine takes; the table splits larger
 /// batches. It bounds the per-round scans and keeps the tags of one run's
@@ -67,6 +67,15 @@ impl Outcome {
             Write::Inserted => Outcome::Inserted,
             Write::Updated => Outcome::Updated,
             Write::Evicted => Outcome::Evicted,
+        }
+    }
+
+    /// A writing run's outcome as the caller sees it.
+    pub(crate) fn written(self) -> Write {
+        match self {
+            Outcome::Updated => Write::Updated,
+            Outcome::Evicted => Write::Evicted,
+            _ => Write::Inserted,
         }
     }
 }

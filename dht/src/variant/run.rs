@@ -107,13 +107,23 @@ pub(crate) struct Run<'a> {
     /// A write that computes each key's value from the one it replaces
     /// (see [`Run::old_value`], [`Run::accumulate`]); none for plain
     /// writes.
-    pub(crate) update: Option<&'a mut Update<'a>>,
+    pub(crate) update: Option<Updating<'a>>,
 }
 
-/// An accumulating write's function: the key's index in the run, its
-/// value to update in place (the old value, or zeros where there was
-/// none); false to leave the bucket as it was.
-pub(crate) type Update<'a> = dyn FnMut(usize, &mut [u8]) -> bool + 'a;
+/// An accumulating write's function: the key's index in the run, what
+/// the store will be, its value to update in place (the old value, or
+/// zeros where there was none); false to leave the bucket as it was.
+pub(crate) type Update<'a> = dyn FnMut(usize, Write, &mut [u8]) -> bool + 'a;
+
+/// What an accumulating run carries besides its function.
+pub(crate) struct Updating<'a> {
+    pub(crate) f: &'a mut Update<'a>,
+    /// Each key's bucket as it was read under the hold (its data part,
+    /// `data_len` bytes per key): a batch that fails after the store puts
+    /// it back, so a failed accumulation changes nothing and a retry
+    /// counts once.
+    pub(crate) before: &'a mut [u8],
+}
 
 impl<'a> Run<'a> {
     /// A run over `keys` (and `values` for writes), whose probes the caller
@@ -150,15 +160,17 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// An accumulating write: probe `i` took its bucket, which held `old`
-    /// for its key (`None`: empty, another key's, or damaged). Keeps it
-    /// (zeros for `None`) as the value to update; plain writes ignore it.
-    /// The value is read under the probe's hold, or under a claim that
-    /// succeeds only if the bucket did not change since.
-    pub(crate) fn old_value(&mut self, i: usize, old: Option<&[u8]>) {
-        if self.update.is_none() {
+    /// An accumulating write: probe `i` took its bucket, whose data part
+    /// read under the probe's hold is `raw`, holding `old` for its key
+    /// (`None`: empty, another key's, or damaged). Keeps `old` (zeros for
+    /// `None`) as the value to update and `raw` to put back should the
+    /// run fail; plain writes ignore both.
+    pub(crate) fn old_value(&mut self, i: usize, old: Option<&[u8]>, raw: &[u8]) {
+        let Some(u) = self.update.as_mut() else {
             return;
-        }
+        };
+        let dl = self.shape.layout.data_len();
+        u.before[i * dl..(i + 1) * dl].copy_from_slice(&raw[..dl]);
         let n = self.shape.layout.value_len;
         let v = &mut self.found[i * n..(i + 1) * n];
         match old {
@@ -171,11 +183,12 @@ impl<'a> Run<'a> {
     /// write; for an accumulating one, once its function has updated the
     /// kept value and said so. Called once, as the store is planned.
     pub(crate) fn accumulate(&mut self, i: usize) -> bool {
-        let Some(f) = self.update.as_mut() else {
+        let Some(u) = self.update.as_mut() else {
             return true;
         };
         let n = self.shape.layout.value_len;
-        f(i, &mut self.found[i * n..(i + 1) * n])
+        let w = self.probes[i].pending.written();
+        (u.f)(i, w, &mut self.found[i * n..(i + 1) * n])
     }
 
     /// The tag of probe `i`'s holds.
@@ -203,18 +216,24 @@ impl<'a> Run<'a> {
     }
 
     /// Plans the store of probe `i`'s record (its key and value, encoded)
-    /// into its bucket.
+    /// into its bucket; for an accumulation after an error, of the bucket
+    /// as it was before.
     pub(crate) fn plan_store(&self, b: &mut Batch, i: usize) {
         let p = &self.probes[i];
         let at = self.shape.data_at(p.rank, p.bucket);
-        let buf = b.write(at, self.shape.layout.data_len(), i, Role::Store);
-        let value = if self.update.is_some() {
-            let n = self.shape.layout.value_len;
-            &self.found[i * n..(i + 1) * n]
-        } else {
-            self.values[i]
-        };
-        self.shape.layout.encode(self.keys[i], value, buf);
+        let dl = self.shape.layout.data_len();
+        let buf = b.write(at, dl, i, Role::Store);
+        let n = self.shape.layout.value_len;
+        match &self.update {
+            Some(u) if self.error.is_some() => {
+                buf.copy_from_slice(&u.before[i * dl..(i + 1) * dl]);
+            }
+            Some(_) => {
+                let value = &self.found[i * n..(i + 1) * n];
+                self.shape.layout.encode(self.keys[i], value, buf);
+            }
+            None => self.shape.layout.encode(self.keys[i], self.values[i], buf),
+        }
     }
 
     /// Ends the run with a deadline error for probe `i` if `now` is past
