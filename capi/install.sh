@@ -26,6 +26,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$prefix" ] || { echo "capi/install.sh: no --prefix: give the directory to install under (e.g. --prefix \$HOME/.local)" >&2; exit 2; }
+case "$prefix" in *[[:space:]]*) echo "capi/install.sh: --prefix '$prefix' has a space, which pkg-config files cannot hold: give a prefix without one" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "$libdir_in" ]; then
   (cd "$here/.." && cargo build --release -p fabkit-capi)

@@ -27,12 +27,22 @@ static uint64_t my_hash(int size, const void *key) {
   return h;
 }
 
-/* fabkit says why a call failed; the MPI-DHT has no such call. */
+/* fabkit says why a call failed, and what a table is; the MPI-DHT has no
+ * such calls. */
 static const char *why(void) {
 #ifdef FABKIT_LUCX_MPI_DHT_H
   return fabkit_dht_last_error();
 #else
   return "";
+#endif
+}
+
+static const char *what(DHT *t) {
+#ifdef FABKIT_LUCX_MPI_DHT_H
+  return fabkit_dht_describe(t);
+#else
+  (void)t;
+  return "the MPI-DHT";
 #endif
 }
 
@@ -63,6 +73,7 @@ int main(int argc, char **argv) {
 
   DHT_init_t init = {.key_size = 4, .data_size = 4, .bucket_count = 50,
                      .hash_func = my_hash, .comm = MPI_COMM_WORLD};
+  char described[256] = "";
   DHT *t = DHT_create(&init);
   const char *fail = NULL;
   int local_evict = 0, evictions = 0, hits = 0, hits2 = 0, rc = 0;
@@ -70,6 +81,7 @@ int main(int argc, char **argv) {
     fail = "DHT_create";
     goto out;
   }
+  snprintf(described, sizeof described, "%s", what(t));
   /* One rank writes at a time: two lock-free writers racing for one bucket
    * may lose a write without an eviction (as in the MPI-DHT), and this
    * program checks what was written, not that race. */
@@ -134,8 +146,8 @@ out:
   if (fail)
     printf("RESULT rank %d: FAIL %s (rc %d): %s\n", rank, fail, rc, why());
   else
-    printf("RESULT rank %d: ok hits %d of %d, evictions %d\n", rank, hits,
-           KEYS, evictions);
+    printf("RESULT rank %d: ok hits %d of %d, evictions %d (%s)\n", rank, hits,
+           KEYS, evictions, described);
   fflush(stdout);
   MPI_Finalize();
   return fail ? 1 : 0;

@@ -1,22 +1,34 @@
 //! The boundary with C: failures become a code and a message the caller
-//! fetches (`fabkit_dht_last_error`), panics stop here, and pointers are
-//! checked before they are read. Nothing here prints.
+//! fetches (`fabkit_dht_last_error`), panics stop here without a word on
+//! standard error, and pointers are checked before they are read.
+#![allow(unsafe_code)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::Once;
 
 use crate::codes::{DHT_FILE_IO_ERROR, DHT_UCX_ERROR};
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// Whether this thread is inside a fabkit call (a panic then stays
+    /// quiet: it becomes the call's error).
+    static IN_CALL: Cell<bool> = const { Cell::new(false) };
+    /// What the last quiet panic said, and where.
+    static PANIC: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Keeps `msg` for `fabkit_dht_last_error`.
+fn keep(msg: impl std::fmt::Display) {
+    let text = CString::new(msg.to_string().replace('\0', " ")).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = text);
 }
 
 /// Keeps `msg` for `fabkit_dht_last_error` and gives `code` back.
 pub(crate) fn fail(code: c_int, msg: impl std::fmt::Display) -> c_int {
-    let text = CString::new(msg.to_string().replace('\0', " ")).unwrap_or_default();
-    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = text);
+    keep(msg);
     code
 }
 
@@ -27,32 +39,57 @@ pub(crate) fn last_error() -> *const c_char {
         .unwrap_or(c"".as_ptr())
 }
 
-/// Sends fabkit's notices (a stale segment removed, a resource that could
-/// not be closed) to the last-error message instead of standard error: a
-/// library does not print on its caller's behalf.
-pub(crate) fn keep_notices() {
-    fabkit_core::notice::set_sink(|t| {
-        fail(0, format!("notice: {t}"));
+/// Once per process, before the first table: fabkit's notices (a stale
+/// segment removed, a resource that could not be closed) go to the
+/// last-error message instead of standard error, and a panic inside a
+/// fabkit call prints nothing (the call returns it as its error); panics
+/// elsewhere in the program reach the hook that was there before.
+pub(crate) fn quiet() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        fabkit_core::notice::set_sink(|t| keep(format_args!("notice: {t}")));
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if IN_CALL.try_with(Cell::get).unwrap_or(false) {
+                let at = info
+                    .location()
+                    .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
+                let what = panic_text(info.payload());
+                let _ = PANIC.try_with(|p| *p.borrow_mut() = format!("{what}{at}"));
+            } else {
+                before(info);
+            }
+        }));
     });
 }
 
 /// What a panic said.
-pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic".into())
 }
 
+/// Runs `f` as a fabkit call: a panic in it is quiet and comes back as
+/// `Err` with what it said and where.
+pub(crate) fn caught<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    let was = IN_CALL.with(|c| c.replace(true));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    IN_CALL.with(|c| c.set(was));
+    r.map_err(|p| {
+        let said = PANIC.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        if said.is_empty() {
+            panic_text(&*p)
+        } else {
+            said
+        }
+    })
+}
+
 /// Runs `f`, turning a panic into `DHT_UCX_ERROR` with its message.
 pub(crate) fn guarded(f: impl FnOnce() -> c_int) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(c) => c,
-        Err(p) => fail(
-            DHT_UCX_ERROR,
-            format!("internal error: {}", panic_text(&*p)),
-        ),
-    }
+    caught(f).unwrap_or_else(|why| fail(DHT_UCX_ERROR, format!("internal error: {why}")))
 }
 
 /// Whether the caller has finalised MPI: no MPI call may follow.
@@ -126,7 +163,7 @@ pub(crate) unsafe fn path_of<'a>(s: *const c_char, call: &str) -> Result<&'a Pat
         Ok(Some(t)) if !t.is_empty() => Ok(Path::new(t)),
         Ok(_) => Err(fail(
             DHT_FILE_IO_ERROR,
-            format!("{call}: filename is null or empty"),
+            format!("{call}: filename is null or empty: give the path the shards go under"),
         )),
         Err(e) => Err(fail(DHT_FILE_IO_ERROR, format!("{call}: {e}"))),
     }

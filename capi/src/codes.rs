@@ -5,6 +5,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
+use fabkit_dht::Write;
 use mpi::ffi::MPI_Comm;
 
 /// Success.
@@ -50,6 +51,14 @@ pub const CODES: [(&str, c_int); 12] = [
     ("DHT_NO_MEM", DHT_NO_MEM),
     ("DHT_NOT_IMPLEMENTED", DHT_NOT_IMPLEMENTED),
 ];
+
+/// A write's outcome as the MPI-DHT's code.
+pub(crate) fn write_code(w: Write) -> c_int {
+    match w {
+        Write::Evicted => DHT_WRITE_SUCCESS_WITH_EVICTION,
+        Write::Inserted | Write::Updated => DHT_SUCCESS,
+    }
+}
 
 /// The caller's hash function: key size in bytes, key.
 pub type HashFunc = unsafe extern "C" fn(c_int, *const c_void) -> u64;

@@ -29,7 +29,7 @@
 //! epoch that cannot be closed aborts the job, saying why). Ranks check
 //! their arguments and options and agree before any window exists, so a
 //! wrong size or option on one rank fails `DHT_create` on every rank.
-#![allow(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod boundary;
 pub mod codes;

@@ -1,54 +1,18 @@
 //! The MPI-DHT's functions, with its signatures, codes and meanings.
+#![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::Path;
 
 use fabkit_core::Bootstrap;
-use fabkit_dht::{Read, Write};
+use fabkit_dht::{Error, Found};
 
-use crate::boundary::{bytes, bytes_mut, fail, guarded, keep_notices, mpi_finalized, path_of};
+use crate::boundary::{bytes, bytes_mut, fail, guarded, mpi_finalized, path_of};
 use crate::codes::{
-    fabkit_dht_options_t, AccumulateFunc, DHT_init_t, DHT_FILE_IO_ERROR, DHT_NOT_IMPLEMENTED,
-    DHT_READ_CORRUPT, DHT_READ_MISS, DHT_SUCCESS, DHT_UCX_ERROR, DHT_WRITE_SUCCESS_WITH_EVICTION,
-    DHT_WRONG_FILE,
+    write_code, AccumulateFunc, DHT_init_t, DHT_FILE_IO_ERROR, DHT_NOT_IMPLEMENTED,
+    DHT_READ_CORRUPT, DHT_READ_MISS, DHT_SUCCESS, DHT_UCX_ERROR, DHT_WRONG_FILE,
 };
-use crate::options::Options;
-use crate::table::{each, free, make, on_table, DHT};
-
-/// `DHT_create` and `fabkit_dht_create`: null on failure.
-///
-/// # Safety
-///
-/// `init_params` is null or valid; `options` is null or valid options.
-pub(crate) unsafe fn create(
-    init_params: *const DHT_init_t,
-    options: *const fabkit_dht_options_t,
-    call: &str,
-) -> *mut DHT {
-    keep_notices();
-    // SAFETY: null or valid (the caller's contract).
-    let Some(init) = (unsafe { init_params.as_ref() }) else {
-        fail(DHT_UCX_ERROR, format!("{call}: init_params is null"));
-        return std::ptr::null_mut();
-    };
-    if mpi_finalized() {
-        fail(DHT_UCX_ERROR, format!("{call}: MPI is already finalised"));
-        return std::ptr::null_mut();
-    }
-    let mut out = std::ptr::null_mut();
-    let _ = guarded(|| {
-        // SAFETY: null or valid options (the caller's contract).
-        let opts = unsafe { Options::resolve(options) };
-        match make(init, opts) {
-            Ok(t) => {
-                out = Box::into_raw(Box::new(t));
-                DHT_SUCCESS
-            }
-            Err(e) => fail(DHT_UCX_ERROR, format!("{call}: {e}")),
-        }
-    });
-    out
-}
+use crate::table::{create, each, free, on_table, Call, DHT};
 
 /// Creates a table over `init_params->comm`, with the variant and
 /// transport of the environment (see the header); collective. Null on
@@ -61,32 +25,6 @@ pub(crate) unsafe fn create(
 pub unsafe extern "C" fn DHT_create(init_params: *const DHT_init_t) -> *mut DHT {
     // SAFETY: the caller's contract, passed on.
     unsafe { create(init_params, std::ptr::null(), "DHT_create") }
-}
-
-/// Writes `proc` and `index`, where given, for `key`.
-///
-/// # Safety
-///
-/// `proc_` and `index` are null or writable.
-pub(crate) unsafe fn place(t: &DHT, key: &[u8], proc_: *mut u32, index: *mut u32) {
-    let (rank, bucket) = each!(&t.tab, d => d.place_of(key));
-    // SAFETY: null or writable (the contract).
-    unsafe {
-        if let Some(p) = proc_.as_mut() {
-            *p = u32::try_from(rank).unwrap_or(u32::MAX);
-        }
-        if let Some(i) = index.as_mut() {
-            *i = u32::try_from(bucket).unwrap_or(u32::MAX);
-        }
-    }
-}
-
-/// A write's outcome as the MPI-DHT's code.
-pub(crate) fn write_code(w: Write) -> c_int {
-    match w {
-        Write::Evicted => DHT_WRITE_SUCCESS_WITH_EVICTION,
-        Write::Inserted | Write::Updated => DHT_SUCCESS,
-    }
 }
 
 /// Writes `data` under `key`. `DHT_SUCCESS`, or
@@ -106,7 +44,7 @@ pub unsafe extern "C" fn DHT_write(
     proc_: *mut u32,
     index: *mut u32,
 ) -> c_int {
-    on_table(table, "DHT_write", |t| {
+    on_table(table, "DHT_write", Call::Local, |t| {
         let cfg = t.config();
         // SAFETY: sized as the table's keys and values (the contract).
         let (k, v) = match unsafe {
@@ -118,11 +56,12 @@ pub unsafe extern "C" fn DHT_write(
             (Ok(k), Ok(v)) => (k, v),
             (Err(c), _) | (_, Err(c)) => return c,
         };
-        match each!(&t.tab, d => d.write(k, v)) {
-            Ok(w) => {
+        let mut out = [fabkit_dht::Write::Inserted];
+        match each!(&t.over, d => d.write_into(&[k], &[v], &mut out)) {
+            Ok(()) => {
                 // SAFETY: null or writable (the contract).
-                unsafe { place(t, k, proc_, index) };
-                write_code(w)
+                unsafe { t.place(k, proc_, index) };
+                write_code(out[0])
             }
             Err(e) => fail(DHT_UCX_ERROR, format!("DHT_write: {e}")),
         }
@@ -142,7 +81,7 @@ pub unsafe extern "C" fn DHT_read(
     key: *const c_void,
     destination: *mut c_void,
 ) -> c_int {
-    on_table(table, "DHT_read", |t| {
+    on_table(table, "DHT_read", Call::Local, |t| {
         let cfg = t.config();
         // SAFETY: sized as the table's keys and values (the contract).
         let (k, dest) = match unsafe {
@@ -154,16 +93,21 @@ pub unsafe extern "C" fn DHT_read(
             (Ok(k), Ok(d)) => (k, d),
             (Err(c), _) | (_, Err(c)) => return c,
         };
-        match each!(&t.tab, d => d.read(k)) {
-            Ok(Read::Hit(v)) => {
-                dest.copy_from_slice(&v);
-                DHT_SUCCESS
-            }
-            Ok(Read::Miss) => DHT_READ_MISS,
-            Ok(Read::Corrupt) => DHT_READ_CORRUPT,
+        let mut found = [Found::Miss];
+        match each!(&t.over, d => d.read_into(&[k], dest, &mut found)) {
+            Ok(()) => read_code(found[0]),
             Err(e) => fail(DHT_UCX_ERROR, format!("DHT_read: {e}")),
         }
     })
+}
+
+/// A read's outcome as the MPI-DHT's code.
+pub(crate) fn read_code(f: Found) -> c_int {
+    match f {
+        Found::Hit => DHT_SUCCESS,
+        Found::Miss => DHT_READ_MISS,
+        Found::Corrupt => DHT_READ_CORRUPT,
+    }
 }
 
 /// Frees the table; collective. `chksum_retries`, if not null, receives
@@ -186,10 +130,10 @@ pub unsafe extern "C" fn DHT_free(table: *mut DHT, chksum_retries: *mut u32) -> 
             std::mem::forget(t);
             return fail(
                 DHT_UCX_ERROR,
-                "DHT_free: MPI is already finalised; free tables first",
+                "DHT_free: MPI is already finalised; free tables before MPI_Finalize",
             );
         }
-        let retries = each!(&t.tab, d => d.stats().checksum_retries);
+        let retries = each!(&t.over, d => d.stats().checksum_retries);
         // SAFETY: null or writable (the contract).
         if let Some(r) = unsafe { chksum_retries.as_mut() } {
             *r = u32::try_from(retries).unwrap_or(u32::MAX);
@@ -208,30 +152,50 @@ pub unsafe extern "C" fn DHT_free(table: *mut DHT, chksum_retries: *mut u32) -> 
 /// `table` is from `DHT_create`; `filename` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn DHT_to_file(table: *mut DHT, filename: *const c_char) -> c_int {
-    on_table(table, "DHT_to_file", |t| {
+    const CALL: &str = "DHT_to_file";
+    on_table(table, CALL, Call::Collective, |t| {
         // SAFETY: NUL-terminated (the contract).
-        let p = match unsafe { path_of(filename, "DHT_to_file") } {
+        let p = match t.agree(CALL, DHT_FILE_IO_ERROR, unsafe { path_of(filename, CALL) }) {
             Ok(p) => p,
             Err(c) => return c,
         };
-        match each!(&t.tab, d => d.dump(p, &*t.boot)) {
+        match each!(&t.over, d => d.dump(p, &*t.boot)) {
             Ok(_) => DHT_SUCCESS,
-            Err(e) => fail(DHT_FILE_IO_ERROR, format!("DHT_to_file: {e}")),
+            Err(e) => fail(DHT_FILE_IO_ERROR, format!("{CALL}: {e}")),
         }
     })
 }
 
+/// What a failed restore is in the MPI-DHT's codes: the files are not a
+/// dump of a table like this one (`DHT_WRONG_FILE`), or reading them, or
+/// the machinery, failed (`DHT_FILE_IO_ERROR`).
+fn restore_code(e: &Error) -> c_int {
+    let wrong = |e: &Error| {
+        matches!(
+            e,
+            Error::Shard { .. } | Error::Mismatch(_) | Error::Config(_)
+        )
+    };
+    match e {
+        Error::Collective { local: Some(l), .. } if wrong(l) => DHT_WRONG_FILE,
+        Error::Collective { failed, .. } if !failed.is_empty() => DHT_FILE_IO_ERROR,
+        e if wrong(e) => DHT_WRONG_FILE,
+        _ => DHT_FILE_IO_ERROR,
+    }
+}
+
 /// Reads a dump's shards into the table, whatever its size or rank count
-/// (the shard count is found from the files); collective.
+/// (the shard count is rank 0's count of the files); collective.
 ///
 /// # Safety
 ///
 /// `table` is from `DHT_create`; `filename` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn DHT_from_file(table: *mut DHT, filename: *const c_char) -> c_int {
-    on_table(table, "DHT_from_file", |t| {
+    const CALL: &str = "DHT_from_file";
+    on_table(table, CALL, Call::Collective, |t| {
         // SAFETY: NUL-terminated (the contract).
-        let p = match unsafe { path_of(filename, "DHT_from_file") } {
+        let p = match t.agree(CALL, DHT_FILE_IO_ERROR, unsafe { path_of(filename, CALL) }) {
             Ok(p) => p,
             Err(c) => return c,
         };
@@ -244,41 +208,42 @@ pub unsafe extern "C" fn DHT_from_file(table: *mut DHT, filename: *const c_char)
             Ok(all) => all.first().and_then(|b| b.get(..8)).map_or(0, |b| {
                 u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize
             }),
-            Err(e) => return fail(DHT_UCX_ERROR, format!("DHT_from_file: {e}")),
+            Err(e) => return fail(DHT_UCX_ERROR, format!("{CALL}: {e}")),
         };
         if shards == 0 {
             return fail(
                 DHT_WRONG_FILE,
-                format!("DHT_from_file: no {}.rank0", p.display()),
+                format!(
+                    "{CALL}: no {}.rank0: give the name DHT_to_file was given",
+                    p.display()
+                ),
             );
         }
-        match each!(&t.tab, d => d.restore(p, shards, &*t.boot, 256)) {
+        match each!(&t.over, d => d.restore(p, shards, &*t.boot, 256)) {
             Ok(_) => DHT_SUCCESS,
-            Err(e @ fabkit_dht::Error::Collective { .. }) => {
-                fail(DHT_WRONG_FILE, format!("DHT_from_file: {e}"))
-            }
-            Err(e) => fail(DHT_FILE_IO_ERROR, format!("DHT_from_file: {e}")),
+            Err(e) => fail(restore_code(&e), format!("{CALL}: {e}")),
         }
     })
 }
 
-/// Prints the table's statistics, summed over ranks, on rank 0;
-/// collective.
+/// Prints the table's counters, summed over ranks, on rank 0 (through C's
+/// stdout, so it keeps its place among the program's own lines); the
+/// counters are not reset. Collective.
 ///
 /// # Safety
 ///
 /// `table` is from `DHT_create`.
 #[no_mangle]
 pub unsafe extern "C" fn DHT_print_statistics(table: *mut DHT) -> c_int {
-    on_table(table, "DHT_print_statistics", |t| {
-        match each!(&t.tab, d => d.stats_all(&*t.boot)) {
+    on_table(table, "DHT_print_statistics", Call::Collective, |t| {
+        match each!(&t.over, d => d.stats_all(&*t.boot)) {
             Ok(s) => {
                 if t.boot.rank() == 0 {
-                    println!(
+                    let text = format!(
                         "DHT statistics, {} on {} ranks:\n  reads {} (hits {}, misses {}, \
                          corrupt {}), writes {} (inserts {}, updates {}, evictions {})\n  \
                          checksum retries {}, lock retries {}, remote operations {} in {} \
-                         batches",
+                         batches\n",
                         t.options.describe(),
                         t.boot.size(),
                         s.reads,
@@ -294,6 +259,9 @@ pub unsafe extern "C" fn DHT_print_statistics(table: *mut DHT) -> c_int {
                         s.remote_ops,
                         s.batches
                     );
+                    let c = CString::new(text).unwrap_or_default();
+                    // SAFETY: a NUL-terminated string printed with "%s".
+                    unsafe { libc::printf(c"%s".as_ptr(), c.as_ptr()) };
                 }
                 DHT_SUCCESS
             }
@@ -313,7 +281,7 @@ pub unsafe extern "C" fn DHT_set_accumulate_callback(
     table: *mut DHT,
     callback: Option<AccumulateFunc>,
 ) {
-    let _ = on_table(table, "DHT_set_accumulate_callback", |t| {
+    let _ = on_table(table, "DHT_set_accumulate_callback", Call::Local, |t| {
         t.accumulate.set(callback);
         DHT_SUCCESS
     });
@@ -341,25 +309,31 @@ pub unsafe extern "C" fn DHT_write_accumulate(
     index: *mut u32,
     callback_ret: *mut c_int,
 ) -> c_int {
-    on_table(table, "DHT_write_accumulate", |t| {
+    const CALL: &str = "DHT_write_accumulate";
+    on_table(table, CALL, Call::Local, |t| {
         let cfg = t.config();
         if cfg.variant == fabkit_dht::Variant::Lockfree {
             return fail(
                 DHT_NOT_IMPLEMENTED,
-                "DHT_write_accumulate: a lock-free table holds no bucket to update in place; \
-                 choose fine, coarse or chunked (FABKIT_DHT_VARIANT)",
+                format!(
+                    "{CALL}: a lock-free table holds no bucket to update in place; choose fine, \
+                     coarse or chunked (FABKIT_DHT_VARIANT)"
+                ),
             );
         }
         let Some(cb) = t.accumulate.get() else {
             return fail(
                 DHT_UCX_ERROR,
-                "DHT_write_accumulate: no callback; call DHT_set_accumulate_callback first",
+                format!("{CALL}: no callback: call DHT_set_accumulate_callback first"),
             );
         };
         if send_size < 0 || (data.is_null() && send_size != 0) {
             return fail(
                 DHT_UCX_ERROR,
-                format!("DHT_write_accumulate: send_size {send_size} with data {data:?}"),
+                format!(
+                    "{CALL}: send_size {send_size} with data {data:?}: give the size in bytes \
+                     of the data sent (0 with NULL data)"
+                ),
             );
         }
         // SAFETY: sized as the table's keys (the contract).
@@ -369,24 +343,25 @@ pub unsafe extern "C" fn DHT_write_accumulate(
         };
         let vlen = c_int::try_from(cfg.value_len).unwrap_or(c_int::MAX);
         let mut ret = 0;
-        let call = |v: &mut [u8]| {
+        let mut call = |_: usize, v: &mut [u8]| {
             // SAFETY: the caller's callback, given its data and the value
             // as the MPI-DHT gives them.
             ret = unsafe { cb(send_size, data, vlen, v.as_mut_ptr().cast()) };
             ret == 0
         };
-        match each!(&t.tab, d => d.update(k, call)) {
-            Ok(w) => {
+        let mut out = [fabkit_dht::Write::Inserted];
+        match each!(&t.over, d => d.update_into(&[k], &mut call, &mut out)) {
+            Ok(()) => {
                 // SAFETY: null or writable (the contract).
                 unsafe {
                     if let Some(r) = callback_ret.as_mut() {
                         *r = ret;
                     }
-                    place(t, k, proc_, index);
+                    t.place(k, proc_, index);
                 }
-                write_code(w)
+                write_code(out[0])
             }
-            Err(e) => fail(DHT_UCX_ERROR, format!("DHT_write_accumulate: {e}")),
+            Err(e) => fail(DHT_UCX_ERROR, format!("{CALL}: {e}")),
         }
     })
 }

@@ -1,25 +1,26 @@
 //! A table as C holds it: the DHT over the transport its options chose,
 //! the bootstrap it owns, and what a call needs between calls (the
-//! accumulate callback, whether an internal error left it unusable).
+//! accumulate callback, whether an internal error left it unusable); how
+//! one is made, entered, agreed on by every rank, and freed.
+#![allow(unsafe_code)]
 
-use std::cell::Cell;
-use std::ffi::c_int;
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_int, CString};
 use std::rc::Rc;
-use std::time::Duration;
 
 use fabkit_core::Bootstrap;
 use fabkit_dht::transport::mpi::MpiTransport;
 use fabkit_dht::transport::shm::ShmTransport;
 use fabkit_dht::{Config, Dht, KeyHash};
 use fabkit_fabric::{Rank, RankConfig};
-use fabkit_mpi::{MpiBootstrap, WindowKind};
+use fabkit_mpi::{MpiBootstrap, WindowKind, DEFAULT_TIMEOUT};
 
-use crate::boundary::{fail, guarded, mpi_finalized, panic_text};
-use crate::codes::{AccumulateFunc, DHT_init_t, DHT_UCX_ERROR};
-use crate::options::{Options, Path};
+use crate::boundary::{caught, fail, guarded, mpi_finalized, quiet};
+use crate::codes::{fabkit_dht_options_t, AccumulateFunc, DHT_init_t, DHT_UCX_ERROR};
+use crate::options::{Options, Route};
 
 /// The DHT over one of the transports.
-pub(crate) enum Tab {
+pub(crate) enum Over {
     Mpi(Dht<MpiTransport<'static>>),
     Fabric(Dht<Rank>),
     Shm(Dht<ShmTransport>),
@@ -27,11 +28,11 @@ pub(crate) enum Tab {
 
 /// Runs `$e` with `$d` bound to the table's `Dht`, whatever its transport.
 macro_rules! each {
-    ($tab:expr, $d:ident => $e:expr) => {
-        match $tab {
-            $crate::table::Tab::Mpi($d) => $e,
-            $crate::table::Tab::Fabric($d) => $e,
-            $crate::table::Tab::Shm($d) => $e,
+    ($over:expr, $d:ident => $e:expr) => {
+        match $over {
+            $crate::table::Over::Mpi($d) => $e,
+            $crate::table::Over::Fabric($d) => $e,
+            $crate::table::Over::Shm($d) => $e,
         }
     };
 }
@@ -41,14 +42,14 @@ pub(crate) use each;
 pub struct DHT {
     // Field order is drop order: the table (and its window or fabric rank)
     // before MPI's duplicates in the bootstrap.
-    pub(crate) tab: Tab,
+    pub(crate) over: Over,
     pub(crate) boot: Rc<MpiBootstrap>,
     pub(crate) options: Options,
     /// `options.describe()`, as C reads it.
-    pub(crate) described: std::ffi::CString,
+    pub(crate) described: CString,
     pub(crate) accumulate: Cell<Option<AccumulateFunc>>,
     /// What an internal error (a panic) said; the table is refused after.
-    poisoned: std::cell::RefCell<Option<String>>,
+    poisoned: RefCell<Option<String>>,
 }
 
 impl std::fmt::Debug for DHT {
@@ -59,12 +60,58 @@ impl std::fmt::Debug for DHT {
 
 impl DHT {
     pub(crate) fn config(&self) -> &Config {
-        each!(&self.tab, d => d.config())
+        each!(&self.over, d => d.config())
+    }
+
+    /// Writes `proc` and `index`, where given, for `key`: its rank and
+    /// first candidate bucket.
+    ///
+    /// # Safety
+    ///
+    /// `proc_` and `index` are null or writable.
+    pub(crate) unsafe fn place(&self, key: &[u8], proc_: *mut u32, index: *mut u32) {
+        let (rank, bucket) = each!(&self.over, d => d.place_of(key));
+        // SAFETY: null or writable (the contract).
+        unsafe {
+            if let Some(p) = proc_.as_mut() {
+                *p = u32::try_from(rank).unwrap_or(u32::MAX);
+            }
+            if let Some(i) = index.as_mut() {
+                *i = u32::try_from(bucket).unwrap_or(u32::MAX);
+            }
+        }
+    }
+
+    /// Every rank's `local` outcome of a collective call's own checks,
+    /// agreed before the collective starts: a rank whose arguments are
+    /// wrong fails the call on every rank (with `code`), instead of
+    /// leaving the others in the collective until its timeout.
+    pub(crate) fn agree<T>(
+        &self,
+        call: &str,
+        code: c_int,
+        local: Result<T, c_int>,
+    ) -> Result<T, c_int> {
+        let all = self
+            .boot
+            .allgather(&[u8::from(local.is_ok())])
+            .map_err(|e| fail(DHT_UCX_ERROR, format!("{call}: {e}")))?;
+        let v = local?;
+        match all.iter().position(|v| v != &[1]) {
+            Some(r) => Err(fail(
+                code,
+                format!(
+                    "{call}: rank {r} refused the call (fabkit_dht_last_error() there says why)"
+                ),
+            )),
+            None => Ok(v),
+        }
     }
 }
 
-/// The key and value sizes and bucket count `init` asks for, checked.
-fn sizes(init: &DHT_init_t) -> Result<(usize, usize, u64), String> {
+/// The key and value sizes and bucket count `init` asks for, as a
+/// configuration of `variant`, checked against this host.
+fn config_of(init: &DHT_init_t, variant: fabkit_dht::Variant) -> Result<Config, String> {
     let key = usize::try_from(init.key_size).ok().filter(|&k| k > 0);
     let value = usize::try_from(init.data_size).ok().filter(|&v| v > 0);
     let (Some(key_len), Some(value_len)) = (key, value) else {
@@ -76,42 +123,56 @@ fn sizes(init: &DHT_init_t) -> Result<(usize, usize, u64), String> {
     if init.bucket_count == 0 {
         return Err("bucket_count is 0: give the buckets each rank holds".into());
     }
-    Ok((key_len, value_len, u64::from(init.bucket_count)))
+    let mut cfg = Config::new(variant);
+    (cfg.key_len, cfg.value_len, cfg.buckets) = (key_len, value_len, u64::from(init.bucket_count));
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(cfg)
 }
+
+/// What a rank whose arguments or options are wrong says when the ranks
+/// agree on them (a right one says what it asks for).
+const WRONG: &str = "wrong";
 
 /// Makes the table `init` and `opts` describe; collective over
 /// `init.comm`.
-pub(crate) fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<DHT, String> {
-    let timeout = fabkit_core::time::scaled(Duration::from_secs(60));
+fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<DHT, String> {
     // SAFETY: the caller gives a live communicator of its initialised MPI,
     // as the MPI-DHT's DHT_create requires, on every rank of it; the
     // bootstrap is dropped in DHT_free, before the caller finalises MPI.
-    let boot =
-        unsafe { MpiBootstrap::on_communicator(init.comm, timeout) }.map_err(|e| e.to_string())?;
+    let boot = unsafe { MpiBootstrap::on_communicator(init.comm, DEFAULT_TIMEOUT) }
+        .map_err(|e| e.to_string())?;
     // Every rank checks its arguments, then all agree, on them and on the
     // options: a rank whose arguments are wrong fails DHT_create on every
     // rank, not only on its own while the others wait in the next
     // collective.
-    let local = sizes(init).and_then(|s| opts.map(|o| (s, o)));
+    let local = opts.and_then(|o| config_of(init, o.variant).map(|c| (c, o)));
     let mine = match &local {
-        Ok((s, o)) => format!("ok {s:?} {}", o.describe()),
-        Err(_) => "wrong".to_string(),
+        Ok((c, o)) => format!(
+            "{} B keys, {} B values, {} buckets; {}",
+            c.key_len,
+            c.value_len,
+            c.buckets,
+            o.shared()
+        ),
+        // Never empty: an allgather of nothing but empty strings is an
+        // MPI error.
+        Err(_) => WRONG.to_string(),
     };
     let all = boot.allgather(mine.as_bytes()).map_err(|e| e.to_string())?;
-    let ((key_len, value_len, buckets), options) = local?;
-    if let Some(r) = all.iter().position(|v| v == b"wrong") {
-        return Err(format!("rank {r}'s arguments are wrong (it says why)"));
+    let (cfg, options) = local?;
+    if let Some(r) = all.iter().position(|v| v == WRONG.as_bytes()) {
+        return Err(format!(
+            "rank {r}'s arguments or options are wrong (fabkit_dht_last_error() there says why)"
+        ));
     }
     if let Some(r) = all.iter().position(|v| v != mine.as_bytes()) {
         return Err(format!(
-            "the ranks disagree: this rank asks for {mine:?}, rank {r} for {:?}",
+            "the ranks disagree: this rank asks for {mine:?}, rank {r} for {:?}; give every \
+             rank the same sizes, FABKIT_DHT_VARIANT, FABKIT_DHT_TRANSPORT and provider",
             String::from_utf8_lossy(&all[r])
         ));
     }
     let boot = Rc::new(boot);
-    let mut cfg = Config::new(options.variant);
-    (cfg.key_len, cfg.value_len, cfg.buckets) = (key_len, value_len, buckets);
-    cfg.validate().map_err(|e| e.to_string())?;
     let hash = match init.hash_func {
         None => KeyHash::default(),
         Some(f) => KeyHash::custom(move |k: &[u8]| {
@@ -121,12 +182,12 @@ pub(crate) fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<D
             unsafe { f(len, k.as_ptr().cast()) }
         }),
     };
-    let rc = || {
+    let rank_config = || {
         let mut rc = RankConfig::new(options.provider.clone());
         rc.domain = options.domain.clone();
         rc.region_len = cfg.region_len();
         rc.atomics = cfg.variant.needs_atomics();
-        rc.timeout = timeout;
+        rc.timeout = DEFAULT_TIMEOUT;
         // Before the first libfabric call: what fabkit's constructor sets
         // before main, should a static link have dropped it.
         fabkit_fabric::env::prepare_late();
@@ -135,8 +196,8 @@ pub(crate) fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<D
     let err = |e: &dyn std::fmt::Display| e.to_string();
     // Every rank reaches the transport's collective setup, which agrees on
     // the region's size first.
-    let tab = match options.path {
-        Path::Mpi => {
+    let over = match options.route {
+        Route::Mpi => {
             // Coarse locks each target's window per operation.
             let coarse = options.variant == fabkit_dht::Variant::Coarse;
             let t = MpiTransport::new_shared(
@@ -146,43 +207,78 @@ pub(crate) fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<D
                 coarse,
             )
             .map_err(|e| err(&e))?;
-            Tab::Mpi(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
+            Over::Mpi(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
         }
-        Path::Fabric => {
-            let t = Rank::establish(rc(), &*boot).map_err(|e| err(&e))?;
-            Tab::Fabric(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
+        Route::Fabric => {
+            let t = Rank::establish(rank_config(), &*boot).map_err(|e| err(&e))?;
+            Over::Fabric(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
         }
-        Path::Shm => {
-            let t = ShmTransport::establish(rc(), &*boot).map_err(|e| err(&e))?;
-            Tab::Shm(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
+        Route::Shm => {
+            let t = ShmTransport::establish(rank_config(), &*boot).map_err(|e| err(&e))?;
+            Over::Shm(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
         }
     };
-    let described = std::ffi::CString::new(options.describe()).unwrap_or_default();
+    let described = CString::new(options.describe()).unwrap_or_default();
     Ok(DHT {
-        tab,
+        over,
         boot,
         options,
         described,
         accumulate: Cell::new(None),
-        poisoned: std::cell::RefCell::new(None),
+        poisoned: RefCell::new(None),
     })
+}
+
+/// `DHT_create` and `fabkit_dht_create`: a table, or null on failure.
+///
+/// # Safety
+///
+/// `init_params` is null or valid; `options` is null or valid options.
+pub(crate) unsafe fn create(
+    init_params: *const DHT_init_t,
+    options: *const fabkit_dht_options_t,
+    call: &str,
+) -> *mut DHT {
+    quiet();
+    // SAFETY: null or valid (the caller's contract).
+    let Some(init) = (unsafe { init_params.as_ref() }) else {
+        fail(DHT_UCX_ERROR, format!("{call}: init_params is null"));
+        return std::ptr::null_mut();
+    };
+    if mpi_finalized() {
+        fail(DHT_UCX_ERROR, format!("{call}: MPI is already finalised"));
+        return std::ptr::null_mut();
+    }
+    let mut out = std::ptr::null_mut();
+    let _ = guarded(|| {
+        // SAFETY: null or valid options (the caller's contract).
+        let opts = unsafe { Options::resolve(options) };
+        match make(init, opts) {
+            Ok(t) => {
+                out = Box::into_raw(Box::new(t));
+                0
+            }
+            Err(e) => fail(DHT_UCX_ERROR, format!("{call}: {e}")),
+        }
+    });
+    out
 }
 
 /// Frees the table: the DHT, then its transport, then the bootstrap;
 /// collective.
 pub(crate) fn free(t: DHT) -> Result<(), String> {
-    let DHT { tab, boot, .. } = t;
+    let DHT { over, boot, .. } = t;
     let b = &*boot;
-    let freed = match tab {
-        Tab::Mpi(d) => d
+    let freed = match over {
+        Over::Mpi(d) => d
             .free(b)
             .map_err(|e| e.to_string())
             .and_then(|t| t.free().map_err(|e| e.to_string())),
-        Tab::Fabric(d) => d
+        Over::Fabric(d) => d
             .free(b)
             .map_err(|e| e.to_string())
             .and_then(|t| t.finish(b).map_err(|e| e.to_string())),
-        Tab::Shm(d) => d
+        Over::Shm(d) => d
             .free(b)
             .map_err(|e| e.to_string())
             .and_then(|t| t.finish(b).map_err(|e| e.to_string())),
@@ -191,34 +287,52 @@ pub(crate) fn free(t: DHT) -> Result<(), String> {
     freed
 }
 
+/// Whether a call is made by one rank alone or by every rank together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    Local,
+    /// Refused on one rank (an unusable table), it is refused on all.
+    Collective,
+}
+
 /// Runs `f` on the table behind `table`, guarded: a null table, one used
 /// after `MPI_Finalize`, or one an earlier internal error left unusable is
-/// refused, and a panic in `f` leaves it unusable.
-pub(crate) fn on_table(table: *mut DHT, call: &str, f: impl FnOnce(&DHT) -> c_int) -> c_int {
+/// refused (a collective call then refuses on every rank), and a panic in
+/// `f` leaves the table unusable.
+pub(crate) fn on_table(
+    table: *mut DHT,
+    name: &str,
+    call: Call,
+    f: impl FnOnce(&DHT) -> c_int,
+) -> c_int {
     guarded(|| {
         if mpi_finalized() {
-            return fail(DHT_UCX_ERROR, format!("{call}: MPI is already finalised"));
+            return fail(DHT_UCX_ERROR, format!("{name}: MPI is already finalised"));
         }
         // SAFETY: null or a table from DHT_create not yet freed (the
         // caller's contract of every DHT_* call).
         let Some(t) = (unsafe { table.as_ref() }) else {
-            return fail(DHT_UCX_ERROR, format!("{call}: table is null"));
+            return fail(DHT_UCX_ERROR, format!("{name}: table is null"));
         };
-        if let Some(why) = &*t.poisoned.borrow() {
-            return fail(
+        let poisoned = t.poisoned.borrow().clone();
+        if let Some(why) = poisoned {
+            let code = fail(
                 DHT_UCX_ERROR,
                 format!(
-                    "{call}: the table is unusable after an internal error ({why}); free it \
+                    "{name}: the table is unusable after an internal error ({why}); free it \
                      with DHT_free"
                 ),
             );
+            if call == Call::Collective {
+                let _ = t.agree::<()>(name, DHT_UCX_ERROR, Err(code));
+            }
+            return code;
         }
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(t))) {
+        match caught(|| f(t)) {
             Ok(c) => c,
-            Err(p) => {
-                let why = panic_text(&*p);
+            Err(why) => {
                 *t.poisoned.borrow_mut() = Some(why.clone());
-                fail(DHT_UCX_ERROR, format!("{call}: internal error: {why}"))
+                fail(DHT_UCX_ERROR, format!("{name}: internal error: {why}"))
             }
         }
     })

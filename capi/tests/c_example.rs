@@ -19,7 +19,8 @@ fn a_program_written_for_the_mpi_dht_relinks_and_runs_on_2_and_4_ranks() {
         build("mpidht_api", &exe, shared);
         for ranks in [2, 4] {
             let out = run(&exe, ranks, &[dump], &[]);
-            every_rank_says(&format!("{how} on {ranks} ranks"), ranks, out, ": ok hits ");
+            let is = "(lockfree over mpi (MPI_Win_allocate))";
+            every_rank_says(&format!("{how} on {ranks} ranks"), ranks, out, is);
         }
     }
 }
@@ -30,22 +31,31 @@ fn the_environment_gives_a_relinked_program_another_variant_and_transport() {
     let dump = dir.path().to_str().unwrap();
     let exe = dir.path().join("shared");
     build("mpidht_api", &exe, true);
-    for env in [
-        [
-            ("FABKIT_DHT_VARIANT", "coarse"),
-            ("FABKIT_DHT_TRANSPORT", "mpi"),
-        ],
-        [
-            ("FABKIT_DHT_VARIANT", "chunked"),
-            ("FABKIT_DHT_TRANSPORT", "shm"),
-        ],
+    for (env, is) in [
+        (
+            [
+                ("FABKIT_DHT_VARIANT", "coarse"),
+                ("FABKIT_DHT_TRANSPORT", "mpi"),
+            ],
+            "(coarse over mpi (MPI_Win_allocate))",
+        ),
+        (
+            [
+                ("FABKIT_DHT_VARIANT", "chunked"),
+                ("FABKIT_DHT_TRANSPORT", "shm"),
+            ],
+            "(chunked over shm (provider tcp;ofi_rxm))",
+        ),
     ] {
         let out = run(&exe, 2, &[dump], &env);
-        every_rank_says(&format!("{env:?}"), 2, out, ": ok hits ");
+        every_rank_says(&format!("{env:?}"), 2, out, is);
     }
     // A choice that does not exist fails DHT_create, with the program's
     // own failure line and exit code.
     let (ok, out) = run(&exe, 2, &[dump], &[("FABKIT_DHT_VARIANT", "bogus")]);
     assert!(!ok && out.contains("FAIL DHT_create"), "{out}");
-    assert!(out.contains("FABKIT_DHT_VARIANT is \"bogus\""), "{out}");
+    assert!(
+        out.contains("FABKIT_DHT_VARIANT is \"bogus\": give one of"),
+        "{out}"
+    );
 }

@@ -4,7 +4,8 @@
 //! field offsets, and assigns every function to a pointer of the type the
 //! MPI-DHT's API (and fabkit's additions) give it; built as C and as C++
 //! and linked against the library, so a function the header declares and
-//! the library lacks fails too. The two cannot drift apart unseen.
+//! the library lacks fails too. The Rust side pins the same types. The two
+//! cannot drift apart unseen.
 
 mod common;
 
@@ -71,15 +72,15 @@ fn program() -> String {
             ("domain", offset_of!(fabkit_dht_options_t, domain)),
         ],
     );
+    macro_rules! offsets {
+        ($ty:ty: $($f:ident),*) => { &[$((stringify!($f), offset_of!($ty, $f))),*] };
+    }
     layout(
         "fabkit_dht_stats_t",
         size_of::<fabkit_dht_stats_t>(),
-        &[
-            ("reads", offset_of!(fabkit_dht_stats_t, reads)),
-            ("evictions", offset_of!(fabkit_dht_stats_t, evictions)),
-            ("lock_retries", offset_of!(fabkit_dht_stats_t, lock_retries)),
-            ("remote_bytes", offset_of!(fabkit_dht_stats_t, remote_bytes)),
-        ],
+        offsets!(fabkit_dht_stats_t: reads, writes, hits, misses, corrupt, inserts, updates,
+            evictions, checksum_retries, invalidations, lock_retries, remote_ops, batches,
+            remote_bytes),
     );
     c.push_str("int main(void) {\n");
     for f in FUNCTIONS {
@@ -89,6 +90,51 @@ fn program() -> String {
         "  printf(\"%p %p %d\\n\", (void *)f_create, (void *)f_last, filler);\n  return 0;\n}\n",
     );
     c
+}
+
+/// The library's functions have the types the header gives them (the C
+/// side checks the header against the same list): a change on either side
+/// fails to build.
+#[test]
+fn the_librarys_functions_have_the_types_the_header_declares() {
+    use fabkit_mpi_dht::{fabkit, mpidht, AccumulateFunc, DHT};
+    use std::ffi::{c_char, c_int, c_void};
+    let _: unsafe extern "C" fn(*const DHT_init_t) -> *mut DHT = mpidht::DHT_create;
+    let _: unsafe extern "C" fn(*mut DHT, *mut c_void, *mut c_void, *mut u32, *mut u32) -> c_int =
+        mpidht::DHT_write;
+    let _: unsafe extern "C" fn(*mut DHT, *const c_void, *mut c_void) -> c_int = mpidht::DHT_read;
+    let _: unsafe extern "C" fn(*mut DHT, *const c_char) -> c_int = mpidht::DHT_to_file;
+    let _: unsafe extern "C" fn(*mut DHT, *const c_char) -> c_int = mpidht::DHT_from_file;
+    let _: unsafe extern "C" fn(*mut DHT, *mut u32) -> c_int = mpidht::DHT_free;
+    let _: unsafe extern "C" fn(*mut DHT) -> c_int = mpidht::DHT_print_statistics;
+    let _: unsafe extern "C" fn(*mut DHT, Option<AccumulateFunc>) =
+        mpidht::DHT_set_accumulate_callback;
+    let _: unsafe extern "C" fn(
+        *mut DHT,
+        *const c_void,
+        c_int,
+        *mut c_void,
+        *mut u32,
+        *mut u32,
+        *mut c_int,
+    ) -> c_int = mpidht::DHT_write_accumulate;
+    let _: unsafe extern "C" fn(*const DHT_init_t, *const fabkit_dht_options_t) -> *mut DHT =
+        fabkit::fabkit_dht_create;
+    let _: unsafe extern "C" fn(*mut DHT, usize, *const c_void, *mut c_void, *mut c_int) -> c_int =
+        fabkit::fabkit_dht_read_many;
+    let _: unsafe extern "C" fn(
+        *mut DHT,
+        usize,
+        *const c_void,
+        *const c_void,
+        *mut c_int,
+    ) -> c_int = fabkit::fabkit_dht_write_many;
+    let _: unsafe extern "C" fn(*mut DHT, *mut fabkit_dht_stats_t, c_int) -> c_int =
+        fabkit::fabkit_dht_stats;
+    let _: unsafe extern "C" fn(*mut DHT) -> *const c_char = fabkit::fabkit_dht_describe;
+    let _: extern "C" fn() -> *const c_char = fabkit::fabkit_dht_last_error;
+    // usize is C's size_t here.
+    assert_eq!(size_of::<usize>(), size_of::<libc::size_t>());
 }
 
 #[test]

@@ -14,7 +14,8 @@ pub enum Error {
     /// An operation did not complete in time.
     #[error(
         "{op} to rank {peer} did not complete within {timeout:?}: the peer is dead, \
-         hung, or not making progress (raise the timeout with --timeout if it is only slow)"
+         hung, or not making progress (if it is only slow: a longer --timeout, or \
+         FABKIT_TIMEOUT_SCALE=N to stretch every timeout N times)"
     )]
     Timeout {
         /// The operation.
@@ -53,7 +54,8 @@ pub enum Error {
     #[error(
         "{what} on rank {rank} did not complete within {timeout:?}: it waited for the other \
          {others} rank(s), and at least one never joined (dead, hung, or busy elsewhere; \
-         raise the timeout with --timeout if it is only slow)"
+         if it is only slow: a longer --timeout, or FABKIT_TIMEOUT_SCALE=N to stretch every \
+         timeout N times)"
     )]
     CollectiveTimeout {
         /// The collective, in words.

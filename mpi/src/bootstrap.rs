@@ -163,8 +163,6 @@ impl MpiBootstrap {
         )
     }
 
-    /// A duplicate of the world communicator that returns errors,
-    /// through a bounded `MPI_Comm_idup`.
     /// The bootstrap over `world` (whose ranks it names), with its own two
     /// duplicates of it (collectives, teardown); `universe` is MPI when it
     /// is ours to finalise. `dups` say what each duplication is, in errors.
@@ -203,6 +201,8 @@ impl MpiBootstrap {
         Ok(boot)
     }
 
+    /// A duplicate of the world communicator that returns errors,
+    /// through a bounded `MPI_Comm_idup`.
     fn dup_world(&self, what: &'static str) -> Result<ffi::MPI_Comm> {
         let deadline = self.deadline();
         // The new handle is written when the duplication completes, so it
@@ -517,6 +517,11 @@ impl Bootstrap for MpiBootstrap {
                     "bootstrap messages up to rank {r} exceed 2 GiB together"
                 ))
             })?;
+        }
+        if total == 0 {
+            // Every message is empty (and every rank knows it): an
+            // all-gather of no bytes, whose null buffers Open MPI refuses.
+            return Ok(vec![Vec::new(); n]);
         }
         let send = mine.to_vec().into_boxed_slice();
         let mut buf = vec![0u8; total as usize].into_boxed_slice();

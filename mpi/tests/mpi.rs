@@ -783,6 +783,11 @@ fn child_callers_mpi() {
         if got != vec![vec![0u8], vec![1u8]] {
             return Err(format!("allgather gave {got:?}"));
         }
+        // Nothing from every rank is nothing for every rank, not an error.
+        let none = all.allgather(&[]).map_err(|e| e.to_string())?;
+        if none != vec![Vec::<u8>::new(); 2] {
+            return Err(format!("an all-gather of nothing gave {none:?}"));
+        }
         // A window on it, written across and freed.
         let mut win = Window::new(&all, 64, WindowKind::Allocate).map_err(|e| e.to_string())?;
         let to = Remote::new(1 - me, 8);

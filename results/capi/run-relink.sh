@@ -14,6 +14,7 @@ set -euo pipefail
 : "${MPIDHT:?set MPIDHT to the directory with mpidht-bench-{lockfree,coarse,fine}}"
 : "${FABKIT:?set FABKIT to the driver linked against fabkit (bench-fabkit)}"
 rounds=${ROUNDS:-3}
+# A failed run leaves no row here; what it said is in $LOG (relink.err).
 keys=${KEYS:-100000}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OMPI_MCA_osc
@@ -21,7 +22,7 @@ run() { # label, osc ("" for Open MPI's choice), env, binary, its arguments
   local label=$1 osc=$2 env=$3 bin=$4 mca=()
   shift 4
   [ -n "$osc" ] && mca=(--mca osc "$osc")
-  env $env mpirun -n 2 "${mca[@]}" ${env:+-x ${env%%=*}} "$bin" -k "$keys" "$@" 2>/dev/null |
+  env $env mpirun -n 2 "${mca[@]}" ${env:+-x ${env%%=*}} "$bin" -k "$keys" "$@" 2>>"${LOG:-relink.err}" |
     awk -v r="$round" -v l="$label" -v o="${osc:-default}" '/Mops/ { print "round", r, l, "osc", o, $5, $7 }'
 }
 echo "# $(date -u +%FT%TZ) host $(hostname) $(nproc) cores; fabkit $(git -C "$(dirname "$0")" rev-parse --short HEAD); keys $keys per rank, 2 ranks"

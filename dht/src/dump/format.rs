@@ -155,6 +155,16 @@ pub(super) struct Stamp {
     mtime: (i64, i64),
 }
 
+impl std::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} B, inode {}, modified {}.{:09}",
+            self.len, self.ino, self.mtime.0, self.mtime.1
+        )
+    }
+}
+
 impl Stamp {
     pub(super) fn of(m: &std::fs::Metadata) -> Self {
         Stamp {
@@ -163,6 +173,24 @@ impl Stamp {
             len: m.len(),
             mtime: (m.mtime(), m.mtime_nsec()),
         }
+    }
+}
+
+/// What a file that is not a regular one is, in words.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a file"
     }
 }
 
@@ -206,8 +234,8 @@ impl ShardReader {
                 return Err(bad(
                     0,
                     format!(
-                        "is not a regular file ({:?}): a shard is a file a dump wrote",
-                        m.file_type()
+                        "is not a regular file ({}): a shard is a file a dump wrote",
+                        kind_of(m.file_type())
                     ),
                 ))
             }
@@ -233,7 +261,7 @@ impl ShardReader {
             return Err(bad(
                 0,
                 format!(
-                    "changed since it was checked ({was:?}, now {stamp:?}): restore from a \
+                    "changed since it was checked (was {was}, now {stamp}): restore from a \
                      dump nothing writes to"
                 ),
             ));

@@ -28,7 +28,11 @@
  *   DHT_NOT_IMPLEMENTED. The callback gets (send_size, data, value size,
  *   value): the stored value, or zeros for a key not there, to update in
  *   place; it returns 0 to store it. Keep it short: it runs while the
- *   bucket is held. It must not call the table, nor throw.
+ *   bucket is held. It must not call the table, nor throw. A call that
+ *   fails before giving the bucket back leaves it as it was, so a retry
+ *   counts once; one that fails in giving it back has stored the value. A
+ *   chunked accumulation never takes over a claim a stalled writer holds:
+ *   it fails after the timeout instead.
  * - DHT_to_file writes fabkit's checksummed shards <filename>.rank<N>;
  *   DHT_from_file reads them (not the MPI-DHT's files) into a table of any
  *   size or rank count.
@@ -47,7 +51,17 @@
  * - Wrong sizes or options on any rank fail DHT_create on every rank. After
  *   an internal error a table refuses every call but DHT_free.
  * - A table is used from one thread at a time, and is gone after DHT_free
- *   whatever it returns. hash_func must not throw (C++).
+ *   whatever it returns; two threads must not create tables on one
+ *   communicator at once. hash_func must not throw (C++).
+ * - DHT_print_statistics prints the counters summed over ranks, on rank 0,
+ *   and does not reset them (the MPI-DHT's does).
+ * - Waits on other ranks end after a timeout (60 s, times
+ *   FABKIT_TIMEOUT_SCALE) with an error naming the operation, but for MPI's
+ *   own calls that have no deadline: on the mpi transport, MPI_Win_lock,
+ *   MPI_Win_flush and MPI_Win_free wait for the peer as MPI does (a coarse
+ *   table holds its target's window lock while the accumulate callback
+ *   runs). After DHT_create timed out, a duplication of the caller's
+ *   communicator may still be pending on it: end the job.
  * MPI is the caller's: initialise it before DHT_create and finalise it
  * after DHT_free (calls after MPI_Finalize are refused). Build with the
  * same MPI fabkit was built with (MPI_Comm differs between MPIs).
