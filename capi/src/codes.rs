@@ -134,6 +134,14 @@ pub struct fabkit_dht_stats_t {
     pub batches: u64,
     /// Bytes they moved.
     pub remote_bytes: u64,
+    /// Of `remote_ops`: the ones aimed at this rank itself.
+    pub self_ops: u64,
+    /// Of `remote_ops`: reads aimed at other ranks.
+    pub cross_reads: u64,
+    /// Of `remote_ops`: writes aimed at other ranks.
+    pub cross_writes: u64,
+    /// Of `remote_ops`: atomics aimed at other ranks.
+    pub cross_atomics: u64,
 }
 
 impl From<fabkit_dht::Stats> for fabkit_dht_stats_t {
@@ -153,6 +161,10 @@ impl From<fabkit_dht::Stats> for fabkit_dht_stats_t {
             remote_ops: s.remote_ops,
             batches: s.batches,
             remote_bytes: s.remote_bytes,
+            self_ops: s.self_ops,
+            cross_reads: s.cross_reads,
+            cross_writes: s.cross_writes,
+            cross_atomics: s.cross_atomics,
         }
     }
 }

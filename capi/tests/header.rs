@@ -80,7 +80,7 @@ fn program() -> String {
         size_of::<fabkit_dht_stats_t>(),
         offsets!(fabkit_dht_stats_t: reads, writes, hits, misses, corrupt, inserts, updates,
             evictions, checksum_retries, invalidations, lock_retries, remote_ops, batches,
-            remote_bytes),
+            remote_bytes, self_ops, cross_reads, cross_writes, cross_atomics),
     );
     c.push_str("int main(void) {\n");
     for f in FUNCTIONS {

@@ -289,6 +289,20 @@ pub struct Stats {
     /// the transport's own mechanism counts as one word).
     #[serde(default)]
     pub remote_bytes: u64,
+    /// Of `remote_ops`: the ones this rank aimed at itself (through the
+    /// transport all the same, unless it maps its own region).
+    #[serde(default)]
+    pub self_ops: u64,
+    /// Of `remote_ops`: reads aimed at other ranks.
+    #[serde(default)]
+    pub cross_reads: u64,
+    /// Of `remote_ops`: writes aimed at other ranks.
+    #[serde(default)]
+    pub cross_writes: u64,
+    /// Of `remote_ops`: atomics aimed at other ranks (and region locks
+    /// taken with the transport's own mechanism).
+    #[serde(default)]
+    pub cross_atomics: u64,
 }
 
 impl Stats {
@@ -308,6 +322,10 @@ impl Stats {
         self.remote_ops += o.remote_ops;
         self.batches += o.batches;
         self.remote_bytes += o.remote_bytes;
+        self.self_ops += o.self_ops;
+        self.cross_reads += o.cross_reads;
+        self.cross_writes += o.cross_writes;
+        self.cross_atomics += o.cross_atomics;
     }
 
     /// What was counted since `earlier` (a snapshot of the same counters),
@@ -329,6 +347,10 @@ impl Stats {
             remote_ops: d(self.remote_ops, earlier.remote_ops),
             batches: d(self.batches, earlier.batches),
             remote_bytes: d(self.remote_bytes, earlier.remote_bytes),
+            self_ops: d(self.self_ops, earlier.self_ops),
+            cross_reads: d(self.cross_reads, earlier.cross_reads),
+            cross_writes: d(self.cross_writes, earlier.cross_writes),
+            cross_atomics: d(self.cross_atomics, earlier.cross_atomics),
         }
     }
 
@@ -374,6 +396,10 @@ mod tests {
             remote_ops: 12,
             batches: 13,
             remote_bytes: 14,
+            self_ops: 15,
+            cross_reads: 16,
+            cross_writes: 17,
+            cross_atomics: 18,
         };
         let step = Stats {
             reads: 100,
@@ -390,6 +416,10 @@ mod tests {
             remote_ops: 1200,
             batches: 1300,
             remote_bytes: 1400,
+            self_ops: 1500,
+            cross_reads: 1600,
+            cross_writes: 1700,
+            cross_atomics: 1800,
         };
         let mut now = earlier;
         now.add(&step);

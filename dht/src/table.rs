@@ -15,7 +15,7 @@ use crate::layout::Variant;
 use crate::outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
 use crate::placement::KeyHash;
 use crate::placement::Placement;
-use crate::transport::{Op, Transport};
+use crate::transport::{Op, OpKind, Transport};
 use crate::variant::{
     chunked::Chunked, coarse::Coarse, fine::Fine, lockfree::Lockfree, recycle, Batch, Machine,
     Mode, Outcome, Probe, Run, Shape, Step, MAX_RUN,
@@ -652,6 +652,7 @@ impl<T: Transport> Dht<T> {
         ops: &mut Vec<Op<'static>>,
     ) -> Result<()> {
         let (mut remote_ops, mut batches, mut remote_bytes) = (0u64, 0u64, 0u64);
+        let mut aimed = Aimed::default();
         let mut step = m.start(batch, self.clock.now());
         loop {
             step = match step {
@@ -668,6 +669,7 @@ impl<T: Transport> Dht<T> {
                         batches += 1;
                         let mut v = recycle(std::mem::take(ops));
                         batch.as_ops(&mut v);
+                        aimed.count(&v, self.shape.rank);
                         let r = self.t.execute(&mut v);
                         *ops = recycle(v);
                         r
@@ -687,6 +689,7 @@ impl<T: Transport> Dht<T> {
                             batch.native = native;
                             remote_ops += u64::from(native);
                             remote_bytes += 8 * u64::from(native);
+                            aimed.lock(rank, self.shape.rank, u64::from(native));
                             m.on_complete(batch, now)
                         }
                         Err(e) => m.on_error(Error::transport(e), batch, now),
@@ -696,6 +699,7 @@ impl<T: Transport> Dht<T> {
                     batch.clear();
                     remote_ops += 1;
                     remote_bytes += 8;
+                    aimed.lock(rank, self.shape.rank, 1);
                     let r = self.t.unlock_region(rank);
                     let now = self.clock.now();
                     match r {
@@ -709,6 +713,10 @@ impl<T: Transport> Dht<T> {
             remote_ops,
             batches,
             remote_bytes,
+            self_ops: aimed.itself,
+            cross_reads: aimed.reads,
+            cross_writes: aimed.writes,
+            cross_atomics: aimed.atomics,
             ..Stats::default()
         };
         let r = m.finish(&mut st);
@@ -717,8 +725,43 @@ impl<T: Transport> Dht<T> {
     }
 }
 
+/// The operations of a run by where they go: to this rank itself, or
+/// across to another (by kind), which is what a fabric's rates bound.
+#[derive(Default)]
+struct Aimed {
+    itself: u64,
+    reads: u64,
+    writes: u64,
+    atomics: u64,
+}
+
+impl Aimed {
+    fn count(&mut self, ops: &[Op<'_>], me: usize) {
+        for op in ops {
+            if op.target().rank == me {
+                self.itself += 1;
+                continue;
+            }
+            match op.kind() {
+                OpKind::Read => self.reads += 1,
+                OpKind::Write => self.writes += 1,
+                _ => self.atomics += 1,
+            }
+        }
+    }
+
+    /// `n` region-lock operations on `rank`'s window.
+    fn lock(&mut self, rank: usize, me: usize, n: u64) {
+        if rank == me {
+            self.itself += n;
+        } else {
+            self.atomics += n;
+        }
+    }
+}
+
 fn stats_to_bytes(s: &Stats) -> Vec<u8> {
-    // A fixed binary form: no serde format crate needed for 14 counters.
+    // A fixed binary form: no serde format crate needed for 18 counters.
     [
         s.reads,
         s.writes,
@@ -734,6 +777,10 @@ fn stats_to_bytes(s: &Stats) -> Vec<u8> {
         s.remote_ops,
         s.batches,
         s.remote_bytes,
+        s.self_ops,
+        s.cross_reads,
+        s.cross_writes,
+        s.cross_atomics,
     ]
     .iter()
     .flat_map(|x| x.to_le_bytes())
@@ -761,5 +808,53 @@ fn stats_from_bytes(b: &[u8]) -> Stats {
         remote_ops: w(11),
         batches: w(12),
         remote_bytes: w(13),
+        self_ops: w(14),
+        cross_reads: w(15),
+        cross_writes: w(16),
+        cross_atomics: w(17),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_survives_the_wire_form_and_a_shorter_one_reads_as_zeros() {
+        let mut s = Stats::default();
+        // Every counter distinct, so two swapped in the wire form show.
+        let fields = [
+            &mut s.reads,
+            &mut s.writes,
+            &mut s.hits,
+            &mut s.misses,
+            &mut s.corrupt,
+            &mut s.inserts,
+            &mut s.updates,
+            &mut s.evictions,
+            &mut s.checksum_retries,
+            &mut s.invalidations,
+            &mut s.lock_retries,
+            &mut s.remote_ops,
+            &mut s.batches,
+            &mut s.remote_bytes,
+            &mut s.self_ops,
+            &mut s.cross_reads,
+            &mut s.cross_writes,
+            &mut s.cross_atomics,
+        ];
+        let n = fields.len();
+        for (i, f) in fields.into_iter().enumerate() {
+            *f = 1000 + i as u64;
+        }
+        let bytes = stats_to_bytes(&s);
+        assert_eq!(bytes.len(), n * 8);
+        assert_eq!(stats_from_bytes(&bytes), s);
+        // An older peer's 14 counters: the new ones are 0.
+        let old = stats_from_bytes(&bytes[..14 * 8]);
+        assert_eq!(
+            (old.remote_bytes, old.self_ops, old.cross_atomics),
+            (1013, 0, 0)
+        );
     }
 }

@@ -493,7 +493,10 @@ fn report_dht(
     provider: &str,
 ) -> Result<bool> {
     use dhtbench::report;
-    let runs = report::runs(samples, args.record);
+    let rates = (!args.bound.is_empty())
+        .then(|| dhtbench::bound::load(&args.bound, dhtbench::bound_bytes(args)))
+        .transpose()?;
+    let runs = report::runs(samples, args.record, rates.as_ref());
     let clock = fabkit_core::time::Clock::detect();
     let mut notes = vec![format!(
         "cycles are busy CPU time at the nominal clock ({}, {}), not counted: this machine \

@@ -1407,3 +1407,74 @@ fn a_reader_that_closes_early_ends_fabkit_quietly() {
         assert_eq!(done.status.signal(), Some(libc::SIGPIPE), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, r) = (dir.path().join("write.json"), dir.path().join("read.json"));
+    for (file, op) in [
+        (&w, ["-o", "write", "--completion", "delivery"]),
+        (&r, ["-o", "read", "--warmup", "10"]),
+    ] {
+        let out = run(fabkit()
+            .args(["perf", "-p", "shm", "-b", "--sizes", "192", "-n", "2000"])
+            .args(op)
+            .arg("--json")
+            .arg(file));
+        assert!(out.status.success(), "{}", stdout(&out));
+    }
+    let json = dir.path().join("dht.json");
+    let out = run(fabkit()
+        .args([
+            "dht",
+            "-p",
+            "shm",
+            "-n",
+            "2",
+            "-v",
+            "lockfree",
+            "-k",
+            "300",
+            "--no-redis",
+        ])
+        .arg("--bound")
+        .arg(&w)
+        .arg("--bound")
+        .arg(&r)
+        .arg("--json")
+        .arg(&json));
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("from the fabric's rates"),
+        "{}",
+        stdout(&out)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for run in v["runs"].as_array().unwrap() {
+        let b = &run["bound"];
+        let c = &run["counters"];
+        assert!(b["ops_per_sec"].as_f64().unwrap() > 0.0, "{run:#}");
+        let f = b["fraction"].as_f64().unwrap();
+        let measured = run["ops_per_sec"].as_f64().unwrap();
+        assert!((f - measured / b["ops_per_sec"].as_f64().unwrap()).abs() < 1e-9);
+        // Two ranks, uniform keys: about half the operations stay home,
+        // and the counters split every operation one way or the other.
+        let n = |k: &str| c[k].as_u64().unwrap();
+        let across = n("cross_reads") + n("cross_writes") + n("cross_atomics");
+        assert_eq!(n("self_ops") + across, n("remote_ops"), "{c:#}");
+        assert!(n("self_ops") > 0 && across > 0, "{c:#}");
+    }
+    // A file perf did not write is refused before anything runs.
+    let out = run(fabkit()
+        .args(["dht", "-p", "shm", "-n", "2", "--no-redis", "--bound"])
+        .arg(dir.path().join("no.json")));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--bound") && err.contains("no.json"), "{err}");
+    let out = run(fabkit()
+        .args(["dht", "-p", "shm", "-n", "2", "--no-redis", "--bound"])
+        .arg(&json));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no \"points\""), "{err}");
+}

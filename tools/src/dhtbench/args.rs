@@ -107,6 +107,12 @@ pub struct DhtArgs {
     /// Skip the Redis rows (they run when redis-server is installed).
     #[arg(long)]
     pub no_redis: bool,
+    /// A `fabkit perf --json` file whose rates bound the DHT (repeat it:
+    /// one for delivery-complete writes, one for reads, one for atomics,
+    /// each measured with -b): each fabkit row then says its bound and how
+    /// near it came.
+    #[arg(long, value_name = "FILE")]
+    pub bound: Vec<std::path::PathBuf>,
     /// Rounds of the hot-key check: every rank updates one key at once,
     /// then reads it back (0: skip; at most 10^6).
     #[arg(long, default_value = "20", value_parser = bounds::rounds)]
@@ -189,6 +195,16 @@ pub(super) fn spec(
     }
 }
 
+/// Bytes of the record a DHT operation reads or writes across (the
+/// bucket's data, as the first variant asked for lays it out): the size
+/// whose fabric rates bound it.
+pub fn bound_bytes(a: &DhtArgs) -> usize {
+    let v = variants(a).first().copied().unwrap_or(Variant::Lockfree);
+    let mut cfg = Config::new(v);
+    (cfg.key_len, cfg.value_len) = (a.record.key, a.record.value);
+    cfg.layout().data_len()
+}
+
 /// The distribution `w` runs with.
 pub(super) fn dist_of(a: &DhtArgs, w: Workload) -> Dist {
     a.distribution.unwrap_or(w.default_dist())
@@ -200,6 +216,10 @@ pub(super) fn dist_of(a: &DhtArgs, w: Workload) -> Dist {
 /// records fit the table (or --evict), the keys are distinct in the key
 /// length and everything fits in the memory this process may use.
 pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize, mpi: bool) -> Result<()> {
+    // A --bound file that cannot be used fails before the run, not after.
+    if !a.bound.is_empty() {
+        super::bound::load(&a.bound, bound_bytes(a))?;
+    }
     if !mpi {
         bounds::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::RMA)?;
         if let Some(v) = variants(a).into_iter().find(|v| v.needs_atomics()) {

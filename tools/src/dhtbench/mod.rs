@@ -22,6 +22,7 @@
 //! JSON and chart, [`progress`] draws the bar.
 
 mod args;
+pub mod bound;
 pub mod phase;
 pub mod progress;
 pub mod redis;
@@ -38,8 +39,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounds;
 use crate::hist::Hist;
+pub use args::{bound_bytes, validate, DhtArgs};
 use args::{config, dist_of, rank_config, spec, variants};
-pub use args::{validate, DhtArgs};
 use phase::{Checks, DhtStore, Prepared, RedisStore, Shape, Store};
 use progress::Progress;
 use workload::{Dist, Workload};

@@ -14,7 +14,9 @@
 //!            "latency_us": {"kind", "samples", "p50", "p90", "p99", "p99_9", "p99_99"},
 //!            "latency_single_us": {..} | null, "cpu_ns_per_op",
 //!            "nominal_cycles_per_op", "nominal_ghz", "bytes_per_byte",
-//!            "vs_redis", "counters": {..}, "hot_key": {..} | null}]}
+//!            "vs_redis", "counters": {..}, "hot_key": {..} | null,
+//!            "bound": {"ops_per_sec", "fraction", "cross_reads", "cross_writes",
+//!                      "cross_atomics", "self_ops"} | null}]}
 //! ```
 //! `p99_99` is null below 10^6 samples; `latency_us.kind` says what one
 //! sample is ("per batch of 64 operations" or "per operation").
@@ -106,6 +108,15 @@ pub struct Counters {
     pub remote_ops_per_op: f64,
     /// Post/complete cycles.
     pub batches: u64,
+    /// Of `remote_ops`: the ones a rank aimed at itself.
+    pub self_ops: u64,
+    /// Of `remote_ops`: reads, writes and atomics aimed at another rank,
+    /// what the fabric's own rates bound.
+    pub cross_reads: u64,
+    /// See `cross_reads`.
+    pub cross_writes: u64,
+    /// See `cross_reads`.
+    pub cross_atomics: u64,
 }
 
 /// One row: a system, variant, workload and phase over its repetitions.
@@ -162,6 +173,9 @@ pub struct Run {
     pub counters: Counters,
     /// The hot-key check (the variant's first workload).
     pub hot_key: Option<HotKey>,
+    /// What the fabric's own rates allow (`--bound`), and how near.
+    #[serde(default)]
+    pub bound: Option<super::bound::Bound>,
 }
 
 /// The whole report.
@@ -214,7 +228,7 @@ pub fn name<T: clap::ValueEnum>(v: T) -> String {
 
 /// Merges the samples of every repetition into runs, in the order their
 /// first repetition came.
-pub fn runs(samples: &[Sample], record: Record) -> Vec<Run> {
+pub fn runs(samples: &[Sample], record: Record, rates: Option<&super::bound::Rates>) -> Vec<Run> {
     type Key = (String, Option<String>, String, String, String);
     let key = |s: &Sample| -> Key {
         (
@@ -237,7 +251,17 @@ pub fn runs(samples: &[Sample], record: Record) -> Vec<Run> {
     let ghz = nominal_ghz();
     let mut out: Vec<Run> = order
         .iter()
-        .map(|k| merge(&groups[k], record, ghz))
+        .map(|k| {
+            let g = &groups[k];
+            let mut r = merge(g, record, ghz);
+            if let Some(rates) = rates.filter(|_| r.system == "fabkit") {
+                let c = &r.counters;
+                let ops = g.iter().map(|s| s.ops).sum();
+                let counted = [c.cross_reads, c.cross_writes, c.cross_atomics, c.self_ops];
+                r.bound = super::bound::of(rates, r.ranks, r.ops_per_sec, ops, counted);
+            }
+            r
+        })
         .collect();
     // Each DHT row against Redis's in the same workload and phase.
     let redis: BTreeMap<(String, String), f64> = out
@@ -300,6 +324,10 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         c.lock_retries += st.lock_retries;
         c.remote_ops += st.remote_ops;
         c.batches += st.batches;
+        c.self_ops += st.self_ops;
+        c.cross_reads += st.cross_reads;
+        c.cross_writes += st.cross_writes;
+        c.cross_atomics += st.cross_atomics;
     }
     let per = |x: u64, n: u64| if n == 0 { 0.0 } else { x as f64 / n as f64 };
     let reads: u64 = g.iter().map(|s| s.reads).sum();
@@ -338,6 +366,7 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         vs_redis: None,
         counters: c,
         hot_key: g.iter().find_map(|s| s.hot),
+        bound: None,
     }
 }
 
@@ -430,6 +459,23 @@ pub fn table(rep: &Report) -> String {
             "hot key (every rank updates one key at once, then reads it; whole values of the \
              round of all reads): {}",
             hot.join(", ")
+        );
+    }
+    for r in &rep.runs {
+        let Some(b) = &r.bound else { continue };
+        let _ = writeln!(
+            t,
+            "  bound {} {} {}: {:.3} Mops/s from the fabric's rates ({:.2} reads, {:.2} writes, \
+             {:.2} atomics across per op; {:.2} aimed at itself, not counted): {:.2} of it",
+            r.variant.as_deref().unwrap_or("-"),
+            r.workload,
+            r.phase,
+            b.ops_per_sec / 1e6,
+            b.cross_reads,
+            b.cross_writes,
+            b.cross_atomics,
+            b.self_ops,
+            b.fraction
         );
     }
     let single: Vec<String> = rep
@@ -695,7 +741,7 @@ mod tests {
             key: 80,
             value: 104,
         };
-        let r = runs(&s, rec);
+        let r = runs(&s, rec, None);
         assert_eq!(r.len(), 2);
         let f = &r[0];
         assert_eq!((f.reps, f.ops_per_sec), (3, 500_000.0));
@@ -731,6 +777,7 @@ mod tests {
                 key: 80,
                 value: 104,
             },
+            None,
         );
         r[0].transport = "tcp;ofi_rxm, \"x\"".into();
         let rep = Report {
@@ -773,7 +820,7 @@ mod tests {
                     provider: String::new(),
                     notes: vec![],
                 },
-                runs: runs(&[s], Record { key: 8, value: 8 }),
+                runs: runs(&[s], Record { key: 8, value: 8 }, None),
             }
         };
         let svg = ranks_chart(&[mk(1), mk(2), mk(4)], "t").unwrap();

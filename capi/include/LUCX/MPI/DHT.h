@@ -158,6 +158,8 @@ typedef struct fabkit_dht_stats {
   uint64_t inserts, updates, evictions;
   uint64_t checksum_retries, invalidations, lock_retries;
   uint64_t remote_ops, batches, remote_bytes;
+  /* Of remote_ops: aimed at this rank itself; across, by kind. */
+  uint64_t self_ops, cross_reads, cross_writes, cross_atomics;
 } fabkit_dht_stats_t;
 
 /* This rank's counters, or with all_ranks nonzero the sum over every rank

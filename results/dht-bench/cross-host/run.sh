@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The DHT across two hosts (the netns testbed: ipoib-a and ipoib-b joined
+# by a veth pair, 10.77.1.0/24) over tcp;ofi_rxm, with its bound measured
+# in the same run: each round runs `fabkit perf` (the anchor: the
+# fabric's own bidirectional rates for delivery-complete writes, reads and
+# compare-and-swap at the bucket's size) and then `fabkit dht` on every
+# variant with those rates as --bound, back to back; then the same
+# variants on the same-node path (--shm: a rank's own region by loads and
+# stores, the other's through the fabric), and MPI across the same hosts
+# (osc pt2pt over btl tcp), once per round.
+#
+#   bash results/dht-bench/cross-host/run.sh [OUT_DIR]
+#
+# Needs root (the testbed), a built fabkit and ipoib-eval in PATH (or
+# target/release), and leaves the testbed down however it ends.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-$here/run}
+rounds=${ROUNDS:-3}
+keys=${KEYS:-20000}
+batch=${BATCH:-64}
+net=10.77.1.0/24
+export PATH=$here/../../../target/release:$PATH
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_osc=pt2pt
+mkdir -p "$out"
+ipoib-eval testbed up --mgmt >/dev/null
+trap 'ipoib-eval testbed down >/dev/null 2>&1 || true' EXIT
+two=(fabkit launch --netns ipoib-a,ipoib-b --)
+perf=(fabkit perf -p 'tcp;ofi_rxm' -d "$net" -b -t 2 --sizes 192)
+dht=(fabkit dht -p 'tcp;ofi_rxm' -d "$net" -k "$keys" -b "$batch" --no-redis --hot-rounds 0 --latency-ops 2000)
+{
+  echo "# $(date -u +%FT%TZ) $(hostname) $(nproc) cores, fabkit $(git -C "$here" rev-parse --short HEAD)"
+  echo "# keys $keys per rank, batch $batch, $rounds rounds; commands in each JSON's meta"
+} >"$out/README.txt"
+for r in $(seq "$rounds"); do
+  "${two[@]}" "${perf[@]}" -o write --completion delivery --json "$out/perf-write-r$r.json" >/dev/null
+  "${two[@]}" "${perf[@]}" -o read --json "$out/perf-read-r$r.json" >/dev/null
+  "${two[@]}" "${perf[@]}" -o cas --json "$out/perf-cas-r$r.json" >/dev/null
+  bound=(--bound "$out/perf-write-r$r.json" --bound "$out/perf-read-r$r.json" --bound "$out/perf-cas-r$r.json")
+  for v in lockfree fine chunked; do
+    "${two[@]}" "${dht[@]}" -v "$v" "${bound[@]}" --json "$out/dht-$v-r$r.json" >"$out/dht-$v-r$r.txt"
+    "${two[@]}" "${dht[@]}" -v "$v" --shm "${bound[@]}" --json "$out/shm-$v-r$r.json" >"$out/shm-$v-r$r.txt"
+  done
+  fabkit launch --mpi -n 2 --netns ipoib-a,ipoib-b -- fabkit dht --mpi create -k "$keys" -b "$batch" \
+    -v lockfree --no-redis --hot-rounds 0 --json "$out/mpi-lockfree-r$r.json" >"$out/mpi-lockfree-r$r.txt" 2>&1 ||
+    echo "round $r: MPI run failed (see mpi-lockfree-r$r.txt)"
+done
