@@ -51,7 +51,7 @@ mod variant;
 pub use config::{Config, MAX_DEADLINE, MAX_FIELD};
 pub use dump::{Dumped, Restored, FORMAT_VERSION, MAX_SHARDS};
 pub use layout::Variant;
-pub use outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
+pub use outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write, COUNTERS};
 pub use placement::KeyHash;
 pub use table::Dht;
 pub use transport::Transport;

@@ -305,53 +305,79 @@ pub struct Stats {
     pub cross_atomics: u64,
 }
 
+/// Every counter of [`Stats`], in one order: the one its wire form, sums
+/// and differences follow (a counter added here is added everywhere).
+macro_rules! counters {
+    ($m:ident) => {
+        $m!(
+            reads,
+            writes,
+            hits,
+            misses,
+            corrupt,
+            inserts,
+            updates,
+            evictions,
+            checksum_retries,
+            invalidations,
+            lock_retries,
+            remote_ops,
+            batches,
+            remote_bytes,
+            self_ops,
+            cross_reads,
+            cross_writes,
+            cross_atomics
+        )
+    };
+}
+
+macro_rules! count_fields {
+    ($($f:ident),*) => { [$(stringify!($f)),*].len() };
+}
+
+/// How many counters a [`Stats`] holds.
+pub const COUNTERS: usize = counters!(count_fields);
+
 impl Stats {
+    /// The counters in their one order (see `COUNTERS`).
+    pub fn to_array(&self) -> [u64; COUNTERS] {
+        macro_rules! arr {
+            ($($f:ident),*) => { [$(self.$f),*] };
+        }
+        counters!(arr)
+    }
+
+    /// The counters from `to_array`'s order.
+    pub fn from_array(a: [u64; COUNTERS]) -> Stats {
+        let mut s = Stats::default();
+        macro_rules! set {
+            ($($f:ident),*) => {
+                let mut it = a.into_iter();
+                $(s.$f = it.next().unwrap_or(0);)*
+            };
+        }
+        counters!(set);
+        s
+    }
+
     /// Field-wise sum.
     pub fn add(&mut self, o: &Stats) {
-        self.reads += o.reads;
-        self.writes += o.writes;
-        self.hits += o.hits;
-        self.misses += o.misses;
-        self.corrupt += o.corrupt;
-        self.inserts += o.inserts;
-        self.updates += o.updates;
-        self.evictions += o.evictions;
-        self.checksum_retries += o.checksum_retries;
-        self.invalidations += o.invalidations;
-        self.lock_retries += o.lock_retries;
-        self.remote_ops += o.remote_ops;
-        self.batches += o.batches;
-        self.remote_bytes += o.remote_bytes;
-        self.self_ops += o.self_ops;
-        self.cross_reads += o.cross_reads;
-        self.cross_writes += o.cross_writes;
-        self.cross_atomics += o.cross_atomics;
+        let (mut a, b) = (self.to_array(), o.to_array());
+        for (x, y) in a.iter_mut().zip(b) {
+            *x += y;
+        }
+        *self = Stats::from_array(a);
     }
 
     /// What was counted since `earlier` (a snapshot of the same counters),
     /// field by field; a counter that went back gives 0.
     pub fn since(&self, earlier: &Stats) -> Stats {
-        let d = |now: u64, then: u64| now.saturating_sub(then);
-        Stats {
-            reads: d(self.reads, earlier.reads),
-            writes: d(self.writes, earlier.writes),
-            hits: d(self.hits, earlier.hits),
-            misses: d(self.misses, earlier.misses),
-            corrupt: d(self.corrupt, earlier.corrupt),
-            inserts: d(self.inserts, earlier.inserts),
-            updates: d(self.updates, earlier.updates),
-            evictions: d(self.evictions, earlier.evictions),
-            checksum_retries: d(self.checksum_retries, earlier.checksum_retries),
-            invalidations: d(self.invalidations, earlier.invalidations),
-            lock_retries: d(self.lock_retries, earlier.lock_retries),
-            remote_ops: d(self.remote_ops, earlier.remote_ops),
-            batches: d(self.batches, earlier.batches),
-            remote_bytes: d(self.remote_bytes, earlier.remote_bytes),
-            self_ops: d(self.self_ops, earlier.self_ops),
-            cross_reads: d(self.cross_reads, earlier.cross_reads),
-            cross_writes: d(self.cross_writes, earlier.cross_writes),
-            cross_atomics: d(self.cross_atomics, earlier.cross_atomics),
+        let (mut a, b) = (self.to_array(), earlier.to_array());
+        for (x, y) in a.iter_mut().zip(b) {
+            *x = x.saturating_sub(y);
         }
+        Stats::from_array(a)
     }
 
     /// Remote operations per DHT operation.

@@ -246,10 +246,13 @@ impl<T: Transport> Dht<T> {
         if ops.is_empty() {
             return Ok(());
         }
+        let mut aimed = Aimed::default();
+        aimed.count(ops, self.shape.rank);
         {
             let mut s = self.stats.lock().unwrap();
             s.remote_ops += ops.len() as u64;
             s.batches += 1;
+            aimed.add_to(&mut s);
         }
         self.t.execute(ops).map_err(Error::transport)
     }
@@ -713,12 +716,9 @@ impl<T: Transport> Dht<T> {
             remote_ops,
             batches,
             remote_bytes,
-            self_ops: aimed.itself,
-            cross_reads: aimed.reads,
-            cross_writes: aimed.writes,
-            cross_atomics: aimed.atomics,
             ..Stats::default()
         };
+        aimed.add_to(&mut st);
         let r = m.finish(&mut st);
         self.count(|s| s.add(&st));
         r
@@ -743,11 +743,20 @@ impl Aimed {
                 continue;
             }
             match op.kind() {
-                OpKind::Read => self.reads += 1,
-                OpKind::Write => self.writes += 1,
-                _ => self.atomics += 1,
+                OpKind::Read | OpKind::Recv => self.reads += 1,
+                OpKind::Write | OpKind::Send => self.writes += 1,
+                OpKind::CompareAndSwap | OpKind::FetchAdd | OpKind::Fetch | OpKind::Swap => {
+                    self.atomics += 1
+                }
             }
         }
+    }
+
+    fn add_to(&self, s: &mut Stats) {
+        s.self_ops += self.itself;
+        s.cross_reads += self.reads;
+        s.cross_writes += self.writes;
+        s.cross_atomics += self.atomics;
     }
 
     /// `n` region-lock operations on `rank`'s window.
@@ -761,58 +770,19 @@ impl Aimed {
 }
 
 fn stats_to_bytes(s: &Stats) -> Vec<u8> {
-    // A fixed binary form: no serde format crate needed for 18 counters.
-    [
-        s.reads,
-        s.writes,
-        s.hits,
-        s.misses,
-        s.corrupt,
-        s.inserts,
-        s.updates,
-        s.evictions,
-        s.checksum_retries,
-        s.invalidations,
-        s.lock_retries,
-        s.remote_ops,
-        s.batches,
-        s.remote_bytes,
-        s.self_ops,
-        s.cross_reads,
-        s.cross_writes,
-        s.cross_atomics,
-    ]
-    .iter()
-    .flat_map(|x| x.to_le_bytes())
-    .collect()
+    // A fixed binary form: no serde format crate needed for a few counters.
+    s.to_array().iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 fn stats_from_bytes(b: &[u8]) -> Stats {
     // A counter a peer did not send (a shorter, older form) is 0.
-    let w = |i: usize| {
-        b.get(i * 8..i * 8 + 8)
-            .map_or(0, |x| u64::from_le_bytes(x.try_into().expect("8 bytes")))
-    };
-    Stats {
-        reads: w(0),
-        writes: w(1),
-        hits: w(2),
-        misses: w(3),
-        corrupt: w(4),
-        inserts: w(5),
-        updates: w(6),
-        evictions: w(7),
-        checksum_retries: w(8),
-        invalidations: w(9),
-        lock_retries: w(10),
-        remote_ops: w(11),
-        batches: w(12),
-        remote_bytes: w(13),
-        self_ops: w(14),
-        cross_reads: w(15),
-        cross_writes: w(16),
-        cross_atomics: w(17),
+    let mut a = [0u64; crate::outcome::COUNTERS];
+    for (i, x) in a.iter_mut().enumerate() {
+        *x = b
+            .get(i * 8..i * 8 + 8)
+            .map_or(0, |w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
     }
+    Stats::from_array(a)
 }
 
 #[cfg(test)]
@@ -821,32 +791,17 @@ mod tests {
 
     #[test]
     fn every_counter_survives_the_wire_form_and_a_shorter_one_reads_as_zeros() {
-        let mut s = Stats::default();
         // Every counter distinct, so two swapped in the wire form show.
-        let fields = [
-            &mut s.reads,
-            &mut s.writes,
-            &mut s.hits,
-            &mut s.misses,
-            &mut s.corrupt,
-            &mut s.inserts,
-            &mut s.updates,
-            &mut s.evictions,
-            &mut s.checksum_retries,
-            &mut s.invalidations,
-            &mut s.lock_retries,
-            &mut s.remote_ops,
-            &mut s.batches,
-            &mut s.remote_bytes,
-            &mut s.self_ops,
-            &mut s.cross_reads,
-            &mut s.cross_writes,
-            &mut s.cross_atomics,
-        ];
-        let n = fields.len();
-        for (i, f) in fields.into_iter().enumerate() {
-            *f = 1000 + i as u64;
+        let mut a = [0u64; crate::outcome::COUNTERS];
+        for (i, x) in a.iter_mut().enumerate() {
+            *x = 1000 + i as u64;
         }
+        let s = Stats::from_array(a);
+        assert_eq!(
+            (s.reads, s.remote_bytes, s.cross_atomics),
+            (1000, 1013, 1017)
+        );
+        let n = a.len();
         let bytes = stats_to_bytes(&s);
         assert_eq!(bytes.len(), n * 8);
         assert_eq!(stats_from_bytes(&bytes), s);

@@ -416,34 +416,41 @@ fn a_callers_key_hash_places_every_key_restores_included() {
 #[test]
 fn the_counters_split_operations_into_ones_aimed_at_this_rank_and_across_by_kind() {
     for variant in common::VARIANTS {
-        let tables = common::local_tables(2, small(variant, 64));
+        let tables = common::tables_with(2, small(variant, 64), |_, t| RecordingTransport::new(t));
         let d = &tables[0];
-        // Keys at home on each rank, written and read from rank 0.
+        // Keys at home on each rank, written and read from rank 0; the
+        // counters must say exactly what the recording saw, kind by kind.
         let homed = |r: usize| -> Vec<u8> {
             (0..)
                 .map(key)
                 .find(|k| d.place_of(k).0 == r)
                 .expect("a key at home on each rank")
         };
-        for (home, mine) in [(0, true), (1, false)] {
+        for home in [0, 1] {
             let k = homed(home);
+            d.transport().clear();
             let before = d.stats();
             d.write(&k, &value(&k, 0, 1, 24)).unwrap();
             assert!(matches!(d.read(&k).unwrap(), Read::Hit(_)), "{variant:?}");
             let s = d.stats().since(&before);
-            let across = s.cross_reads + s.cross_writes + s.cross_atomics;
-            assert_eq!(s.self_ops + across, s.remote_ops, "{variant:?}: {s:?}");
-            if mine {
-                assert_eq!((s.self_ops > 0, across), (true, 0), "{variant:?}: {s:?}");
-            } else {
-                assert_eq!(s.self_ops, 0, "{variant:?}: {s:?}");
-                assert!(
-                    s.cross_reads > 0 && s.cross_writes > 0,
-                    "{variant:?}: {s:?}"
-                );
-                let atomics = variant.needs_atomics();
-                assert_eq!(s.cross_atomics > 0, atomics, "{variant:?}: {s:?}");
-            }
+            let seen: Vec<_> = d.transport().batches().into_iter().flatten().collect();
+            let count = |f: &dyn Fn(&fabkit_dht::transport::recording::Logged) -> bool| {
+                seen.iter().filter(|o| f(o)).count() as u64
+            };
+            let away = |o: &fabkit_dht::transport::recording::Logged| o.at.rank != 0;
+            let want = (
+                count(&|o| !away(o)),
+                count(&|o| away(o) && o.kind == Read),
+                count(&|o| away(o) && o.kind == Write),
+                count(&|o| away(o) && o.kind.is_atomic()),
+            );
+            let got = (s.self_ops, s.cross_reads, s.cross_writes, s.cross_atomics);
+            assert_eq!(got, want, "{variant:?}, key at home on rank {home}: {s:?}");
+            assert_eq!(s.remote_ops, seen.len() as u64, "{variant:?}");
+            assert!(
+                s.cross_reads + s.cross_writes > 0 || home == 0,
+                "{variant:?}"
+            );
         }
     }
 }

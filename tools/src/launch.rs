@@ -78,6 +78,17 @@ impl Launch {
         }
     }
 
+    /// Whether this process reports the job's results (rank 0, or every
+    /// rank in-process).
+    pub fn reports(&self) -> bool {
+        match self {
+            Launch::Threads(_) => true,
+            #[cfg(feature = "mpi")]
+            Launch::Mpi(boot) => boot.rank() == 0,
+            Launch::Files(boot) => boot.rank() == 0,
+        }
+    }
+
     /// A short description for reports.
     pub fn describe(&self, ranks: usize) -> String {
         match self {

@@ -420,6 +420,11 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
     #[cfg(not(feature = "mpi"))]
     let mpi = false;
     dhtbench::validate(args, ranks, in_process, mpi)?;
+    // The reporting rank reads the --bound files (before the run: a file it
+    // cannot use fails now, not after minutes); the others never need them.
+    if launch.reports() && !args.bound.is_empty() {
+        dhtbench::bound::load(&args.bound, &args.provider, &dhtbench::variants(args))?;
+    }
     // Output files are checked before a run of minutes, not after it.
     for (flag, path) in [("--json", &args.json), ("--csv", &args.csv)] {
         if let Some(p) = path.as_ref().filter(|p| p.as_os_str() != "-") {
@@ -494,7 +499,7 @@ fn report_dht(
 ) -> Result<bool> {
     use dhtbench::report;
     let rates = (!args.bound.is_empty())
-        .then(|| dhtbench::bound::load(&args.bound, dhtbench::bound_bytes(args)))
+        .then(|| dhtbench::bound::load(&args.bound, &args.provider, &dhtbench::variants(args)))
         .transpose()?;
     let runs = report::runs(samples, args.record, rates.as_ref());
     let clock = fabkit_core::time::Clock::detect();

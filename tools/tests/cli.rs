@@ -1454,6 +1454,7 @@ fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() 
         let b = &run["bound"];
         let c = &run["counters"];
         assert!(b["ops_per_sec"].as_f64().unwrap() > 0.0, "{run:#}");
+        assert!(b["read_rate"].as_f64().unwrap() > 0.0, "{run:#}");
         let f = b["fraction"].as_f64().unwrap();
         let measured = run["ops_per_sec"].as_f64().unwrap();
         assert!((f - measured / b["ops_per_sec"].as_f64().unwrap()).abs() < 1e-9);
@@ -1477,4 +1478,11 @@ fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() 
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("no \"points\""), "{err}");
+    // Three ranks: the anchor measured one pair.
+    let out = run(fabkit()
+        .args(["dht", "-p", "shm", "-n", "3", "--no-redis", "--bound"])
+        .arg(&w));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("for 2 ranks"), "{err}");
 }

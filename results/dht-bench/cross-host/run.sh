@@ -26,16 +26,17 @@ mkdir -p "$out"
 ipoib-eval testbed up --mgmt >/dev/null
 trap 'ipoib-eval testbed down >/dev/null 2>&1 || true' EXIT
 two=(fabkit launch --netns ipoib-a,ipoib-b --)
-perf=(fabkit perf -p 'tcp;ofi_rxm' -d "$net" -b -t 2 --sizes 192)
+perf=(fabkit perf -p 'tcp;ofi_rxm' -d "$net" -b -t 2)
 dht=(fabkit dht -p 'tcp;ofi_rxm' -d "$net" -k "$keys" -b "$batch" --no-redis --hot-rounds 0 --latency-ops 2000)
 {
-  echo "# $(date -u +%FT%TZ) $(hostname) $(nproc) cores, fabkit $(git -C "$here" rev-parse --short HEAD)"
+  echo "# $(date -u +%FT%TZ) $(hostname) $(nproc) cores, fabkit $(git -C "$here" describe --always --dirty)"
   echo "# keys $keys per rank, batch $batch, $rounds rounds; commands in each JSON's meta"
 } >"$out/README.txt"
 for r in $(seq "$rounds"); do
-  "${two[@]}" "${perf[@]}" -o write --completion delivery --json "$out/perf-write-r$r.json" >/dev/null
-  "${two[@]}" "${perf[@]}" -o read --json "$out/perf-read-r$r.json" >/dev/null
-  "${two[@]}" "${perf[@]}" -o cas --json "$out/perf-cas-r$r.json" >/dev/null
+  # The sizes the variants move: a bucket (192 B), a chunk (chunked reads).
+  "${two[@]}" "${perf[@]}" --sizes 192 -o write --completion delivery --json "$out/perf-write-r$r.json" >/dev/null
+  "${two[@]}" "${perf[@]}" --sizes 192,1600 -o read --json "$out/perf-read-r$r.json" >/dev/null
+  "${two[@]}" "${perf[@]}" --sizes 8 -o cas --json "$out/perf-cas-r$r.json" >/dev/null
   bound=(--bound "$out/perf-write-r$r.json" --bound "$out/perf-read-r$r.json" --bound "$out/perf-cas-r$r.json")
   for v in lockfree fine chunked; do
     "${two[@]}" "${dht[@]}" -v "$v" "${bound[@]}" --json "$out/dht-$v-r$r.json" >"$out/dht-$v-r$r.txt"

@@ -195,16 +195,6 @@ pub(super) fn spec(
     }
 }
 
-/// Bytes of the record a DHT operation reads or writes across (the
-/// bucket's data, as the first variant asked for lays it out): the size
-/// whose fabric rates bound it.
-pub fn bound_bytes(a: &DhtArgs) -> usize {
-    let v = variants(a).first().copied().unwrap_or(Variant::Lockfree);
-    let mut cfg = Config::new(v);
-    (cfg.key_len, cfg.value_len) = (a.record.key, a.record.value);
-    cfg.layout().data_len()
-}
-
 /// The distribution `w` runs with.
 pub(super) fn dist_of(a: &DhtArgs, w: Workload) -> Dist {
     a.distribution.unwrap_or(w.default_dist())
@@ -216,10 +206,8 @@ pub(super) fn dist_of(a: &DhtArgs, w: Workload) -> Dist {
 /// records fit the table (or --evict), the keys are distinct in the key
 /// length and everything fits in the memory this process may use.
 pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize, mpi: bool) -> Result<()> {
-    // A --bound file that cannot be used fails before the run, not after.
-    if !a.bound.is_empty() {
-        super::bound::load(&a.bound, bound_bytes(a))?;
-    }
+    // A --bound that cannot say what it claims fails before the run.
+    super::bound::check(&a.bound, ranks, mpi)?;
     if !mpi {
         bounds::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::RMA)?;
         if let Some(v) = variants(a).into_iter().find(|v| v.needs_atomics()) {
@@ -393,7 +381,7 @@ pub(super) fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {
     rc
 }
 
-pub(super) fn variants(a: &DhtArgs) -> Vec<Variant> {
+pub fn variants(a: &DhtArgs) -> Vec<Variant> {
     match a.variant {
         VariantArg::All => vec![
             Variant::Coarse,

@@ -10,18 +10,24 @@
 //! For a phase whose operations send `r` reads, `w` writes and `a`
 //! atomics across per operation, and fabric rates `R`, `W`, `A` (both
 //! directions at once, summed over the pair of ranks), the bound is
-//! `1 / (r/R + w/W + a/A)` operations per second for the pair, scaled by
-//! ranks/2 for larger jobs (each pair of ranks as fast as the measured
-//! one: an upper bound). A fraction above 1 means the bound is wrong.
+//! `1 / (r/R + w/W + a/A)` operations per second: the fabric's time for
+//! each kind, added, as if they shared one resource (on a NIC that runs
+//! them side by side the true bound is higher). Reads and writes are
+//! priced at the perf point nearest the size the variant moves (a bucket;
+//! a whole chunk for chunked reads). The anchor measures one pair of
+//! ranks, so a bound is given for two ranks, one per host, on the
+//! provider perf used, and not for MPI runs. A fraction above 1 means the
+//! bound is wrong.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Result;
+use fabkit_dht::{Config, Variant};
 use serde::{Deserialize, Serialize};
 
-use crate::bounds;
+use crate::bounds::{self, Record};
 
-/// One fabric rate the bound uses, and where it came from.
+/// A fabric rate the bound may use, and where it came from.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Rate {
     /// Operations per second, both directions summed.
@@ -32,13 +38,13 @@ pub struct Rate {
     pub file: String,
 }
 
-/// The fabric's rates for each kind the DHT sends.
+/// The fabric's measured rates, every usable point of each kind.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Rates {
-    /// RMA reads.
-    pub read: Option<Rate>,
-    /// Delivery-complete RMA writes.
-    pub write: Option<Rate>,
+    /// RMA reads, by size.
+    pub reads: Vec<Rate>,
+    /// Delivery-complete RMA writes, by size.
+    pub writes: Vec<Rate>,
     /// u64 atomics (compare-and-swap, or fetch-and-add if no CAS point).
     pub atomic: Option<Rate>,
 }
@@ -50,15 +56,134 @@ pub struct Bound {
     pub ops_per_sec: f64,
     /// The run's median over the bound.
     pub fraction: f64,
-    /// Per DHT operation: reads, writes and atomics sent to other ranks,
-    /// and operations aimed at the rank itself (not in the bound).
-    pub cross_reads: f64,
-    /// See `cross_reads`.
-    pub cross_writes: f64,
-    /// See `cross_reads`.
-    pub cross_atomics: f64,
-    /// See `cross_reads`.
-    pub self_ops: f64,
+    /// Per DHT operation: reads sent to the other rank.
+    pub cross_reads_per_op: f64,
+    /// Per DHT operation: writes sent to the other rank.
+    pub cross_writes_per_op: f64,
+    /// Per DHT operation: atomics sent to the other rank.
+    pub cross_atomics_per_op: f64,
+    /// Per DHT operation: operations aimed at the rank itself (not in the
+    /// bound).
+    pub self_ops_per_op: f64,
+    /// The rates used (ops/s, both directions), null where none crossed.
+    pub read_rate: Option<f64>,
+    /// See `read_rate`.
+    pub write_rate: Option<f64>,
+    /// See `read_rate`.
+    pub atomic_rate: Option<f64>,
+}
+
+/// Says how to make a file the bound can use.
+const MAKE: &str = "make one with fabkit perf -b --pattern bw [-o write --completion delivery \
+                    | -o read | -o cas] --json FILE";
+
+/// Refuses, before a run, a --bound that cannot say what it claims: with
+/// MPI (the anchor is libfabric's), or with other than two ranks (it
+/// measures one pair).
+pub fn check(files: &[PathBuf], ranks: usize, mpi: bool) -> Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    if mpi {
+        return Err(bounds::usage(
+            "--bound takes libfabric's rates (fabkit perf); an MPI run has no bound here: drop \
+             --bound or --mpi",
+        ));
+    }
+    if ranks != 2 {
+        return Err(bounds::usage(format!(
+            "--bound is for 2 ranks, one per host (its anchor measures one pair), not {ranks}: \
+             run -n 2 (fabkit launch --netns A,B)"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the rates from `fabkit perf --json` files measured on
+/// `provider`, refusing a file of another provider, one measured with
+/// several threads per rank, one without a usable point, and a rate that
+/// is not a finite positive number; and, when a variant of `variants`
+/// sends atomics, a set with no atomic rate.
+pub fn load(files: &[PathBuf], provider: &str, variants: &[Variant]) -> Result<Rates> {
+    let mut rates = Rates::default();
+    let mut atomic_cas = false;
+    for f in files {
+        let name = f.display();
+        let bad = |what: String| bounds::usage(format!("--bound {name}: {what}"));
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| bad(format!("{e}; give a file `fabkit perf --json` wrote")))?;
+        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            bad(format!(
+                "not JSON ({e}); give a file `fabkit perf --json` wrote"
+            ))
+        })?;
+        let points = doc["points"]
+            .as_array()
+            .ok_or_else(|| bad("no \"points\": give a file `fabkit perf --json` wrote".into()))?;
+        match doc["meta"]["provider"].as_str() {
+            Some(p) if p == provider => {}
+            other => {
+                return Err(bad(format!(
+                    "measured on provider {}, this run is on `{provider}`: measure the bound on \
+                     the run's provider",
+                    other.map_or("(none)".into(), |p| format!("`{p}`"))
+                )))
+            }
+        }
+        let mut used = 0;
+        for (n, p) in points.iter().enumerate() {
+            let Some(kind) = kind_of(p) else { continue };
+            if p["threads"].as_u64() != Some(1) {
+                return Err(bad(format!(
+                    "point {n} was measured with {} threads per rank; a DHT rank posts from \
+                     one: measure with -T 1",
+                    p["threads"]
+                )));
+            }
+            let per_sec = p["rates"]["mxfers_per_sec"].as_f64().map(|m| m * 1e6);
+            let (Some(per_sec), Some(bytes)) = (
+                per_sec.filter(|r| r.is_finite() && *r > 0.0),
+                p["bytes"].as_u64().filter(|b| *b > 0),
+            ) else {
+                return Err(bad(format!(
+                    "point {n} has no finite positive rates.mxfers_per_sec and bytes: give a \
+                     file fabkit perf wrote, unedited"
+                )));
+            };
+            used += 1;
+            let rate = Rate {
+                per_sec,
+                bytes,
+                file: name.to_string(),
+            };
+            match kind {
+                Kind::Read => rates.reads.push(rate),
+                Kind::Write => rates.writes.push(rate),
+                // A CAS point wins over a fetch-and-add one.
+                Kind::Atomic { cas } if rates.atomic.is_none() || (cas && !atomic_cas) => {
+                    rates.atomic = Some(rate);
+                    atomic_cas = cas;
+                }
+                Kind::Atomic { .. } => {}
+            }
+        }
+        if used == 0 {
+            return Err(bad(format!(
+                "no point measured both directions at once with a window in flight (and \
+                 writes delivery-complete); {MAKE}"
+            )));
+        }
+    }
+    if let Some(v) = variants.iter().find(|v| v.needs_atomics()) {
+        if rates.atomic.is_none() {
+            return Err(bounds::usage(format!(
+                "--bound: the {} variant sends atomics across and no file gives an atomic rate: \
+                 add --bound FILE from fabkit perf -b -o cas --json FILE",
+                format!("{v:?}").to_lowercase()
+            )));
+        }
+    }
+    Ok(rates)
 }
 
 /// A perf point's kind as the bound counts it.
@@ -69,93 +194,61 @@ enum Kind {
     Atomic { cas: bool },
 }
 
-/// Reads the rates from `fabkit perf --json` files: for reads and writes
-/// the point nearest `bytes` (the bucket's record), for atomics a CAS
-/// point (else fetch-and-add). Usage errors name the file and the fix.
-pub fn load(files: &[PathBuf], bytes: usize) -> Result<Rates> {
-    let mut rates = Rates::default();
-    let mut atomic_cas = false;
-    for f in files {
-        let text = std::fs::read_to_string(f).map_err(|e| {
-            bounds::usage(format!(
-                "--bound {}: {e}; give a file `fabkit perf --json` wrote",
-                f.display()
-            ))
-        })?;
-        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-            bounds::usage(format!(
-                "--bound {}: not JSON ({e}); give a file `fabkit perf --json` wrote",
-                f.display()
-            ))
-        })?;
-        let points = doc["points"].as_array().ok_or_else(|| {
-            bounds::usage(format!(
-                "--bound {}: no \"points\": give a file `fabkit perf --json` wrote",
-                f.display()
-            ))
-        })?;
-        let mut used = 0;
-        for p in points {
-            let Some((kind, rate)) = point(p, f) else {
-                continue;
-            };
-            used += 1;
-            let near =
-                |old: &Rate| rate.bytes.abs_diff(bytes as u64) < old.bytes.abs_diff(bytes as u64);
-            match kind {
-                Kind::Read if rates.read.as_ref().is_none_or(near) => rates.read = Some(rate),
-                Kind::Write if rates.write.as_ref().is_none_or(near) => rates.write = Some(rate),
-                // A CAS point wins over a fetch-and-add one.
-                Kind::Atomic { cas } if rates.atomic.is_none() || (cas && !atomic_cas) => {
-                    rates.atomic = Some(rate);
-                    atomic_cas = cas;
-                }
-                _ => {}
-            }
-        }
-        if used == 0 {
-            return Err(bounds::usage(format!(
-                "--bound {}: no point measured both directions at once with a window in \
-                 flight (and writes delivery-complete); make one with fabkit perf -b \
-                 --pattern bw [-o write --completion delivery | -o read | -o cas] --json FILE",
-                f.display()
-            )));
-        }
-    }
-    Ok(rates)
-}
-
-/// A point's kind and rate, if the bound can use it.
-fn point(p: &serde_json::Value, file: &Path) -> Option<(Kind, Rate)> {
+/// A point's kind, if the bound can use it: a bidirectional window run;
+/// writes only delivery-complete.
+fn kind_of(p: &serde_json::Value) -> Option<Kind> {
     if p["pattern"] != "bw" || p["bidir"] != true {
         return None;
     }
-    let kind = match p["op"].as_str()? {
-        "read" => Kind::Read,
-        "write" if p["completion"] == "delivery" => Kind::Write,
-        "cas" => Kind::Atomic { cas: true },
-        "fadd" => Kind::Atomic { cas: false },
-        _ => return None,
-    };
-    let per_sec = p["rates"]["mxfers_per_sec"].as_f64()? * 1e6;
-    (per_sec > 0.0).then(|| {
-        (
-            kind,
-            Rate {
-                per_sec,
-                bytes: p["bytes"].as_u64().unwrap_or(0),
-                file: file.display().to_string(),
-            },
-        )
-    })
+    match p["op"].as_str()? {
+        "read" => Some(Kind::Read),
+        "write" if p["completion"] == "delivery" => Some(Kind::Write),
+        "cas" => Some(Kind::Atomic { cas: true }),
+        "fadd" => Some(Kind::Atomic { cas: false }),
+        _ => None,
+    }
 }
 
-/// The bound of a run of `ranks` ranks at `ops_per_sec` whose `ops`
-/// operations sent the counted operations; None when an operation crosses
-/// of a kind no rate was given for, or none crosses at all.
+/// The sizes a variant reads and writes across: a bucket's data, and for
+/// chunked reads a whole chunk of buckets.
+pub fn sizes(variant: Variant, record: Record) -> (usize, usize) {
+    let mut cfg = Config::new(variant);
+    (cfg.key_len, cfg.value_len) = (record.key, record.value);
+    let l = cfg.layout();
+    let read = match variant {
+        Variant::Chunked => l.bucket_len * cfg.chunk as usize,
+        _ => l.data_len(),
+    };
+    (read, l.data_len())
+}
+
+/// The variant a report row names.
+pub fn variant_named(name: &str) -> Option<Variant> {
+    [
+        Variant::Coarse,
+        Variant::Fine,
+        Variant::Lockfree,
+        Variant::Chunked,
+    ]
+    .into_iter()
+    .find(|v| format!("{v:?}").eq_ignore_ascii_case(name))
+}
+
+/// The rate of the point nearest `bytes`.
+fn nearest(points: &[Rate], bytes: usize) -> Option<f64> {
+    points
+        .iter()
+        .min_by_key(|r| r.bytes.abs_diff(bytes as u64))
+        .map(|r| r.per_sec)
+}
+
+/// The bound of a run at `ops_per_sec` whose `ops` operations sent the
+/// counted operations (`[reads, writes, atomics across, to itself]`),
+/// reads and writes of `sizes`; None when none crosses, or one crosses of
+/// a kind no rate was given for.
 pub fn of(
     rates: &Rates,
-    ranks: usize,
+    sizes: (usize, usize),
     ops_per_sec: f64,
     ops: u64,
     counted: [u64; 4],
@@ -165,27 +258,32 @@ pub fn of(
     }
     let per = |n: u64| n as f64 / ops as f64;
     let [reads, writes, atomics, itself] = counted.map(per);
-    let mut secs = 0.0;
-    for (n, rate) in [
-        (reads, &rates.read),
-        (writes, &rates.write),
-        (atomics, &rates.atomic),
-    ] {
-        if n > 0.0 {
-            secs += n / rate.as_ref()?.per_sec;
-        }
-    }
+    let used = |n: f64, rate: Option<f64>| if n > 0.0 { rate.map(Some) } else { Some(None) };
+    let read_rate = used(reads, nearest(&rates.reads, sizes.0))?;
+    let write_rate = used(writes, nearest(&rates.writes, sizes.1))?;
+    let atomic_rate = used(atomics, rates.atomic.as_ref().map(|r| r.per_sec))?;
+    let secs: f64 = [
+        (reads, read_rate),
+        (writes, write_rate),
+        (atomics, atomic_rate),
+    ]
+    .iter()
+    .filter_map(|(n, r)| r.map(|r| n / r))
+    .sum();
     if secs <= 0.0 {
         return None;
     }
-    let bound = 1.0 / secs * (ranks.max(2) as f64 / 2.0);
+    let bound = 1.0 / secs;
     Some(Bound {
         ops_per_sec: bound,
         fraction: ops_per_sec / bound,
-        cross_reads: reads,
-        cross_writes: writes,
-        cross_atomics: atomics,
-        self_ops: itself,
+        cross_reads_per_op: reads,
+        cross_writes_per_op: writes,
+        cross_atomics_per_op: atomics,
+        self_ops_per_op: itself,
+        read_rate,
+        write_rate,
+        atomic_rate,
     })
 }
 
@@ -193,69 +291,90 @@ pub fn of(
 mod tests {
     use super::*;
 
-    fn rate(per_sec: f64) -> Option<Rate> {
-        Some(Rate {
+    fn rate(per_sec: f64, bytes: u64) -> Rate {
+        Rate {
             per_sec,
-            bytes: 192,
+            bytes,
             file: "f".into(),
-        })
+        }
     }
 
     #[test]
-    fn the_bound_adds_each_kinds_time_and_leaves_self_ops_out() {
+    fn the_bound_adds_each_kinds_time_at_the_nearest_size_and_leaves_self_ops_out() {
         let rates = Rates {
-            read: rate(200_000.0),
-            write: rate(500_000.0),
+            reads: vec![rate(200_000.0, 192), rate(100_000.0, 1600)],
+            writes: vec![rate(500_000.0, 192)],
             atomic: None,
         };
-        // Per op: 1 read and 1 write across, 2 to itself.
-        let b = of(&rates, 2, 100_000.0, 1000, [1000, 1000, 0, 2000]).unwrap();
+        // Per op: 1 read and 1 write across, 2 to itself; buckets of 184 B.
+        let b = of(&rates, (184, 184), 100_000.0, 1000, [1000, 1000, 0, 2000]).unwrap();
         let want = 1.0 / (1.0 / 200_000.0 + 1.0 / 500_000.0);
         assert!((b.ops_per_sec - want).abs() < 1e-6, "{b:?}");
         assert!((b.fraction - 100_000.0 / want).abs() < 1e-9);
-        assert_eq!(b.self_ops, 2.0);
+        assert_eq!((b.self_ops_per_op, b.atomic_rate), (2.0, None));
+        // Whole chunks read: the 1600 B point.
+        let c = of(&rates, (1600, 184), 1.0, 1000, [1000, 0, 0, 0]).unwrap();
+        assert_eq!(c.read_rate, Some(100_000.0));
         // An atomic crosses, and no rate says how fast: no bound.
-        assert_eq!(of(&rates, 2, 1.0, 10, [10, 0, 1, 0]), None);
-        // Nothing crosses (one rank): no bound either.
-        assert_eq!(of(&rates, 1, 1.0, 10, [0, 0, 0, 10]), None);
-        // Four ranks: two pairs.
-        let four = of(&rates, 4, 1.0, 1000, [1000, 1000, 0, 0]).unwrap();
-        assert!((four.ops_per_sec - 2.0 * want).abs() < 1e-6);
+        assert_eq!(of(&rates, (184, 184), 1.0, 10, [10, 0, 1, 0]), None);
+        // Nothing crosses: no bound either.
+        assert_eq!(of(&rates, (184, 184), 1.0, 10, [0, 0, 0, 10]), None);
     }
 
     #[test]
-    fn only_bidirectional_window_points_count_and_writes_must_be_delivery_complete() {
+    fn only_usable_points_count_and_a_file_that_cannot_bound_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("perf.json");
         let pt = |op: &str, bytes: u64, bidir: bool, completion: &str, m: f64| {
             serde_json::json!({"op": op, "pattern": "bw", "bytes": bytes, "bidir": bidir,
-                "completion": completion, "rates": {"mxfers_per_sec": m}})
+                "threads": 1, "completion": completion, "rates": {"mxfers_per_sec": m}})
         };
-        let doc = serde_json::json!({"points": [
-            pt("write", 192, true, "transmit", 9.0),
-            pt("write", 192, true, "delivery", 0.5),
-            pt("read", 64, true, "transmit", 0.3),
-            pt("read", 256, true, "transmit", 0.2),
-            pt("read", 192, false, "transmit", 7.0),
-            pt("fadd", 8, true, "transmit", 0.2),
-            pt("cas", 8, true, "transmit", 0.1),
-        ]});
-        std::fs::write(&f, doc.to_string()).unwrap();
-        let r = load(std::slice::from_ref(&f), 184).unwrap();
-        assert_eq!(r.write.unwrap().per_sec, 500_000.0);
-        // 256 is nearer 184 than 64 is.
-        assert_eq!(r.read.unwrap().per_sec, 200_000.0);
+        let file = |points: Vec<serde_json::Value>, provider: &str| {
+            let doc = serde_json::json!({"meta": {"provider": provider}, "points": points});
+            std::fs::write(&f, doc.to_string()).unwrap();
+        };
+        file(
+            vec![
+                pt("write", 192, true, "transmit", 9.0),
+                pt("write", 192, true, "delivery", 0.5),
+                pt("read", 64, true, "transmit", 0.3),
+                pt("read", 192, false, "transmit", 7.0),
+                pt("fadd", 8, true, "transmit", 0.2),
+                pt("cas", 8, true, "transmit", 0.1),
+            ],
+            "tcp",
+        );
+        let one = std::slice::from_ref(&f);
+        let r = load(one, "tcp", &[Variant::Fine]).unwrap();
+        assert_eq!(r.writes.len(), 1, "transmit-complete writes do not count");
+        assert_eq!(r.reads.len(), 1, "one-way reads do not count");
         assert_eq!(
             r.atomic.unwrap().per_sec,
             100_000.0,
             "CAS over fetch-and-add"
         );
-        std::fs::write(&f, r#"{"points": []}"#).unwrap();
-        let e = load(std::slice::from_ref(&f), 184).unwrap_err().to_string();
-        assert!(e.contains("fabkit perf -b"), "{e}");
-        let e = load(&[dir.path().join("none.json")], 184)
+        let refused = |provider: &str, variants: &[Variant], needle: &str| {
+            let e = load(one, provider, variants).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("perf.json"), "{e}");
+        };
+        refused("shm", &[], "measured on provider `tcp`");
+        file(vec![pt("read", 192, true, "transmit", 0.3)], "tcp");
+        let e = load(one, "tcp", &[Variant::Chunked])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--bound") && e.contains("none.json"), "{e}");
+        assert!(
+            e.contains("chunked variant sends atomics") && e.contains("-o cas"),
+            "{e}"
+        );
+        file(vec![pt("read", 192, true, "transmit", -1.0)], "tcp");
+        refused("tcp", &[], "point 0 has no finite positive");
+        file(vec![], "tcp");
+        refused("tcp", &[], "fabkit perf -b");
+        let e = load(&[dir.path().join("none.json")], "tcp", &[]).unwrap_err();
+        assert!(e.to_string().contains("none.json"), "{e}");
+        let e = check(one, 3, false).unwrap_err().to_string();
+        assert!(e.contains("for 2 ranks"), "{e}");
+        assert!(check(one, 2, true).is_err());
+        assert!(check(one, 2, false).is_ok());
     }
 }

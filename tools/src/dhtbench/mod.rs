@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounds;
 use crate::hist::Hist;
-pub use args::{bound_bytes, validate, DhtArgs};
-use args::{config, dist_of, rank_config, spec, variants};
+use args::{config, dist_of, rank_config, spec};
+pub use args::{validate, variants, DhtArgs};
 use phase::{Checks, DhtStore, Prepared, RedisStore, Shape, Store};
 use progress::Progress;
 use workload::{Dist, Workload};

@@ -15,8 +15,9 @@
 //!            "latency_single_us": {..} | null, "cpu_ns_per_op",
 //!            "nominal_cycles_per_op", "nominal_ghz", "bytes_per_byte",
 //!            "vs_redis", "counters": {..}, "hot_key": {..} | null,
-//!            "bound": {"ops_per_sec", "fraction", "cross_reads", "cross_writes",
-//!                      "cross_atomics", "self_ops"} | null}]}
+//!            "bound": {"ops_per_sec", "fraction", "cross_reads_per_op",
+//!                      "cross_writes_per_op", "cross_atomics_per_op", "self_ops_per_op",
+//!                      "read_rate", "write_rate", "atomic_rate"} | null}]}
 //! ```
 //! `p99_99` is null below 10^6 samples; `latency_us.kind` says what one
 //! sample is ("per batch of 64 operations" or "per operation").
@@ -254,11 +255,13 @@ pub fn runs(samples: &[Sample], record: Record, rates: Option<&super::bound::Rat
         .map(|k| {
             let g = &groups[k];
             let mut r = merge(g, record, ghz);
-            if let Some(rates) = rates.filter(|_| r.system == "fabkit") {
+            let variant = r.variant.as_deref().and_then(super::bound::variant_named);
+            if let (Some(rates), Some(v), "fabkit") = (rates, variant, r.system.as_str()) {
                 let c = &r.counters;
                 let ops = g.iter().map(|s| s.ops).sum();
                 let counted = [c.cross_reads, c.cross_writes, c.cross_atomics, c.self_ops];
-                r.bound = super::bound::of(rates, r.ranks, r.ops_per_sec, ops, counted);
+                let sizes = super::bound::sizes(v, record);
+                r.bound = super::bound::of(rates, sizes, r.ops_per_sec, ops, counted);
             }
             r
         })
@@ -466,16 +469,21 @@ pub fn table(rep: &Report) -> String {
         let _ = writeln!(
             t,
             "  bound {} {} {}: {:.3} Mops/s from the fabric's rates ({:.2} reads, {:.2} writes, \
-             {:.2} atomics across per op; {:.2} aimed at itself, not counted): {:.2} of it",
+             {:.2} atomics across per op; {:.2} aimed at itself, not counted): {:.2} of it{}",
             r.variant.as_deref().unwrap_or("-"),
             r.workload,
             r.phase,
             b.ops_per_sec / 1e6,
-            b.cross_reads,
-            b.cross_writes,
-            b.cross_atomics,
-            b.self_ops,
-            b.fraction
+            b.cross_reads_per_op,
+            b.cross_writes_per_op,
+            b.cross_atomics_per_op,
+            b.self_ops_per_op,
+            b.fraction,
+            if b.fraction > 1.0 {
+                " (above 1: the bound is wrong, or its anchor under-read)"
+            } else {
+                ""
+            }
         );
     }
     let single: Vec<String> = rep

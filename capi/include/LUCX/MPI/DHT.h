@@ -152,7 +152,9 @@ int fabkit_dht_read_many(DHT *table, size_t n, const void *keys,
 int fabkit_dht_write_many(DHT *table, size_t n, const void *keys,
                           const void *values, int *results);
 
-/* A table's counters. */
+/* A table's counters. The struct grows as fabkit counts more (new
+ * counters are appended): build against the header of the library you
+ * link. */
 typedef struct fabkit_dht_stats {
   uint64_t reads, writes, hits, misses, corrupt;
   uint64_t inserts, updates, evictions;
