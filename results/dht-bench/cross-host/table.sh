@@ -14,8 +14,8 @@ cell() { # file phase -> "Mops / bound = fraction"
     if .bound then "\(.ops_per_sec / 1e6 * 1000 | round / 1000) / \(.bound.ops_per_sec / 1e6 * 1000 | round / 1000) = **\(.bound.fraction * 100 | round / 100)**"
     else "\(.ops_per_sec / 1e6 * 1000 | round / 1000) / - " end' "$1"
 }
-rate() { jq -r '.points[0].rates.mxfers_per_sec * 1000 | round / 1000' "$1"; }
-echo "Fabric rates (bidirectional, 192 B; atomics 8 B), M ops/s per round:"
+rate() { jq -r '[.points[] | "\(.rates.mxfers_per_sec * 1000 | round / 1000) (\(.bytes) B)"] | join(", ")' "$1"; }
+echo "Fabric rates (bidirectional, at each size measured), M ops/s per round:"
 echo
 echo "| op | $(for r in $(seq "$rounds"); do printf 'round %s | ' "$r"; done)"
 echo "|---|$(for r in $(seq "$rounds"); do printf -- '---|'; done)"
