@@ -1465,24 +1465,19 @@ fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() 
         assert_eq!(n("self_ops") + across, n("remote_ops"), "{c:#}");
         assert!(n("self_ops") > 0 && across > 0, "{c:#}");
     }
-    // A file perf did not write is refused before anything runs.
-    let out = run(fabkit()
-        .args(["dht", "-p", "shm", "-n", "2", "--no-redis", "--bound"])
-        .arg(dir.path().join("no.json")));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--bound") && err.contains("no.json"), "{err}");
-    let out = run(fabkit()
-        .args(["dht", "-p", "shm", "-n", "2", "--no-redis", "--bound"])
-        .arg(&json));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("no \"points\""), "{err}");
-    // Three ranks: the anchor measured one pair.
-    let out = run(fabkit()
-        .args(["dht", "-p", "shm", "-n", "3", "--no-redis", "--bound"])
-        .arg(&w));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("for 2 ranks"), "{err}");
+    // Refused before anything runs: a file perf did not write, a file of
+    // no points, and a job of three ranks (the anchor measured one pair).
+    let (none, n2, n3) = (dir.path().join("no.json"), "2", "3");
+    for (file, ranks, needle) in [
+        (&none, n2, "no.json"),
+        (&json, n2, "no \"points\""),
+        (&w, n3, "for 2 ranks"),
+    ] {
+        let out = run(fabkit()
+            .args(["dht", "-p", "shm", "-n", ranks, "--no-redis", "--bound"])
+            .arg(file));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("--bound") && err.contains(needle), "{err}");
+    }
 }
