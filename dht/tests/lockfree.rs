@@ -1,6 +1,7 @@
 //! The lock-free variant's marks and reuse, on bytes the test places: an
-//! invalidation never hides a whole record, and a writer that reuses a
-//! damaged bucket leaves no older copy of its key further on.
+//! invalidation never hides a whole record, a writer that reuses a
+//! damaged bucket leaves no older copy of its key further on, and a torn
+//! bucket's pause holds back only its own key.
 
 mod common;
 
@@ -101,5 +102,70 @@ fn a_writer_reusing_a_damaged_bucket_leaves_no_older_copy_further_on() {
         l.decode(&atj, 0).key,
         &j[..],
         "reused at its first candidate"
+    );
+}
+
+#[test]
+fn a_torn_buckets_pause_holds_back_only_its_own_key() {
+    use fabkit_dht::clock::TestClock;
+    use fabkit_dht::transport::hooked::HookedTransport;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    let mut cfg = small(Variant::Lockfree, 64);
+    cfg.checksum_retries = 0;
+    let mut tables = common::tables_with(1, cfg, |_, t| HookedTransport::new(t));
+    let mut d = tables.pop().unwrap();
+    let clock = Arc::new(TestClock::new());
+    d.set_clock(clock.clone());
+    let t = d.transport();
+    let l = cfg.layout();
+    let place = Placement::new(1, cfg.buckets, default_candidates(cfg.buckets));
+    let cand = |k: &[u8], n: u32| place.candidate(hash_key(k), n);
+    // k: written, then damaged for good, so its read pauses before a last
+    // look at it.
+    let k = key(3);
+    d.write(&k, &value(&k, 0, 1, 24)).unwrap();
+    let crc = Remote::new(0, l.offset(cand(&k, 0)) + l.crc.unwrap() as u64);
+    let b = get(t, crc, 1);
+    put(t, crc, &[b[0] ^ 0xff]);
+    // x: found on its third candidate, behind two other keys' records, so
+    // its read takes three rounds.
+    let x = (100..)
+        .map(key)
+        .find(|x| (0..3).all(|n| cand(x, n) != cand(&k, 0)))
+        .unwrap();
+    let mut rec = vec![0u8; l.data_len()];
+    for n in 0..3 {
+        let owner = if n == 2 {
+            x.clone()
+        } else {
+            key(9000 + n as u64)
+        };
+        l.encode(&owner, &value(&owner, 0, 1, 24), &mut rec);
+        let bucket = Remote::new(0, l.offset(cand(&x, n)) + l.data_start() as u64);
+        put(t, bucket, &rec);
+    }
+    // Each batch: when (on the test clock) and which offsets it read.
+    type Batches = Vec<(Duration, Vec<u64>)>;
+    let log: Arc<Mutex<Batches>> = Arc::default();
+    let (l2, c2) = (log.clone(), clock.clone());
+    t.before(Some(Box::new(move |ops| {
+        let at = ops.iter().map(|o| o.target().offset).collect();
+        l2.lock().unwrap().push((c2.elapsed(), at));
+    })));
+    let got = d.read_many(&[&k, &x]).unwrap();
+    t.before(None);
+    assert_eq!(got, vec![Read::Corrupt, Read::Hit(value(&x, 0, 1, 24))]);
+    let log = log.lock().unwrap();
+    let x_last = l.offset(cand(&x, 2)) + l.data_start() as u64;
+    let (when, _) = log
+        .iter()
+        .find(|(_, at)| at.contains(&x_last))
+        .expect("x's third read");
+    assert_eq!(*when, Duration::ZERO, "x waited on k's pause: {log:?}");
+    assert!(
+        clock.elapsed() >= Duration::from_millis(1),
+        "k's last look came without its pause: {log:?}"
     );
 }

@@ -89,9 +89,11 @@ impl<'a> Lockfree<'a> {
                     return self.run.decide(i, Outcome::Corrupt);
                 }
                 // Still failing: look once more after a pause, and mark it
-                // invalid only if it still shows these very bytes.
+                // invalid only if it still shows these very bytes. The
+                // pause is this key's: the run's other keys go on.
                 p.seen = crate::layout::fingerprint(data);
                 p.phase = Some(Role::Check);
+                p.since = now.checked_add(INVALIDATE_PAUSE);
                 return;
             }
         }
@@ -155,12 +157,14 @@ impl<'a> Lockfree<'a> {
         }
     }
 
-    fn plan(&mut self, b: &mut Batch) -> Step {
+    fn plan(&mut self, b: &mut Batch, now: Instant) -> Step {
         b.clear();
         if self.run.error.is_some() {
             return Step::Done;
         }
         let shape = *self.run.shape;
+        // The soonest a pausing key's last look is due, if one waits.
+        let mut due: Option<Instant> = None;
         for i in 0..self.run.probes.len() {
             let p = self.run.probes[i];
             if p.done {
@@ -169,10 +173,10 @@ impl<'a> Lockfree<'a> {
             match p.phase {
                 Some(Role::Data) => self.run.plan_read(b, i, Role::Data),
                 Some(Role::Store) => self.run.plan_store(b, i),
-                Some(Role::Check) => {
-                    self.run.plan_read(b, i, Role::Check);
-                    b.wait = Some(INVALIDATE_PAUSE);
-                }
+                Some(Role::Check) => match p.since {
+                    Some(t) if now < t => due = Some(due.map_or(t, |d| d.min(t))),
+                    _ => self.run.plan_read(b, i, Role::Check),
+                },
                 Some(Role::Invalidate) => {
                     // The invalid bit is added, the occupied bit kept: a
                     // whole record that lands first stays readable.
@@ -187,17 +191,21 @@ impl<'a> Lockfree<'a> {
                 _ => unreachable!("lockfree plans reads, stores and invalidations"),
             }
         }
-        if b.is_empty() {
-            Step::Done
-        } else {
-            Step::Issue
+        match (b.is_empty(), due) {
+            (false, _) => Step::Issue,
+            // Only pausing keys are left: wait for the first of them.
+            (true, Some(t)) => {
+                b.wait = Some(t.saturating_duration_since(now));
+                Step::Issue
+            }
+            (true, None) => Step::Done,
         }
     }
 }
 
 impl Machine for Lockfree<'_> {
-    fn start(&mut self, b: &mut Batch, _now: Instant) -> Step {
-        self.plan(b)
+    fn start(&mut self, b: &mut Batch, now: Instant) -> Step {
+        self.plan(b, now)
     }
 
     fn on_complete(&mut self, b: &mut Batch, now: Instant) -> Step {
@@ -208,6 +216,7 @@ impl Machine for Lockfree<'_> {
                 Role::Data => self.seen(b, j, now),
                 Role::Check => {
                     let p = &mut self.run.probes[i];
+                    p.since = None;
                     if crate::layout::fingerprint(b.bytes(j)) == p.seen {
                         p.pending = Outcome::Corrupt;
                         p.phase = Some(Role::Invalidate);
@@ -239,7 +248,7 @@ impl Machine for Lockfree<'_> {
                 p.phase = Some(Role::Data);
             }
         }
-        self.plan(b)
+        self.plan(b, now)
     }
 
     fn on_error(&mut self, e: Error, b: &mut Batch, now: Instant) -> Step {

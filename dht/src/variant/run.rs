@@ -37,7 +37,8 @@ pub(crate) struct Probe {
     /// A decision waiting for a check (fine reads).
     pub(crate) pending: Outcome,
     /// Since when the probe has watched `seen` unchanged (chunked: a claim
-    /// it waits on, taken over once it is a deadline old).
+    /// it waits on, taken over once it is a deadline old); lock-free: when
+    /// its pause before a last look at a torn bucket ends.
     pub(crate) since: Option<Instant>,
     /// A damaged bucket a writer may reuse, kept while it looks further for
     /// its key (lockfree).
