@@ -422,9 +422,9 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
     dhtbench::validate(args, ranks, in_process, mpi)?;
     // The reporting rank reads the --bound files (before the run: a file it
     // cannot use fails now, not after minutes); the others never need them.
-    if launch.reports() && !args.bound.is_empty() {
-        dhtbench::bound::load(&args.bound, &args.provider, &dhtbench::variants(args))?;
-    }
+    let rates = (launch.reports() && !args.bound.is_empty())
+        .then(|| dhtbench::bound::load(&args.bound, &args.provider, &dhtbench::variants(args)))
+        .transpose()?;
     // Output files are checked before a run of minutes, not after it.
     for (flag, path) in [("--json", &args.json), ("--csv", &args.csv)] {
         if let Some(p) = path.as_ref().filter(|p| p.as_os_str() != "-") {
@@ -462,7 +462,7 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
         let size = fabkit_core::bootstrap::Bootstrap::size(boot);
         let provider =
             format!("mpi osc={}, window {win:?}", mpiperf::osc_in_force()).to_lowercase();
-        return report_dht(args, &samples, &launch.describe(size), &provider);
+        return report_dht(args, &samples, &launch.describe(size), &provider, None);
     }
     let runs = launch.run(to, |boot| dhtbench::run_rank(args, boot))?;
     let Some(mut runs) = runs else {
@@ -486,22 +486,27 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
     } else {
         format!("libfabric {}", args.provider)
     };
-    report_dht(args, &runs.swap_remove(0), &launch.describe(n), &provider)
+    report_dht(
+        args,
+        &runs.swap_remove(0),
+        &launch.describe(n),
+        &provider,
+        rates.as_ref(),
+    )
 }
 
-/// Prints `fabkit dht`'s table and writes its JSON and CSV; whether every
-/// run was sound.
+/// Prints `fabkit dht`'s table and writes its JSON and CSV, each fabkit
+/// row with its bound where `rates` (read before the run) give one;
+/// whether every run was sound.
 fn report_dht(
     args: &dhtbench::DhtArgs,
     samples: &[dhtbench::Sample],
     launch: &str,
     provider: &str,
+    rates: Option<&dhtbench::bound::Rates>,
 ) -> Result<bool> {
     use dhtbench::report;
-    let rates = (!args.bound.is_empty())
-        .then(|| dhtbench::bound::load(&args.bound, &args.provider, &dhtbench::variants(args)))
-        .transpose()?;
-    let runs = report::runs(samples, args.record, rates.as_ref());
+    let runs = report::runs(samples, args.record, rates);
     let clock = fabkit_core::time::Clock::detect();
     let mut notes = vec![format!(
         "cycles are busy CPU time at the nominal clock ({}, {}), not counted: this machine \

@@ -34,8 +34,6 @@ pub struct Rate {
     pub per_sec: f64,
     /// Transfer size of the point it was measured at.
     pub bytes: u64,
-    /// The `fabkit perf` file.
-    pub file: String,
 }
 
 /// The fabric's measured rates, every usable point of each kind.
@@ -151,11 +149,7 @@ pub fn load(files: &[PathBuf], provider: &str, variants: &[Variant]) -> Result<R
                 )));
             };
             used += 1;
-            let rate = Rate {
-                per_sec,
-                bytes,
-                file: name.to_string(),
-            };
+            let rate = Rate { per_sec, bytes };
             match kind {
                 Kind::Read => rates.reads.push(rate),
                 Kind::Write => rates.writes.push(rate),
@@ -292,11 +286,7 @@ mod tests {
     use super::*;
 
     fn rate(per_sec: f64, bytes: u64) -> Rate {
-        Rate {
-            per_sec,
-            bytes,
-            file: "f".into(),
-        }
+        Rate { per_sec, bytes }
     }
 
     #[test]
