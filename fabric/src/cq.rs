@@ -596,6 +596,24 @@ impl CqInner {
         gone
     }
 
+    /// Whether `t`'s operation has completed or failed (its outcome is
+    /// waiting to be taken by [`CqInner::wait`]).
+    pub(crate) fn settled(&self, t: Ticket) -> bool {
+        self.slots[t.0 as usize].state.load(Ordering::Acquire) != POSTED
+    }
+
+    /// Lets go of `t` without waiting (its owner is gone): its slot is
+    /// free again if its operation has ended, else abandoned until it
+    /// does. True if abandoned: the operation may still access its buffer.
+    pub(crate) fn forget(&self, t: Ticket) -> bool {
+        if self.abandon(t) {
+            return true;
+        }
+        // Ended (DONE or FAILED): nobody will take its outcome.
+        self.release(t.0);
+        false
+    }
+
     /// Waits until `t`'s operation completes or `deadline` passes. The ticket
     /// is consumed: on Done/Failed the slot is free again, on TimedOut it is
     /// abandoned until the operation really ends.

@@ -65,4 +65,4 @@ pub use fabkit_core::{bootstrap, Completion, Op, OpKind, Remote};
 pub use fabric_sys;
 pub use info::{Caps, Hints, Info, Ordering, Progress, ProviderInfo};
 pub use mr::{MemoryRegion, RemoteRegion};
-pub use rank::{Initiator, OrderingStats, ProgressMode, Rank, RankConfig};
+pub use rank::{Initiator, Lane, OrderingStats, ProgressMode, Rank, RankConfig};

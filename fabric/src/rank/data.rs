@@ -120,9 +120,29 @@ impl Rank {
     fn execute_with(&self, slot: &mut Option<MemoryRegion>, ops: &mut [Op<'_>]) -> Result<()> {
         self.alive()?;
         let staging_len = self.staging_of(slot)?.len();
+        let mut pieces = Vec::with_capacity(ops.len());
+        self.plan_pieces(ops, staging_len, &mut pieces)?;
+        let to_fence = self.fenced_peers(&pieces);
+        let result = self.run_rounds(slot, ops, &mut pieces);
+        for &peer in &to_fence {
+            self.fences.mark(peer);
+        }
+        result
+    }
+
+    /// Checks every op (rank, bounds, alignment, atomics) and splits them
+    /// into `pieces` no larger than a transfer or the staging buffer, each
+    /// read-back after its write.
+    pub(super) fn plan_pieces(
+        &self,
+        ops: &[Op<'_>],
+        staging_len: usize,
+        pieces: &mut Vec<Piece>,
+    ) -> Result<()> {
         for op in ops.iter() {
             self.validate(op, staging_len)?;
         }
+        pieces.clear();
         // Split ops into pieces no larger than a transfer or the staging buffer.
         let chunk = self
             .info
@@ -132,7 +152,6 @@ impl Rank {
             .min(1 << 30);
         // Read-after-write data order holds only up to this size.
         let raw_chunk = chunk.min(self.info.max_order_raw_size().max(1));
-        let mut pieces = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
             let at = op.target();
             let (kind, len) = (op.kind(), op.len());
@@ -179,24 +198,24 @@ impl Rank {
                 off += n;
             }
         }
-        // With fences, the peers whose next operation must carry one once
-        // this batch ends, however it ends (a failed batch may still have
-        // written).
-        let mut to_fence: Vec<usize> = Vec::new();
-        if self.ordering == Ordering::Fence {
-            to_fence = pieces
-                .iter()
-                .filter(|p| p.delivery)
-                .map(|p| p.peer)
-                .collect();
-            to_fence.sort_unstable();
-            to_fence.dedup();
+        Ok(())
+    }
+
+    /// With fences, the peers whose next operation must carry one once a
+    /// batch of `pieces` ends, however it ends (a failed batch may still
+    /// have written); none otherwise.
+    pub(super) fn fenced_peers(&self, pieces: &[Piece]) -> Vec<usize> {
+        if self.ordering != Ordering::Fence {
+            return Vec::new();
         }
-        let result = self.run_rounds(slot, ops, &mut pieces);
-        for &peer in &to_fence {
-            self.fences.mark(peer);
-        }
-        result
+        let mut to_fence: Vec<usize> = pieces
+            .iter()
+            .filter(|p| p.delivery)
+            .map(|p| p.peer)
+            .collect();
+        to_fence.sort_unstable();
+        to_fence.dedup();
+        to_fence
     }
 
     /// Most delivery-complete writes one scatter write may carry here: 1
@@ -214,7 +233,7 @@ impl Rank {
 
     /// Plans the pieces into rounds and runs them, stopping at the first
     /// failed round.
-    fn run_rounds(
+    pub(super) fn run_rounds(
         &self,
         slot: &mut Option<MemoryRegion>,
         ops: &mut [Op<'_>],
@@ -223,25 +242,38 @@ impl Rank {
         let staging_len = self.staging_of(slot)?.len();
         let mut next = 0;
         while next < pieces.len() {
-            // Plan one round: as many pieces as the window and staging allow.
             let start = next;
-            let mut used = 0usize;
-            while next < pieces.len() && next - start < self.cfg.window {
-                let need = if pieces[next].kind.is_atomic() {
-                    ATOMIC_STAGE
-                } else {
-                    pieces[next].len.next_multiple_of(8)
-                };
-                if used + need > staging_len && next > start {
-                    break;
-                }
-                pieces[next].stage_off = used;
-                used += need;
-                next += 1;
-            }
+            next = self.plan_round(pieces, start, staging_len);
             self.run_round(slot, ops, &pieces[start..next])?;
         }
         Ok(())
+    }
+
+    /// Plans one round from `pieces[start..]`: as many pieces as the window
+    /// and the staging buffer allow (at least one), each given its place in
+    /// staging. Returns where the round ends.
+    pub(super) fn plan_round(
+        &self,
+        pieces: &mut [Piece],
+        start: usize,
+        staging_len: usize,
+    ) -> usize {
+        let mut next = start;
+        let mut used = 0usize;
+        while next < pieces.len() && next - start < self.cfg.window {
+            let need = if pieces[next].kind.is_atomic() {
+                ATOMIC_STAGE
+            } else {
+                pieces[next].len.next_multiple_of(8)
+            };
+            if used + need > staging_len && next > start {
+                break;
+            }
+            pieces[next].stage_off = used;
+            used += need;
+            next += 1;
+        }
+        next
     }
 
     fn run_round(
@@ -251,50 +283,55 @@ impl Rank {
         round: &[Piece],
     ) -> Result<()> {
         let staging = self.staging_of(slot)?;
-        // Stage inputs.
-        for p in round {
-            if p.read_back {
-                continue;
-            }
-            let dst = staging.ptr_at(p.stage_off);
-            let words: [u64; 2] = match &ops[p.op] {
-                Op::Write { from, .. } | Op::Send { data: from, .. } => {
-                    let src = &from[p.user_off..p.user_off + p.len];
-                    // SAFETY: dst has room for len bytes (planned above), and
-                    // no operation using this part of staging is in flight.
-                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, p.len) };
-                    continue;
-                }
-                Op::Read { .. } | Op::Recv { .. } => continue,
-                Op::CompareAndSwap { expected, new, .. } => [*new, *expected],
-                Op::FetchAdd { delta, .. } => [*delta, 0],
-                Op::Fetch { .. } => [0, 0],
-                Op::Swap { new, .. } => [*new, 0],
-            };
-            // SAFETY: atomics reserve ATOMIC_STAGE 8-aligned bytes at dst.
-            unsafe {
-                dst.cast::<u64>().write(words[0]);
-                dst.cast::<u64>().add(1).write(words[1]);
-            }
-        }
+        let mut flight = Flight::default();
+        self.start_round(staging, ops, round, &mut flight);
+        let mut received = vec![0usize; round.len()];
+        self.collect(slot, round, &mut flight, &mut received)?;
+        let staging = self.staging_of(slot)?;
+        deliver(staging, ops, round, &received);
+        Ok(())
+    }
 
-        let timeout = self.cfg.timeout;
-        let deadline = Instant::now() + timeout;
+    /// Stages a round's inputs and posts it; what was posted, and the first
+    /// error, are in `flight`.
+    pub(super) fn start_round(
+        &self,
+        staging: &MemoryRegion,
+        ops: &[Op<'_>],
+        round: &[Piece],
+        flight: &mut Flight,
+    ) {
+        stage(staging, ops, round);
+        flight.deadline = Instant::now() + self.cfg.timeout;
+        flight.tickets.clear();
         let delivery_complete = self.ordering == Ordering::DeliveryComplete;
         let posts = plan_posts(round, self.scatter(), self.info.max_msg_size(), |p| {
             delivery_complete && p.kind == OpKind::Write && p.delivery
         });
-        let mut tickets: Vec<(Ticket, usize, bool)> = Vec::with_capacity(posts.len());
-        let mut first_err = self
-            .post_round(staging, round, &posts, deadline, &mut tickets)
+        flight.first_err = self
+            .post_round(staging, round, &posts, flight.deadline, &mut flight.tickets)
             .err();
+    }
+
+    /// Waits for every op `flight` posted (until its deadline), keeps each
+    /// one's received length in `received` (one per piece of `round`), and
+    /// returns the first error; retires the staging buffer in `slot` if an
+    /// op's fate is unknown (it may still access the buffer).
+    pub(super) fn collect(
+        &self,
+        slot: &mut Option<MemoryRegion>,
+        round: &[Piece],
+        flight: &mut Flight,
+        received: &mut [usize],
+    ) -> Result<()> {
+        let timeout = self.cfg.timeout;
+        let mut first_err = flight.first_err.take();
         // Set when an operation's fate is unknown (it may still access the
         // staging buffer), so the buffer must be retired.
         let mut retire = false;
-        let mut received = vec![0usize; round.len()];
-        for &(t, i, fenced) in &tickets {
+        for &(t, i, fenced) in &flight.tickets {
             let p = &round[i];
-            let outcome = self.cq.inner.wait(t, deadline);
+            let outcome = self.cq.inner.wait(t, flight.deadline);
             if fenced && !matches!(outcome, Outcome::Done { .. }) {
                 // What a failed fence guarantees is not defined: fence the
                 // next operation to that peer again.
@@ -328,47 +365,28 @@ impl Rank {
                 }
             }
         }
-        if let Some(e) = first_err {
-            if retire {
-                self.retire(slot);
+        flight.tickets.clear();
+        match first_err {
+            Some(e) => {
+                if retire {
+                    self.retire(slot);
+                }
+                Err(e)
             }
-            return Err(e);
+            None => Ok(()),
         }
-        // Deliver outputs.
-        for (i, p) in round.iter().enumerate() {
-            if p.read_back {
-                continue;
-            }
-            let src = staging.ptr_at(p.stage_off);
-            match &mut ops[p.op] {
-                Op::Recv { into, len, .. } => {
-                    let got = received[i].min(into.len());
-                    // SAFETY: the receive completed into this part of
-                    // staging, which holds at least `got` bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(src, into.as_mut_ptr(), got) };
-                    **len = got;
-                }
-                Op::Send { .. } => {}
-                Op::Read { into, .. } => {
-                    let dst = &mut into[p.user_off..p.user_off + p.len];
-                    // SAFETY: the read completed, so the provider no longer
-                    // writes this part of staging; it holds p.len bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), p.len) };
-                }
-                Op::Write { .. } => {}
-                Op::CompareAndSwap { old, .. }
-                | Op::FetchAdd { old, .. }
-                | Op::Swap { old, .. } => {
-                    // SAFETY: the atomic completed; its result is the third word.
-                    **old = unsafe { src.cast::<u64>().add(2).read() };
-                }
-                Op::Fetch { value, .. } => {
-                    // SAFETY: as above.
-                    **value = unsafe { src.cast::<u64>().add(2).read() };
-                }
-            }
+    }
+
+    /// Whether every op `flight` posted has completed (or failed), after
+    /// reading what the CQ holds without waiting.
+    pub(super) fn settled(&self, flight: &Flight) -> bool {
+        let cq = &self.cq.inner;
+        let all = |cq: &crate::cq::CqInner| flight.tickets.iter().all(|&(t, _, _)| cq.settled(t));
+        if all(cq) {
+            return true;
         }
-        Ok(())
+        cq.drive(Duration::ZERO);
+        all(cq)
     }
 
     /// Retires a staging buffer that operations which did not complete may
@@ -659,6 +677,96 @@ impl Rank {
             count(&self.fences.unordered);
         }
         Ok(Some((t, fence.is_some())))
+    }
+}
+
+/// A round posted and not yet collected: its tickets (each with its lead
+/// piece and whether it carries a fence), its deadline, and the first error
+/// met while posting.
+#[derive(Debug)]
+pub(super) struct Flight {
+    pub(super) tickets: Vec<(Ticket, usize, bool)>,
+    pub(super) deadline: Instant,
+    pub(super) first_err: Option<Error>,
+}
+
+impl Default for Flight {
+    fn default() -> Self {
+        Flight {
+            tickets: Vec::new(),
+            deadline: Instant::now(),
+            first_err: None,
+        }
+    }
+}
+
+/// Copies a round's inputs (write data, atomic operands) into staging.
+fn stage(staging: &MemoryRegion, ops: &[Op<'_>], round: &[Piece]) {
+    for p in round {
+        if p.read_back {
+            continue;
+        }
+        let dst = staging.ptr_at(p.stage_off);
+        let words: [u64; 2] = match &ops[p.op] {
+            Op::Write { from, .. } | Op::Send { data: from, .. } => {
+                let src = &from[p.user_off..p.user_off + p.len];
+                // SAFETY: dst has room for len bytes (planned), and no
+                // operation using this part of staging is in flight.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, p.len) };
+                continue;
+            }
+            Op::Read { .. } | Op::Recv { .. } => continue,
+            Op::CompareAndSwap { expected, new, .. } => [*new, *expected],
+            Op::FetchAdd { delta, .. } => [*delta, 0],
+            Op::Fetch { .. } => [0, 0],
+            Op::Swap { new, .. } => [*new, 0],
+        };
+        // SAFETY: atomics reserve ATOMIC_STAGE 8-aligned bytes at dst.
+        unsafe {
+            dst.cast::<u64>().write(words[0]);
+            dst.cast::<u64>().add(1).write(words[1]);
+        }
+    }
+}
+
+/// Copies a completed round's outputs (read data, received messages,
+/// atomics' old values) from staging into the ops' buffers.
+pub(super) fn deliver(
+    staging: &MemoryRegion,
+    ops: &mut [Op<'_>],
+    round: &[Piece],
+    received: &[usize],
+) {
+    for (i, p) in round.iter().enumerate() {
+        if p.read_back {
+            continue;
+        }
+        let src = staging.ptr_at(p.stage_off);
+        match &mut ops[p.op] {
+            Op::Recv { into, len, .. } => {
+                let got = received[i].min(into.len());
+                // SAFETY: the receive completed into this part of staging,
+                // which holds at least `got` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(src, into.as_mut_ptr(), got) };
+                **len = got;
+            }
+            Op::Send { .. } => {}
+            Op::Read { into, .. } => {
+                let dst = &mut into[p.user_off..p.user_off + p.len];
+                // SAFETY: the read completed, so the provider no longer
+                // writes this part of staging; it holds p.len bytes.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), p.len) };
+            }
+            Op::Write { .. } => {}
+            Op::CompareAndSwap { old, .. } | Op::FetchAdd { old, .. } | Op::Swap { old, .. } => {
+                // SAFETY: the atomic completed; its result is the third word.
+                **old = unsafe { src.cast::<u64>().add(2).read() };
+            }
+            Op::Fetch { value, .. } => {
+                // SAFETY: as above.
+                **value = unsafe { src.cast::<u64>().add(2).read() };
+            }
+        }
     }
 }
 

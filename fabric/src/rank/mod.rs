@@ -53,6 +53,7 @@ use fabkit_core::Error as CoreError;
 use fabkit_core::{Completion, Op, Remote};
 
 mod data;
+mod lane;
 mod msg;
 mod op;
 mod ordering;
@@ -60,6 +61,7 @@ mod plan;
 mod setup;
 
 pub use data::Initiator;
+pub use lane::Lane;
 pub use ordering::OrderingStats;
 
 use ordering::FenceBook;
@@ -182,7 +184,9 @@ pub struct Rank {
     /// has closed. Held here, not in the endpoint: a region keeps its
     /// endpoint alive, so an endpoint holding its own retired regions would
     /// never close.
-    retired: Mutex<Vec<Retired>>,
+    /// Shared with the rank's [`Lane`]s, which retire theirs here when
+    /// dropped with operations in flight.
+    retired: Arc<Mutex<Vec<Retired>>>,
     /// Close retired registrations before the endpoint (`FI_MR_ENDPOINT`).
     regions_first: bool,
     /// The provider's data progress is not automatic: peers' operations on
@@ -195,7 +199,8 @@ impl Drop for Rank {
     fn drop(&mut self) {
         // The progress thread reads the CQ: stop it before anything closes.
         self.progress.take();
-        let mut retired = std::mem::take(self.retired.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let mut retired =
+            std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
         // SAFETY: each of the three fields is dropped or taken exactly once,
         // here, and the rank is not used afterwards. The live staging buffer
         // and the region have no operation of ours in flight (one that did

@@ -239,7 +239,7 @@ impl Rank {
             rank: boot.rank(),
             cfg,
             failed: std::sync::OnceLock::new(),
-            retired: Mutex::new(Vec::new()),
+            retired: Arc::new(Mutex::new(Vec::new())),
         })
     }
 
