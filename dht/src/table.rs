@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fabkit_core::Bootstrap;
 
@@ -24,31 +24,87 @@ use crate::variant::{Update, Updating};
 
 /// A distributed hash table over a transport.
 pub struct Dht<T: Transport> {
+    /// Buffers the machines plan into, and the transport's lanes, reused by
+    /// every operation. First, so it drops before the transport: a lane's
+    /// staging buffer is closed while its rank still is.
+    work: Mutex<Work<T::Lane>>,
     pub(crate) t: T,
     pub(crate) cfg: Config,
     pub(crate) stats: Mutex<Stats>,
     /// Layout and placement (the dump asks which copy a read returns).
     pub(crate) shape: Shape,
     clock: Arc<dyn Clock>,
-    /// Buffers the machines plan into, reused by every operation.
-    work: Mutex<Work>,
+    /// Most lanes (batches in flight) one operation keeps.
+    depth: usize,
     /// Hands out the tag bases of runs (see `variant::word::tag`).
     seq: AtomicU32,
     /// How keys are placed (fabkit's hash or the caller's).
     pub(crate) key_hash: KeyHash,
 }
 
+/// Most lanes one operation drives at once.
+pub const MAX_DEPTH: usize = 8;
+
+/// Fewest keys of a run one lane serves: a batch has a fixed cost, and
+/// lanes of a few keys each pay it for little.
+const LANE_KEYS: usize = 8;
+
 /// What an operation's machines work in: kept from one operation to the
 /// next, so that a warm table plans without allocating.
-#[derive(Default)]
-struct Work {
-    batch: Batch,
-    ops: Vec<Op<'static>>,
+struct Work<L> {
+    /// One per machine in flight; the table's own are the transport's
+    /// lanes, made once.
+    lanes: Vec<LaneWork<L>>,
     probes: Vec<Probe>,
     out: Vec<Outcome>,
     found: Vec<u8>,
     /// Accumulations: each key's bucket as it was (see `Updating`).
     before: Vec<u8>,
+    /// The table's own buffers; fresh ones, for a caller while another
+    /// holds the table's, drive one machine on a default lane (no
+    /// registration per call).
+    own: bool,
+}
+
+impl<L> Work<L> {
+    fn new(own: bool) -> Self {
+        Work {
+            lanes: Vec::new(),
+            probes: Vec::new(),
+            out: Vec::new(),
+            found: Vec::new(),
+            before: Vec::new(),
+            own,
+        }
+    }
+}
+
+/// A machine's batch, the ops built from it, and the lane it runs on.
+struct LaneWork<L> {
+    lane: L,
+    batch: Batch,
+    ops: Vec<Op<'static>>,
+}
+
+/// Where a machine of the driver is.
+#[derive(Clone, Copy, Debug)]
+enum At {
+    /// A step to take now.
+    Plan(Step),
+    /// Its batch is in flight, posted as the driver's `n`th.
+    Flying(u64),
+    /// Its batch is planned, to be posted at this time.
+    Paused(Instant),
+    Done,
+}
+
+/// What a driver's machines sent, for the counters.
+#[derive(Default)]
+struct Tally {
+    remote_ops: u64,
+    batches: u64,
+    remote_bytes: u64,
+    aimed: Aimed,
 }
 
 impl<T: Transport> std::fmt::Debug for Dht<T> {
@@ -133,13 +189,15 @@ impl<T: Transport> Dht<T> {
             deadline: crate::config::default_deadline(),
             near: t.near(),
         };
+        let depth = t.depth().clamp(1, MAX_DEPTH);
         Ok(Dht {
+            work: Mutex::new(Work::new(true)),
             t,
             cfg,
             stats: Mutex::new(Stats::default()),
             shape,
             clock: Arc::new(SystemClock),
-            work: Mutex::new(Work::default()),
+            depth,
             seq: AtomicU32::new(random_base()),
             key_hash,
         })
@@ -206,6 +264,28 @@ impl<T: Transport> Dht<T> {
         }
         self.shape.deadline = d;
         Ok(())
+    }
+
+    /// How many batches one operation keeps in flight at most, each
+    /// serving a part of its keys (at least 8 keys a part), so the fabric
+    /// carries one part's batch while the table plans another's next one.
+    /// From 1 (one batch at a time, all keys of a run in it) to
+    /// [`MAX_DEPTH`]; the default is what the transport says it keeps
+    /// ([`Transport::depth`]: on libfabric, as many windows as its
+    /// completion queue holds). Accumulating writes use one.
+    pub fn set_depth(&mut self, depth: usize) -> Result<()> {
+        if !(1..=MAX_DEPTH).contains(&depth) {
+            return Err(Error::Config(format!(
+                "a depth of {depth} batches in flight is out of range: give 1 to {MAX_DEPTH}"
+            )));
+        }
+        self.depth = depth;
+        Ok(())
+    }
+
+    /// Most batches one operation keeps in flight (see [`Dht::set_depth`]).
+    pub fn depth(&self) -> usize {
+        self.depth
     }
 
     /// The deadline of each operation.
@@ -548,17 +628,48 @@ impl<T: Transport> Dht<T> {
 
     /// Runs `f` on the table's reusable buffers, or on fresh ones while
     /// another thread uses them.
-    fn with_work<R>(&self, f: impl FnOnce(&mut Work) -> Result<R>) -> Result<R> {
+    fn with_work<R>(&self, f: impl FnOnce(&mut Work<T::Lane>) -> Result<R>) -> Result<R> {
         match self.work.try_lock() {
             Ok(mut w) => f(&mut w),
-            Err(_) => f(&mut Work::default()),
+            Err(_) => f(&mut Work::new(false)),
         }
+    }
+
+    /// Makes room for `want` machines in `w` and says how many it has (at
+    /// least 1): the table's own buffers get the transport's lanes, made
+    /// once (a lane that cannot be made leaves fewer; with none, a default
+    /// lane runs each batch in `post`), fresh buffers one default lane.
+    fn lanes(&self, w: &mut Work<T::Lane>, want: usize) -> usize {
+        let want = if w.own { want.max(1) } else { 1 };
+        while w.lanes.len() < want {
+            let lane = if w.own {
+                match self.t.lane() {
+                    Ok(l) => l,
+                    Err(_) if w.lanes.is_empty() => T::Lane::default(),
+                    Err(_) => break,
+                }
+            } else {
+                T::Lane::default()
+            };
+            w.lanes.push(LaneWork {
+                lane,
+                batch: Batch::default(),
+                ops: Vec::new(),
+            });
+        }
+        want.min(w.lanes.len())
     }
 
     /// Runs `mode` over `keys` (and `values`), in runs of at most
     /// `MAX_RUN` keys; outcomes and found values land in `w.out` and
     /// `w.found`, one per key.
-    fn run(&self, mode: Mode, keys: &[&[u8]], values: &[&[u8]], w: &mut Work) -> Result<()> {
+    fn run(
+        &self,
+        mode: Mode,
+        keys: &[&[u8]],
+        values: &[&[u8]],
+        w: &mut Work<T::Lane>,
+    ) -> Result<()> {
         self.run_updating(mode, keys, values, w, None)
     }
 
@@ -569,7 +680,7 @@ impl<T: Transport> Dht<T> {
         mode: Mode,
         keys: &[&[u8]],
         values: &[&[u8]],
-        w: &mut Work,
+        w: &mut Work<T::Lane>,
         mut update: Option<&mut Update<'_>>,
     ) -> Result<()> {
         let vl = self.cfg.value_len;
@@ -585,14 +696,22 @@ impl<T: Transport> Dht<T> {
         if update.is_some() && w.before.len() < keys.len() * dl {
             w.before.resize(keys.len() * dl, 0);
         }
+        let most = keys.len().min(MAX_RUN).div_ceil(LANE_KEYS);
+        let want = if update.is_some() {
+            1
+        } else {
+            self.depth.min(most)
+        };
+        let k = self.lanes(w, want);
         let Work {
-            batch,
-            ops,
+            lanes,
             probes,
             out,
             found,
             before,
+            ..
         } = w;
+        let lanes = &mut lanes[..k];
         for (n, ks) in keys.chunks(MAX_RUN).enumerate() {
             let first = n * MAX_RUN;
             let vs = if values.is_empty() {
@@ -607,33 +726,62 @@ impl<T: Transport> Dht<T> {
             );
             // Runs of one table take tag bases MAX_RUN apart, so the tags of
             // 64 runs in flight at once are all distinct; tables start at a
-            // random base, so two tables of one rank rarely meet.
+            // random base, so two tables of one rank rarely meet. The parts
+            // of a run on several lanes take tags of their keys' places in
+            // it, so theirs are distinct too.
             let seq = self.seq.fetch_add(MAX_RUN as u32, Ordering::Relaxed) as u16;
-            let mut run = Run::new(
-                &self.shape,
-                mode,
-                ks,
-                vs,
-                &mut out[first..first + ks.len()],
-                &mut found[first * vl..(first + ks.len()) * vl],
-                probes,
-                seq,
-                self.clock.now(),
-            );
-            // The caller numbers keys across runs.
+            let now = self.clock.now();
+            // The run's keys in `k` parts (fewer when it is short), one
+            // machine each.
+            let per = ks.len().div_ceil(k).max(1);
+            let mut parts: [Option<Run<'_>>; MAX_DEPTH] = std::array::from_fn(|_| None);
+            let outs = out[first..first + ks.len()].chunks_mut(per);
+            let founds = found[first * vl..(first + ks.len()) * vl].chunks_mut(per * vl);
+            let mut befores = (update.is_some())
+                .then(|| before[first * dl..(first + ks.len()) * dl].chunks_mut(per * dl));
+            for (j, (((kp, op), fp), pp)) in ks
+                .chunks(per)
+                .zip(outs)
+                .zip(founds)
+                .zip(probes.chunks_mut(per))
+                .enumerate()
+            {
+                let at = j * per;
+                let vp = if vs.is_empty() {
+                    vs
+                } else {
+                    &vs[at..at + kp.len()]
+                };
+                parts[j] = Some(Run::new(
+                    &self.shape,
+                    mode,
+                    kp,
+                    vp,
+                    op,
+                    fp,
+                    pp,
+                    seq.wrapping_add(at as u16),
+                    now,
+                ));
+            }
+            let used = ks.len().div_ceil(per);
+            // The caller numbers keys across runs (an accumulation has one
+            // part).
             let mut shifted;
-            if let Some(f) = update.as_mut() {
+            if let (Some(f), Some(bs)) = (update.as_mut(), befores.as_mut()) {
                 shifted = move |i: usize, w: Write, v: &mut [u8]| f(first + i, w, v);
+                let run = parts[0].as_mut().expect("a run has a part");
                 run.update = Some(Updating {
                     f: &mut shifted,
-                    before: &mut before[first * dl..(first + ks.len()) * dl],
+                    before: bs.next().expect("a run has a part"),
                 });
             }
+            let lanes = &mut lanes[..used];
             match self.cfg.variant {
-                Variant::Lockfree => self.drive(Lockfree::new(run), batch, ops)?,
-                Variant::Fine => self.drive(Fine::new(run), batch, ops)?,
-                Variant::Coarse => self.drive(Coarse::new(run), batch, ops)?,
-                Variant::Chunked => self.drive(Chunked::new(run), batch, ops)?,
+                Variant::Lockfree => self.drive(parts.map(|r| r.map(Lockfree::new)), lanes)?,
+                Variant::Fine => self.drive(parts.map(|r| r.map(Fine::new)), lanes)?,
+                Variant::Coarse => self.drive(parts.map(|r| r.map(Coarse::new)), lanes)?,
+                Variant::Chunked => self.drive(parts.map(|r| r.map(Chunked::new)), lanes)?,
             }
         }
         if let Some(i) = out.iter().position(|o| *o == Outcome::Pending) {
@@ -646,82 +794,193 @@ impl<T: Transport> Dht<T> {
         Ok(())
     }
 
-    /// The driver: post what the machine plans, feed back completions or
-    /// the error with the time, until it is done.
+    /// The driver: posts what each machine plans on its lane, feeds back
+    /// completions or the error with the time, until every machine is done.
+    /// While some batches are in flight it completes one that is ready, or
+    /// else waits for the oldest; a machine that asks to wait before its
+    /// next batch waits alone, while the others go on. Machine `i` of
+    /// `ms` runs on `lanes[i]` (one per machine).
     fn drive<M: Machine>(
         &self,
-        mut m: M,
-        batch: &mut Batch,
-        ops: &mut Vec<Op<'static>>,
+        mut ms: [Option<M>; MAX_DEPTH],
+        lanes: &mut [LaneWork<T::Lane>],
     ) -> Result<()> {
-        let (mut remote_ops, mut batches, mut remote_bytes) = (0u64, 0u64, 0u64);
-        let mut aimed = Aimed::default();
-        let mut step = m.start(batch, self.clock.now());
+        let k = lanes.len();
+        let mut c = Tally::default();
+        let mut at = [At::Done; MAX_DEPTH];
+        let now = self.clock.now();
+        for i in 0..k {
+            let m = ms[i].as_mut().expect("a machine per lane");
+            at[i] = At::Plan(m.start(&mut lanes[i].batch, now));
+        }
+        let mut posted = 0u64;
         loop {
-            step = match step {
-                Step::Done => break,
-                Step::Issue => {
-                    if let Some(d) = batch.wait.take() {
-                        self.clock.pause(d);
-                    }
-                    let r = if batch.is_empty() {
-                        Ok(())
-                    } else {
-                        remote_ops += batch.len() as u64;
-                        remote_bytes += batch.payload();
-                        batches += 1;
-                        let mut v = recycle(std::mem::take(ops));
-                        batch.as_ops(&mut v);
-                        aimed.count(&v, self.shape.rank);
-                        let r = self.t.execute(&mut v);
-                        *ops = recycle(v);
-                        r
-                    };
-                    let now = self.clock.now();
-                    match r {
-                        Ok(()) => m.on_complete(batch, now),
-                        Err(e) => m.on_error(Error::transport(e), batch, now),
+            for i in 0..k {
+                let m = ms[i].as_mut().expect("a machine per lane");
+                while let At::Plan(step) = at[i] {
+                    at[i] = self.step(m, &mut lanes[i], step, &mut c, &mut posted);
+                }
+            }
+            // A paused machine whose time has come posts now.
+            if at[..k].iter().any(|a| matches!(a, At::Paused(_))) {
+                let now = self.clock.now();
+                for i in 0..k {
+                    if matches!(at[i], At::Paused(t) if t <= now) {
+                        let m = ms[i].as_mut().expect("a machine per lane");
+                        at[i] = self.post(m, &mut lanes[i], &mut c, &mut posted);
                     }
                 }
-                Step::LockRegion { rank, exclusive } => {
-                    batch.clear();
-                    let r = self.t.lock_region(rank, exclusive);
-                    let now = self.clock.now();
-                    match r {
-                        Ok(native) => {
-                            batch.native = native;
-                            remote_ops += u64::from(native);
-                            remote_bytes += 8 * u64::from(native);
-                            aimed.lock(rank, self.shape.rank, u64::from(native));
-                            m.on_complete(batch, now)
-                        }
-                        Err(e) => m.on_error(Error::transport(e), batch, now),
+                if at[..k].iter().any(|a| matches!(a, At::Plan(_))) {
+                    continue;
+                }
+            }
+            // Complete a batch in flight: a ready one, else the oldest.
+            let mut flying = 0;
+            let mut oldest: Option<(usize, u64)> = None;
+            for (i, a) in at[..k].iter().enumerate() {
+                if let At::Flying(n) = *a {
+                    flying += 1;
+                    if oldest.is_none_or(|(_, o)| n < o) {
+                        oldest = Some((i, n));
                     }
                 }
-                Step::UnlockRegion { rank } => {
-                    batch.clear();
-                    remote_ops += 1;
-                    remote_bytes += 8;
-                    aimed.lock(rank, self.shape.rank, 1);
-                    let r = self.t.unlock_region(rank);
-                    let now = self.clock.now();
-                    match r {
-                        Ok(()) => m.on_complete(batch, now),
-                        Err(e) => m.on_error(Error::transport(e), batch, now),
-                    }
-                }
+            }
+            let ready = if flying > 1 {
+                (0..k).find(|&i| matches!(at[i], At::Flying(_)) && self.t.ready(&lanes[i].lane))
+            } else {
+                None
             };
+            if let Some(i) = ready.or(oldest.map(|(i, _)| i)) {
+                let m = ms[i].as_mut().expect("a machine per lane");
+                at[i] = At::Plan(self.complete(m, &mut lanes[i]));
+                continue;
+            }
+            // Nothing in flight: wait for the first paused machine, if any.
+            let first = (0..k)
+                .filter_map(|i| match at[i] {
+                    At::Paused(t) => Some((i, t)),
+                    _ => None,
+                })
+                .min_by_key(|&(_, t)| t);
+            let Some((i, until)) = first else {
+                break;
+            };
+            let now = self.clock.now();
+            if until > now {
+                self.clock.pause(until - now);
+            }
+            let m = ms[i].as_mut().expect("a machine per lane");
+            at[i] = self.post(m, &mut lanes[i], &mut c, &mut posted);
         }
         let mut st = Stats {
-            remote_ops,
-            batches,
-            remote_bytes,
+            remote_ops: c.remote_ops,
+            batches: c.batches,
+            remote_bytes: c.remote_bytes,
             ..Stats::default()
         };
-        aimed.add_to(&mut st);
-        let r = m.finish(&mut st);
+        c.aimed.add_to(&mut st);
+        let mut first = Ok(());
+        for m in ms.iter_mut().flatten() {
+            let r = m.finish(&mut st);
+            if first.is_ok() {
+                first = r;
+            }
+        }
         self.count(|s| s.add(&st));
-        r
+        first
+    }
+
+    /// Takes one step of a machine: where it is after.
+    fn step<M: Machine>(
+        &self,
+        m: &mut M,
+        l: &mut LaneWork<T::Lane>,
+        step: Step,
+        c: &mut Tally,
+        posted: &mut u64,
+    ) -> At {
+        let b = &mut l.batch;
+        match step {
+            Step::Done => At::Done,
+            Step::Issue => {
+                if let Some(d) = b.wait.take() {
+                    let now = self.clock.now();
+                    return At::Paused(now.checked_add(d).unwrap_or(now));
+                }
+                if b.is_empty() {
+                    return At::Plan(m.on_complete(b, self.clock.now()));
+                }
+                self.post(m, l, c, posted)
+            }
+            Step::LockRegion { rank, exclusive } => {
+                b.clear();
+                let r = self.t.lock_region(rank, exclusive);
+                let now = self.clock.now();
+                At::Plan(match r {
+                    Ok(native) => {
+                        b.native = native;
+                        c.remote_ops += u64::from(native);
+                        c.remote_bytes += 8 * u64::from(native);
+                        c.aimed.lock(rank, self.shape.rank, u64::from(native));
+                        m.on_complete(b, now)
+                    }
+                    Err(e) => m.on_error(Error::transport(e), b, now),
+                })
+            }
+            Step::UnlockRegion { rank } => {
+                b.clear();
+                c.remote_ops += 1;
+                c.remote_bytes += 8;
+                c.aimed.lock(rank, self.shape.rank, 1);
+                let r = self.t.unlock_region(rank);
+                let now = self.clock.now();
+                At::Plan(match r {
+                    Ok(()) => m.on_complete(b, now),
+                    Err(e) => m.on_error(Error::transport(e), b, now),
+                })
+            }
+        }
+    }
+
+    /// Posts a machine's planned batch on its lane, counting it: in
+    /// flight, or (done at once, or failed) fed back.
+    fn post<M: Machine>(
+        &self,
+        m: &mut M,
+        l: &mut LaneWork<T::Lane>,
+        c: &mut Tally,
+        posted: &mut u64,
+    ) -> At {
+        c.remote_ops += l.batch.len() as u64;
+        c.remote_bytes += l.batch.payload();
+        c.batches += 1;
+        let mut v = recycle(std::mem::take(&mut l.ops));
+        l.batch.as_ops(&mut v);
+        c.aimed.count(&v, self.shape.rank);
+        let r = self.t.post(&mut l.lane, &mut v);
+        l.ops = recycle(v);
+        match r {
+            Ok(true) => {
+                *posted += 1;
+                At::Flying(*posted)
+            }
+            Ok(false) => At::Plan(m.on_complete(&mut l.batch, self.clock.now())),
+            Err(e) => At::Plan(m.on_error(Error::transport(e), &mut l.batch, self.clock.now())),
+        }
+    }
+
+    /// Completes a machine's batch in flight (waiting for it) and feeds
+    /// the outcome back.
+    fn complete<M: Machine>(&self, m: &mut M, l: &mut LaneWork<T::Lane>) -> Step {
+        let mut v = recycle(std::mem::take(&mut l.ops));
+        l.batch.as_ops(&mut v);
+        let r = self.t.complete(&mut l.lane, &mut v);
+        l.ops = recycle(v);
+        let now = self.clock.now();
+        match r {
+            Ok(()) => m.on_complete(&mut l.batch, now),
+            Err(e) => m.on_error(Error::transport(e), &mut l.batch, now),
+        }
     }
 }
 

@@ -58,8 +58,11 @@ proptest! {
             // A tear costs a re-read; enough re-reads that a key is not
             // given up as corrupt by chance (0.25^21).
             cfg.checksum_retries = 20;
+            // Half the cases keep batches in flight on four lanes.
+            let lanes = if seed & 1 == 0 { 1 } else { 4 };
             let ts = tables(3, cfg, |r| {
                 Faults::seeded(seed ^ r as u64)
+                    .lanes(lanes)
                     .reorder()
                     .split_reads(0.5)
                     .tear_reads(tear)
@@ -363,5 +366,103 @@ fn a_batch_never_stores_two_keys_in_one_bucket() {
             lost, 0,
             "{variant:?}: {lost} keys reported inserted were lost"
         );
+    }
+}
+
+/// Keys 0..n and their values (writer 1, sequence `seq`).
+fn items(n: u64, seq: u64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let keys: Vec<Vec<u8>> = (0..n).map(key).collect();
+    let vals = keys.iter().map(|k| value(k, 1, seq, 24)).collect();
+    (keys, vals)
+}
+
+fn pairs<'a>(keys: &'a [Vec<u8>], vals: &'a [Vec<u8>]) -> Vec<(&'a [u8], &'a [u8])> {
+    keys.iter()
+        .zip(vals)
+        .map(|(k, v)| (&k[..], &v[..]))
+        .collect()
+}
+
+#[test]
+fn batches_on_several_lanes_overtake_each_other_and_every_variant_still_agrees() {
+    for variant in VARIANTS {
+        let mut cfg = small(variant, 2048);
+        cfg.checksum_retries = 20;
+        let ts = tables(3, cfg, |r| {
+            Faults::seeded(7 ^ r as u64)
+                .lanes(4)
+                .reorder()
+                .split_reads(0.5)
+                .delay_writes(Delay::UntilNextBatch, 0.5)
+        });
+        let d = &ts[1].0;
+        assert_eq!(d.depth(), 4, "{variant:?}");
+        let (keys, first) = items(200, 1);
+        let w = d.write_many(&pairs(&keys, &first)).unwrap();
+        assert!(
+            w.iter().all(|w| *w == Write::Inserted),
+            "{variant:?}: {w:?}"
+        );
+        // Every other key again, with another value.
+        let (_, second) = items(200, 2);
+        let now: Vec<Vec<u8>> = (0..200)
+            .map(|i| [&first[i], &second[i]][i % 2].clone())
+            .collect();
+        let odd: Vec<(&[u8], &[u8])> = pairs(&keys, &second)
+            .into_iter()
+            .skip(1)
+            .step_by(2)
+            .collect();
+        let w = d.write_many(&odd).unwrap();
+        assert!(w.iter().all(|w| *w == Write::Updated), "{variant:?}: {w:?}");
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let got = d.read_many(&refs).unwrap();
+        for (i, r) in got.iter().enumerate() {
+            assert_eq!(r, &Read::Hit(now[i].clone()), "{variant:?} key {i}");
+        }
+        let inj = d.transport().injected();
+        assert!(
+            inj.overtaking_batches > 0,
+            "{variant:?}: no batch overtook another: {inj:?}"
+        );
+    }
+}
+
+#[test]
+fn a_failed_op_on_one_lane_fails_the_call_and_every_lane_gives_back_what_it_holds() {
+    for variant in VARIANTS {
+        let cfg = small(variant, 256);
+        let (keys, vals) = items(40, 1);
+        // How many ops a write of the 40 keys issues when nothing fails.
+        let count = {
+            let ts = tables(2, cfg, |_| Faults::seeded(3).lanes(4));
+            ts[0].0.transport().reset_count();
+            ts[0].0.write_many(&pairs(&keys, &vals)).unwrap();
+            ts[0].0.transport().ops_seen()
+        };
+        for n in [1, count / 3, count / 2, count] {
+            // The same seed as the count: the same run up to op n.
+            let ts = tables(2, cfg, |_| Faults::seeded(3).lanes(4));
+            let (d0, d1) = (&ts[0].0, &ts[1].0);
+            d0.transport().reset_count();
+            d0.transport().set_fail_op(Some(n));
+            let r = d0.write_many(&pairs(&keys, &vals));
+            let ctx = format!("{variant:?}: op {n} of {count} failed");
+            assert!(matches!(r, Err(Error::Transport(_))), "{ctx}: got {r:?}");
+            for rank in 0..2 {
+                assert_eq!(
+                    holds(d1.transport(), &cfg, rank),
+                    Vec::<u64>::new(),
+                    "{ctx}"
+                );
+            }
+            // The retry stores every key.
+            d0.write_many(&pairs(&keys, &vals)).unwrap();
+            let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            let got = d1.read_many(&refs).unwrap();
+            for (i, r) in got.iter().enumerate() {
+                assert_eq!(r, &Read::Hit(vals[i].clone()), "{ctx}: key {i}");
+            }
+        }
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::model::{agree, step};
-use common::{key, local_tables, small, value, VARIANTS};
+use common::{key, local_tables, small, tables_with, value, VARIANTS};
 use fabkit_dht::{Read, Write};
 use proptest::prelude::*;
 
@@ -17,6 +17,10 @@ proptest! {
             // 3 ranks, 512 buckets each, at most 60 keys: far from full, so
             // nothing is evicted and the table must agree with the model.
             let tables = local_tables(3, small(variant, 512));
+            agree(&tables[1], variant, &steps)?;
+            // Again with batches of several lanes in flight, run when
+            // completed (batches of 9 keys or more use two).
+            let tables = tables_with(3, small(variant, 512), |_, t| t.with_depth(4));
             agree(&tables[1], variant, &steps)?;
         }
     }

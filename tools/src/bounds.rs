@@ -177,6 +177,11 @@ pub fn batch(s: &str) -> Result<usize, String> {
     within(s, 1, 1 << 20, "--batch", "")
 }
 
+/// Batches in flight (`dht --depth`).
+pub fn depth(s: &str) -> Result<usize, String> {
+    within(s, 1, fabkit_dht::MAX_DEPTH, "--depth", "")
+}
+
 /// Hot-key rounds (`dht --hot-rounds`; 0 skips the check).
 pub fn rounds(s: &str) -> Result<u64, String> {
     within(s, 0, MAX_ROUNDS, "--hot-rounds", "")

@@ -87,6 +87,31 @@ impl<T: Transport> Transport for HookedTransport<T> {
         run(&self.after, ops);
         r
     }
+    type Lane = T::Lane;
+    fn depth(&self) -> usize {
+        self.inner.depth()
+    }
+    fn lane(&self) -> Result<T::Lane, T::Error> {
+        self.inner.lane()
+    }
+    /// The hook before runs as the batch is posted; the hook after, once
+    /// it has completed (at once, unless it is in flight).
+    fn post(&self, lane: &mut T::Lane, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
+        run(&self.before, ops);
+        let r = self.inner.post(lane, ops);
+        if !matches!(r, Ok(true)) {
+            run(&self.after, ops);
+        }
+        r
+    }
+    fn ready(&self, lane: &T::Lane) -> bool {
+        self.inner.ready(lane)
+    }
+    fn complete(&self, lane: &mut T::Lane, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
+        let r = self.inner.complete(lane, ops);
+        run(&self.after, ops);
+        r
+    }
     fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, T::Error> {
         self.inner.lock_region(rank, exclusive)
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use fabkit_core::{Error, Op, OpKind, Remote, Result};
 
-use super::Transport;
+use super::{Deferred, Transport};
 
 struct Regions {
     words: Vec<Box<[AtomicU64]>>,
@@ -27,6 +27,8 @@ struct Regions {
 pub struct LocalTransport {
     rank: usize,
     shared: Arc<Regions>,
+    /// Batches a driver may keep in flight (see [`LocalTransport::with_depth`]).
+    depth: usize,
 }
 
 impl std::fmt::Debug for LocalTransport {
@@ -54,8 +56,20 @@ impl LocalTransport {
             .map(|rank| LocalTransport {
                 rank,
                 shared: shared.clone(),
+                depth: 1,
             })
             .collect()
+    }
+
+    /// This handle with room for `depth` batches in flight (at least 1):
+    /// a batch posted runs only when the driver completes it, so batches
+    /// of several lanes take effect in the order they are completed,
+    /// whatever order they were posted in (see
+    /// [`Deferred`](super::Deferred)). Tests run the table's driver with
+    /// lanes this way.
+    pub fn with_depth(mut self, depth: usize) -> Self {
+        self.depth = depth.max(1);
+        self
     }
 
     fn region(&self, op: OpKind, at: Remote, len: usize) -> Result<&[AtomicU64]> {
@@ -124,6 +138,23 @@ impl Transport for LocalTransport {
 
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
         with_prefetch(ops, |op| self.prefetch(op), |op| self.one(op))
+    }
+
+    type Lane = Deferred;
+    fn depth(&self) -> usize {
+        self.depth
+    }
+    fn post(&self, lane: &mut Deferred, ops: &mut [Op<'_>]) -> Result<bool> {
+        if lane.post(self.depth) {
+            return Ok(true);
+        }
+        self.execute(ops).map(|()| false)
+    }
+    fn complete(&self, lane: &mut Deferred, ops: &mut [Op<'_>]) -> Result<()> {
+        if lane.take() {
+            self.execute(ops)?;
+        }
+        Ok(())
     }
 }
 

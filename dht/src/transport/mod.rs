@@ -56,6 +56,49 @@ pub trait Transport {
     /// A short name for reports ("local", "fabric shm", "mpi").
     fn name(&self) -> String;
 
+    /// Where one batch in flight is kept (see [`Transport::post`]). Its
+    /// `Default` is a lane that runs each batch to its end in `post`, which
+    /// is all a transport of [`Transport::depth`] 1 offers.
+    type Lane: Default + Send;
+
+    /// How many batches the transport keeps in flight at once, each on a
+    /// lane of its own, while the driver plans the next of another: 1
+    /// unless it posts and polls.
+    fn depth(&self) -> usize {
+        1
+    }
+
+    /// A lane for batches in flight; what it holds (a registered staging
+    /// buffer) is made now, once, and kept for every batch posted on it.
+    fn lane(&self) -> Result<Self::Lane, Self::Error> {
+        Ok(Self::Lane::default())
+    }
+
+    /// Starts `ops` on `lane`: `Ok(false)` when they have completed
+    /// already (as [`Transport::execute`] would leave them), `Ok(true)`
+    /// when they are in flight, to be finished by
+    /// [`Transport::complete`] with the same ops (their buffers where they
+    /// were). Ops in one batch are unordered, and batches on different
+    /// lanes are unordered with each other until completed.
+    fn post(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<bool, Self::Error> {
+        let _ = lane;
+        self.execute(ops).map(|()| false)
+    }
+
+    /// Whether `lane`'s batch has completed, so that
+    /// [`Transport::complete`] would not wait. Never waits.
+    fn ready(&self, lane: &Self::Lane) -> bool {
+        let _ = lane;
+        true
+    }
+
+    /// Waits for the batch in flight on `lane` and delivers its results
+    /// into `ops`, the ops it was posted with.
+    fn complete(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
+        let _ = (lane, ops);
+        Ok(())
+    }
+
     /// Whether a write that asks for [`Completion::Delivery`] gets it: the
     /// DHT's locks and claims rely on their data landing before their
     /// release. True unless the transport knows it cannot (a provider that
@@ -113,6 +156,29 @@ impl Transport for fabkit_fabric::Rank {
     fn delivers(&self) -> bool {
         self.ordering() != fabkit_fabric::Ordering::None
     }
+    type Lane = Option<fabkit_fabric::Lane>;
+    fn depth(&self) -> usize {
+        self.lanes()
+    }
+    fn lane(&self) -> Result<Self::Lane, Self::Error> {
+        fabkit_fabric::Rank::lane(self).map(Some)
+    }
+    fn post(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<bool, Self::Error> {
+        match lane {
+            Some(l) => fabkit_fabric::Rank::post(self, l, ops).map(|()| true),
+            None => fabkit_fabric::Rank::execute(self, ops).map(|()| false),
+        }
+    }
+    fn ready(&self, lane: &Self::Lane) -> bool {
+        lane.as_ref()
+            .is_none_or(|l| fabkit_fabric::Rank::ready(self, l))
+    }
+    fn complete(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
+        match lane {
+            Some(l) => fabkit_fabric::Rank::complete(self, l, ops),
+            None => Ok(()),
+        }
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for &T {
@@ -146,5 +212,43 @@ impl<T: Transport + ?Sized> Transport for &T {
     }
     fn unlock_region(&self, rank: usize) -> Result<(), Self::Error> {
         (**self).unlock_region(rank)
+    }
+    type Lane = T::Lane;
+    fn depth(&self) -> usize {
+        (**self).depth()
+    }
+    fn lane(&self) -> Result<Self::Lane, Self::Error> {
+        (**self).lane()
+    }
+    fn post(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<bool, Self::Error> {
+        (**self).post(lane, ops)
+    }
+    fn ready(&self, lane: &Self::Lane) -> bool {
+        (**self).ready(lane)
+    }
+    fn complete(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
+        (**self).complete(lane, ops)
+    }
+}
+
+/// The lane of a test double that keeps no batch in flight by itself:
+/// `post` only notes the batch and `complete` runs it, so a driver's
+/// batches on several lanes run in the order it completes them, not the
+/// order it posted them (see [`local::LocalTransport::with_depth`]).
+#[derive(Debug, Default)]
+pub struct Deferred {
+    posted: bool,
+}
+
+impl Deferred {
+    /// Notes a batch posted: true (in flight) when `depth` allows lanes.
+    pub(crate) fn post(&mut self, depth: usize) -> bool {
+        self.posted = depth > 1;
+        self.posted
+    }
+
+    /// Whether a batch was posted and not yet run; forgets it.
+    pub(crate) fn take(&mut self) -> bool {
+        std::mem::take(&mut self.posted)
     }
 }

@@ -109,6 +109,7 @@ impl<'env> MpiTransport<'env> {
 
 impl Transport for MpiTransport<'_> {
     type Error = fabkit_mpi::Error;
+    type Lane = ();
 
     fn rank(&self) -> usize {
         self.rank

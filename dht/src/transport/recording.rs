@@ -89,6 +89,32 @@ impl<T: Transport> Transport for RecordingTransport<T> {
         format!("recording {}", self.inner.name())
     }
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
+        self.log(ops);
+        self.inner.execute(ops)
+    }
+    type Lane = T::Lane;
+    fn depth(&self) -> usize {
+        self.inner.depth()
+    }
+    fn lane(&self) -> Result<T::Lane, T::Error> {
+        self.inner.lane()
+    }
+    /// Logged as it is posted: batches of several lanes appear in the
+    /// order they went out.
+    fn post(&self, lane: &mut T::Lane, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
+        self.log(ops);
+        self.inner.post(lane, ops)
+    }
+    fn ready(&self, lane: &T::Lane) -> bool {
+        self.inner.ready(lane)
+    }
+    fn complete(&self, lane: &mut T::Lane, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
+        self.inner.complete(lane, ops)
+    }
+}
+
+impl<T> RecordingTransport<T> {
+    fn log(&self, ops: &[Op<'_>]) {
         let batch = ops
             .iter()
             .map(|o| Logged {
@@ -102,8 +128,6 @@ impl<T: Transport> Transport for RecordingTransport<T> {
         let mut log = self.log.lock().unwrap();
         log.push(batch);
         self.completions.lock().unwrap().push(asked);
-        drop(log);
-        self.inner.execute(ops)
     }
 }
 

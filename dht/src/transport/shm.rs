@@ -338,16 +338,82 @@ impl Transport for ShmTransport {
         if !remote {
             return Ok(());
         }
-        // A contiguous batch of the remaining ops for the fabric.
-        let mut batch: Vec<Op<'_>> = ops
-            .iter_mut()
-            .filter(|op| self.shortcut(op).is_none())
-            .map(reborrow)
-            .collect();
+        let mut batch = self.remote_ops(ops);
         match &self.fabric {
             Some(f) => f.execute(&mut batch),
             None => unreachable!("refused above: every op is a shortcut's without a fabric"),
         }
+    }
+
+    type Lane = ShmLane;
+    fn depth(&self) -> usize {
+        self.fabric.as_ref().map_or(1, Rank::lanes)
+    }
+    fn lane(&self) -> Result<ShmLane> {
+        Ok(ShmLane {
+            fabric: self.fabric.as_ref().map(Rank::lane).transpose()?,
+            posted: false,
+        })
+    }
+    /// Same-node ops are done now, in place; the others are posted on the
+    /// lane's fabric lane (none: run now), so they are in flight while the
+    /// driver goes on.
+    fn post(&self, lane: &mut ShmLane, ops: &mut [Op<'_>]) -> Result<bool> {
+        let (Some(f), Some(fl)) = (&self.fabric, &mut lane.fabric) else {
+            return self.execute(ops).map(|()| false);
+        };
+        let mut remote = false;
+        with_prefetch(
+            ops,
+            |op| self.prefetch(op),
+            |op| {
+                match self.shortcut(op) {
+                    Some(seg) => direct(seg, op)?,
+                    None => remote = true,
+                }
+                Ok::<(), Error>(())
+            },
+        )?;
+        if !remote {
+            return Ok(false);
+        }
+        f.post(fl, &mut self.remote_ops(ops))?;
+        lane.posted = true;
+        Ok(true)
+    }
+    fn ready(&self, lane: &ShmLane) -> bool {
+        match (&self.fabric, &lane.fabric) {
+            (Some(f), Some(fl)) if lane.posted => f.ready(fl),
+            _ => true,
+        }
+    }
+    fn complete(&self, lane: &mut ShmLane, ops: &mut [Op<'_>]) -> Result<()> {
+        match (&self.fabric, &mut lane.fabric) {
+            (Some(f), Some(fl)) if std::mem::take(&mut lane.posted) => {
+                f.complete(fl, &mut self.remote_ops(ops))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A lane of a [`ShmTransport`]: the fabric's lane for the ops to other
+/// nodes (none when every rank is on this node).
+#[derive(Debug, Default)]
+pub struct ShmLane {
+    fabric: Option<fabkit_fabric::Lane>,
+    /// Ops of the batch posted went to the fabric lane.
+    posted: bool,
+}
+
+impl ShmTransport {
+    /// The ops of a batch that go to the fabric (not to a mapped region),
+    /// in their order: the same list for the same batch.
+    fn remote_ops<'s>(&self, ops: &'s mut [Op<'_>]) -> Vec<Op<'s>> {
+        ops.iter_mut()
+            .filter(|op| self.shortcut(op).is_none())
+            .map(reborrow)
+            .collect()
     }
 }
 

@@ -55,9 +55,10 @@ pub fn tables_with<T: Transport + Send>(
     })
 }
 
-/// `n` tables whose transports reorder batches, split half the reads and
-/// delay half the writes until the writer's next batch (rank r's faults
-/// seeded with `seed ^ r`): the faults racing writers must survive.
+/// `n` tables whose transports reorder batches, split half the reads,
+/// delay half the writes until the writer's next batch and keep batches
+/// of three lanes in flight, run out of order (rank r's faults seeded with
+/// `seed ^ r`): the faults racing writers must survive.
 pub fn racing_faults(
     n: usize,
     cfg: Config,
@@ -69,7 +70,8 @@ pub fn racing_faults(
             Faults::seeded(seed ^ r as u64)
                 .reorder()
                 .split_reads(0.5)
-                .delay_writes(Delay::UntilNextBatch, 0.5),
+                .delay_writes(Delay::UntilNextBatch, 0.5)
+                .lanes(3),
         )
     })
 }

@@ -89,6 +89,12 @@ pub struct DhtArgs {
     /// time, like the MPI-DHT.
     #[arg(short, long, default_value = "64", value_parser = bounds::batch)]
     pub batch: usize,
+    /// Batches in flight per rank, each serving a part of a batch's keys
+    /// (1 to 8; default: what the transport keeps, on libfabric as many
+    /// windows as its completion queue holds). MPI and --shm without a
+    /// fabric keep 1.
+    #[arg(long, value_parser = bounds::depth)]
+    pub depth: Option<usize>,
     /// Key and value lengths in bytes, as KEY,VALUE (each 1 B to 1 MiB), or
     /// a class of the RED-SEA evaluation: S (24,9: 33 B pairs), M (24,99),
     /// L (24,999).

@@ -134,6 +134,8 @@ pub struct Sample {
     pub ranks: usize,
     /// Operations per batch.
     pub batch: usize,
+    /// Batches in flight per rank (1 for Redis: its pipeline is the batch).
+    pub depth: usize,
     /// The slowest rank's time for its share, seconds.
     pub secs: f64,
     /// Operations, reads and writes of all ranks.
@@ -420,7 +422,10 @@ fn bench_rank<T: Transport>(
                 let written = drawn(a, w, n, rep)?;
                 let t = make(&cfg)?;
                 let transport = t.name();
-                let d = Dht::create(t, cfg, boot)?;
+                let mut d = Dht::create(t, cfg, boot)?;
+                if let Some(n) = a.depth {
+                    d.set_depth(n)?;
+                }
                 let mut store = DhtStore {
                     dht: &d,
                     out: vec![fabkit_dht::Write::Inserted; a.batch],
@@ -429,6 +434,7 @@ fn bench_rank<T: Transport>(
                 for (i, ph) in phases.iter().enumerate() {
                     let base = Sample {
                         variant: Some(v),
+                        depth: d.depth(),
                         ..Sample::of(a, "fabkit", &transport, w, ph, rep, n)
                     };
                     let mut counters = |st: &DhtStore<'_, T>| (st.dht.stats(), 0, 0);
@@ -559,6 +565,7 @@ impl Sample {
             rep,
             ranks,
             batch: a.batch,
+            depth: 1,
             ..Sample::default()
         }
     }

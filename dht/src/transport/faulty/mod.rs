@@ -116,6 +116,12 @@ pub struct Faults {
     pub ignore_delivery: bool,
     /// The Nth op (from 1, across batches) fails, once.
     pub fail_op: Option<u64>,
+    /// Batches a driver may keep in flight (0 and 1: none). A batch posted
+    /// runs, with its faults, only when it is completed, and a lane in
+    /// flight says it is ready by chance (one in two), so batches of
+    /// several lanes run in an order other than the one they were posted
+    /// in.
+    pub lanes: usize,
 }
 
 impl Faults {
@@ -167,6 +173,13 @@ impl Faults {
         self.fail_op = Some(n);
         self
     }
+
+    /// Let a driver keep `n` batches in flight, run in another order than
+    /// posted (see [`Faults::lanes`]).
+    pub fn lanes(mut self, n: usize) -> Self {
+        self.lanes = n;
+        self
+    }
 }
 
 /// What a [`FaultyTransport`] has injected so far.
@@ -184,6 +197,8 @@ pub struct Injected {
     pub failed_ops: u64,
     /// Of those, the ones that nevertheless took effect at the target.
     pub failed_applied: u64,
+    /// Batches run while a batch posted before them was still in flight.
+    pub overtaking_batches: u64,
 }
 
 /// splitmix64: small, fast, and good enough for choosing faults.
@@ -238,6 +253,17 @@ struct State {
     fail_op: Option<u64>,
     pending: Vec<PendingWrite>,
     injected: Injected,
+    /// Batches posted on lanes and not yet run, by posting number.
+    in_flight: Vec<u64>,
+    posted: u64,
+}
+
+/// A [`FaultyTransport`]'s lane: a batch posted, not yet run.
+#[derive(Debug, Default)]
+pub struct FaultyLane {
+    deferred: super::Deferred,
+    /// Its posting number.
+    number: u64,
 }
 
 /// One unit of a planned batch.
@@ -279,6 +305,8 @@ impl<T: Transport> FaultyTransport<T> {
             fail_op: faults.fail_op,
             pending: Vec::new(),
             injected: Injected::default(),
+            in_flight: Vec::new(),
+            posted: 0,
         };
         FaultyTransport {
             inner,
@@ -626,6 +654,38 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     }
     fn unlock_region(&self, rank: usize) -> Result<(), T::Error> {
         self.inner.unlock_region(rank)
+    }
+
+    type Lane = FaultyLane;
+    fn depth(&self) -> usize {
+        self.faults.lanes.max(1)
+    }
+    fn post(&self, lane: &mut FaultyLane, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
+        if !lane.deferred.post(self.depth()) {
+            return self.execute(ops).map(|()| false);
+        }
+        let mut st = self.state.lock().unwrap();
+        st.posted += 1;
+        lane.number = st.posted;
+        st.in_flight.push(lane.number);
+        Ok(true)
+    }
+    fn ready(&self, _lane: &FaultyLane) -> bool {
+        self.state.lock().unwrap().rng.chance(0.5)
+    }
+    fn complete(&self, lane: &mut FaultyLane, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
+        if !lane.deferred.take() {
+            return Ok(());
+        }
+        {
+            let mut st = self.state.lock().unwrap();
+            let n = lane.number;
+            if st.in_flight.iter().any(|&m| m < n) {
+                st.injected.overtaking_batches += 1;
+            }
+            st.in_flight.retain(|&m| m != n);
+        }
+        self.execute(ops)
     }
 
     /// Applies the writes delayed until this batch, executes the batch with

@@ -260,6 +260,7 @@ struct NoAtomics(LocalTransport);
 
 impl Transport for NoAtomics {
     type Error = Error;
+    type Lane = ();
 
     fn rank(&self) -> usize {
         self.0.rank()
