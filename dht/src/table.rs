@@ -188,6 +188,7 @@ impl<T: Transport> Dht<T> {
             rank: t.rank(),
             deadline: crate::config::default_deadline(),
             near: t.near(),
+            in_order: t.in_order(),
         };
         let depth = t.depth().clamp(1, MAX_DEPTH);
         Ok(Dht {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{key, small, value};
 use fabkit_core::bootstrap::ThreadGroup;
 use fabkit_core::Bootstrap;
+use fabkit_dht::transport::faulty::{Faults, FaultyTransport};
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::transport::recording::RecordingTransport;
 use fabkit_dht::transport::OpKind::*;
@@ -66,13 +67,32 @@ fn fine_locks_each_bucket_around_the_access() {
     assert!(matches!(d.read(&key(1)).unwrap(), Read::Hit(_)));
     assert_eq!(
         d.transport().kinds(),
-        vec![vec![Fetch], vec![Read], vec![Fetch]],
-        "a reader takes nothing: the word before and after the data"
+        vec![vec![Fetch, Read, Fetch]],
+        "a reader takes nothing: the word before and after the data, in one batch on a \
+         transport that keeps its order"
     );
     // Lock and data are the same bucket; the lock word is its first 8 bytes.
     let b = d.transport().batches();
-    assert_eq!(b[0][0].at.offset + 8, b[1][0].at.offset);
-    assert_eq!(b[0][0].at, b[2][0].at);
+    assert_eq!(b[0][0].at.offset + 8, b[0][1].at.offset);
+    assert_eq!(b[0][0].at, b[0][2].at);
+    // Where a batch's ops are unordered (the faulty transport, even with
+    // no fault), each step waits for the one before.
+    let cfg = small(Variant::Fine, 256);
+    let t = FaultyTransport::new(
+        LocalTransport::group(1, cfg.region_len()).pop().unwrap(),
+        Faults::default(),
+    );
+    let boot = ThreadGroup::members(1, Duration::from_secs(5))
+        .pop()
+        .unwrap();
+    let d = Dht::create(RecordingTransport::new(t), cfg, &boot).unwrap();
+    d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap();
+    d.transport().clear();
+    assert!(matches!(d.read(&key(1)).unwrap(), Read::Hit(_)));
+    assert_eq!(
+        d.transport().kinds(),
+        vec![vec![Fetch], vec![Read], vec![Fetch]]
+    );
 }
 
 #[test]

@@ -78,6 +78,9 @@ impl<T: Transport> Transport for HookedTransport<T> {
     fn near(&self) -> bool {
         self.inner.near()
     }
+    fn in_order(&self) -> bool {
+        self.inner.in_order()
+    }
     fn name(&self) -> String {
         format!("hooked {}", self.inner.name())
     }

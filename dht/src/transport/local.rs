@@ -135,6 +135,11 @@ impl Transport for LocalTransport {
     fn name(&self) -> String {
         "local".into()
     }
+    /// Ops run one after another (acquire loads, release stores, atomics
+    /// acquire-release), and the first error stops the batch.
+    fn in_order(&self) -> bool {
+        true
+    }
 
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
         with_prefetch(ops, |op| self.prefetch(op), |op| self.one(op))

@@ -117,6 +117,17 @@ pub trait Transport {
         false
     }
 
+    /// Whether the ops of one batch take effect one after another, in the
+    /// batch's order, with each op's reads and writes ordered after the
+    /// previous op's as acquire loads and release stores order them; and
+    /// an error stops the batch at the failing op. Machines then put steps
+    /// that do not depend on an earlier op's result into one batch (a fine
+    /// reader's snapshot of the lock word, the data and the check). False
+    /// unless the transport knows: a NIC's ops in one batch are unordered.
+    fn in_order(&self) -> bool {
+        false
+    }
+
     /// Locks `rank`'s whole region with the transport's own mechanism, if it
     /// has one (MPI: `MPI_Win_lock`), for the coarse variant. `Ok(false)`:
     /// no such mechanism, and the variant drives a lock word with atomics.
@@ -206,6 +217,9 @@ impl<T: Transport + ?Sized> Transport for &T {
     }
     fn near(&self) -> bool {
         (**self).near()
+    }
+    fn in_order(&self) -> bool {
+        (**self).in_order()
     }
     fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, Self::Error> {
         (**self).lock_region(rank, exclusive)

@@ -85,6 +85,9 @@ impl<T: Transport> Transport for RecordingTransport<T> {
     fn near(&self) -> bool {
         self.inner.near()
     }
+    fn in_order(&self) -> bool {
+        self.inner.in_order()
+    }
     fn name(&self) -> String {
         format!("recording {}", self.inner.name())
     }

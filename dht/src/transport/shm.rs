@@ -294,6 +294,12 @@ impl Transport for ShmTransport {
     fn near(&self) -> bool {
         self.fabric.is_none()
     }
+    /// With every rank on this node, ops are copies and CPU atomics run
+    /// one after another (see `direct`), stopping at the first error;
+    /// with a fabric, same-node ops are done before the others go out.
+    fn in_order(&self) -> bool {
+        self.fabric.is_none()
+    }
     fn name(&self) -> String {
         match &self.fabric {
             Some(f) => format!("shm shortcut + fabric {}", f.info().provider()),

@@ -10,7 +10,8 @@
 //! A reader takes no lock: it fetches the word, reads the data, fetches the
 //! word again, and keeps the data only if both fetches saw the same free
 //! value (a sequence lock; three batches, as the seed's fetch-add, read,
-//! fetch-add). So a steady stream of readers cannot starve a writer, and a
+//! fetch-add; one batch on a transport that keeps a batch's order,
+//! [`crate::transport::Transport::in_order`]). So a steady stream of readers cannot starve a writer, and a
 //! reader that fails holds nothing. The seed's readers count themselves
 //! into the word instead; an increment whose batch failed could be neither
 //! kept (the bucket would stay read-locked) nor safely undone.
@@ -57,11 +58,16 @@ impl<'a> Fine<'a> {
     }
 
     /// Reads the completion of op `j` of `b` into its probe's state;
-    /// returns whether the probe moved on (rather than waiting).
+    /// returns whether the probe moved on (rather than waiting). An op
+    /// planned ahead of a step its probe did not reach (a merged read's
+    /// data after a snapshot that found the lock held) is passed over.
     fn complete(&mut self, b: &Batch, j: usize, now: Instant) -> bool {
         let shape = *self.run.shape;
         let op = b.op(j);
         let i = op.probe as usize;
+        if self.run.probes[i].phase != Some(op.role) {
+            return false;
+        }
         match op.role {
             Role::Snap => {
                 let w = b.word(j);
@@ -184,6 +190,14 @@ impl<'a> Fine<'a> {
             }
             let word_at = shape.word_at(p.rank, p.bucket);
             match p.phase {
+                Some(Role::Snap) if shape.in_order => {
+                    // The three steps of a read in one batch: none
+                    // depends on an earlier one's result, only whether it
+                    // is kept does (see `complete`).
+                    b.fetch(word_at, i, Role::Snap);
+                    self.run.plan_read(b, i, Role::Data);
+                    b.fetch(word_at, i, Role::Check);
+                }
                 Some(Role::Snap) | Some(Role::Check) => {
                     b.fetch(word_at, i, p.phase.unwrap());
                 }

@@ -112,6 +112,8 @@ pub(crate) struct Shape {
     pub(crate) deadline: Duration,
     /// Rounds are memory accesses, not round trips ([`crate::transport::Transport::near`]).
     pub(crate) near: bool,
+    /// A batch's ops take effect in order ([`crate::transport::Transport::in_order`]).
+    pub(crate) in_order: bool,
 }
 
 impl Shape {
