@@ -525,11 +525,16 @@ fn report_dht(
                 .into(),
         );
     }
-    if runs.iter().any(|r| r.system == "redis") {
+    if let Some(r) = runs.iter().find(|r| r.system == "redis") {
+        let on = if r.transport == "redis loopback" {
+            "on loopback"
+        } else {
+            "on its host's address in the ranks' network (-d)"
+        };
         notes.push(format!(
-            "redis: one redis-server per rank on loopback, the keys sharded by the DHT's \
-             placement, MGET/MSET per batch; the servers share this machine's {} cores with the \
-             ranks",
+            "redis: one redis-server per rank {on}, the keys sharded by the DHT's placement, \
+             one MGET/MSET per server per batch (one message where the DHT sends one per \
+             remote operation); the servers share this machine's {} cores with the ranks",
             bounds::online_cpus()
         ));
     }

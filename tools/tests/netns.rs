@@ -292,6 +292,72 @@ fn ranks_run_across_namespaces_with_and_without_mpirun() {
 }
 
 #[test]
+fn redis_runs_beside_the_dht_across_namespaces_on_each_hosts_address() {
+    if !std::path::Path::new("/usr/bin/redis-server").exists() {
+        // .ci/install-deps installs it: in CI this test is never skipped.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-server is not installed"
+        );
+        return;
+    }
+    let tb = Testbed::up(TestbedSpec::default()).unwrap();
+    let hosts = format!("{},{}", tb.a.netns, tb.b.netns);
+    let net = format!("{}/24", tb.a.addr);
+    let dht = [
+        "dht",
+        "-p",
+        "tcp;ofi_rxm",
+        "-v",
+        "lockfree",
+        "-k",
+        "200",
+        "--hot-rounds",
+        "0",
+        "--latency-ops",
+        "0",
+    ];
+    let with_d: Vec<&str> = dht.iter().copied().chain(["-d", &net]).collect();
+    let v = launched(&["--netns", &hosts], &with_d);
+    let redis: Vec<&Value> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["system"] == "redis")
+        .collect();
+    assert!(!redis.is_empty(), "no Redis rows: {v:#}");
+    for r in &redis {
+        assert_eq!(r["transport"], "redis tcp", "{r:#}");
+    }
+    let read = redis.iter().find(|r| r["phase"] == "read").unwrap();
+    // The same keys as the DHT's read phase: every one written is found
+    // (the DHT's hits plus the ones it lost), none wrong.
+    let c = &read["counters"];
+    assert_eq!(
+        (&c["lost"], &c["wrong"], &c["false_hits"]),
+        (&0.into(), &0.into(), &0.into()),
+        "{read:#}"
+    );
+    let mine = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["system"] == "fabkit" && r["phase"] == "read")
+        .unwrap();
+    let written =
+        mine["counters"]["hits"].as_u64().unwrap() + mine["counters"]["lost"].as_u64().unwrap();
+    assert_eq!(c["hits"].as_u64().unwrap(), written, "{read:#}");
+    assert!(written >= 400, "{mine:#}");
+    let notes = v["meta"]["notes"].to_string();
+    assert!(notes.contains("on its host's address"), "{notes}");
+    // Without -d no address is known: the DHT runs, the Redis rows do not.
+    let v = launched(&["--netns", &hosts], &dht);
+    let rows = v["runs"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["system"] == "fabkit"), "{v:#}");
+    assert!(!rows.iter().any(|r| r["system"] == "redis"), "{v:#}");
+}
+
+#[test]
 fn mpi_launch_without_a_management_link_says_how_to_get_one() {
     let tb = Testbed::up(TestbedSpec::default()).unwrap();
     let o = fabkit()

@@ -29,6 +29,7 @@ pub mod redis;
 pub mod report;
 pub mod workload;
 
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -472,6 +473,41 @@ fn died(server: &mut redis::Server, e: anyhow::Error) -> anyhow::Error {
     }
 }
 
+/// The IPv4 address of this host a Redis server listens on when the ranks
+/// run on several hosts: the one in the network `domain` names
+/// (`10.77.1.0/24`), or the address of the interface it names (`eth0`).
+fn listen_ip(domain: Option<&str>) -> std::result::Result<Ipv4Addr, String> {
+    let domain = domain.ok_or("give the ranks' network with -d, such as -d 10.77.1.0/24")?;
+    let all = fabkit_core::net::interface_addresses().map_err(|e| format!("getifaddrs: {e}"))?;
+    let v4 = |a: &fabkit_core::net::IfAddr| match a.addr {
+        std::net::IpAddr::V4(ip) if a.up => Some(ip),
+        _ => None,
+    };
+    let found: Vec<Ipv4Addr> = match domain.split_once('/') {
+        Some((net, bits)) => {
+            let (Ok(net), Ok(bits)) = (net.parse(), bits.parse::<u32>()) else {
+                return Err(format!("-d {domain} is not a network such as 10.77.1.0/24"));
+            };
+            all.iter()
+                .filter(|a| fabkit_core::net::in_network(a.addr, net, bits))
+                .filter_map(v4)
+                .collect()
+        }
+        None => all
+            .iter()
+            .filter(|a| a.name == domain)
+            .filter_map(v4)
+            .collect(),
+    };
+    match found.as_slice() {
+        [ip] => Ok(*ip),
+        [] => Err(format!("no IPv4 address of this host is in -d {domain}")),
+        _ => Err(format!(
+            "several IPv4 addresses of this host are in -d {domain}"
+        )),
+    }
+}
+
 /// The same workloads on Redis: one server per rank, every rank a client of
 /// all of them. Without redis-server, one line says how to install it (on
 /// the reporting rank) and nothing runs.
@@ -486,25 +522,50 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
         }
         return Ok(Vec::new());
     }
-    // The servers listen on loopback: ranks on other hosts (or network
-    // namespaces) could not reach them.
-    if !boot.same_host()? {
+    // Ranks on one host: servers on loopback. On several hosts (or
+    // network namespaces): each on its address in the ranks' network,
+    // which -d names; without it the rows are left out, on every rank.
+    let across = !boot.same_host()?;
+    let ip = if across {
+        listen_ip(a.domain.as_deref())
+    } else {
+        Ok(Ipv4Addr::LOCALHOST)
+    };
+    let all = gather(boot, &[u64::from(ip.is_ok())])?;
+    if let Some(r) = all.iter().position(|h| h[0] == 0) {
         if me == 0 {
+            let why = ip
+                .as_ref()
+                .err()
+                .cloned()
+                .unwrap_or_else(|| format!("rank {r} has none"));
             eprintln!(
-                "fabkit: note: the ranks run on several hosts and the Redis servers listen on \
-                 loopback, so the Redis rows are left out"
+                "fabkit: note: the ranks run on several hosts and a Redis server needs an \
+                 address the others reach ({why}), so the Redis rows are left out"
             );
         }
         return Ok(Vec::new());
     }
-    let started = redis::Server::start(a.timeout);
-    let ports = gather(boot, &[started.as_ref().map_or(0, |s| u64::from(s.port()))])?;
+    let ip = ip.expect("checked on every rank");
+    let started = redis::Server::start(ip, a.timeout);
+    let card = started.as_ref().map_or(0, |s| {
+        u64::from(u32::from(*s.addr().ip())) << 16 | u64::from(s.port())
+    });
+    let cards = gather(boot, &[card])?;
     let mut server = started.context("starting this rank's redis-server")?;
-    if let Some(r) = ports.iter().position(|p| p[0] == 0) {
+    if let Some(r) = cards.iter().position(|c| c[0] == 0) {
         anyhow::bail!("rank {r} could not start its redis-server");
     }
-    let ports: Vec<u16> = ports.iter().map(|p| p[0] as u16).collect();
-    let mut client = redis::Client::connect(&ports, a.timeout)?;
+    let addrs: Vec<SocketAddrV4> = cards
+        .iter()
+        .map(|c| SocketAddrV4::new(Ipv4Addr::from((c[0] >> 16) as u32), c[0] as u16))
+        .collect();
+    let mut client = redis::Client::connect(&addrs, a.timeout)?;
+    let label = if across {
+        "redis tcp"
+    } else {
+        "redis loopback"
+    };
     let mut out = Vec::new();
     for &w in &a.workload {
         for rep in 0..a.reps {
@@ -522,7 +583,7 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
             };
             let mut pending = Vec::new();
             for (i, ph) in phases.iter().enumerate() {
-                let base = Sample::of(a, "redis", "redis loopback", w, ph, rep, n);
+                let base = Sample::of(a, "redis", label, w, ph, rep, n);
                 let srv = &mut server;
                 let mut counters = |st: &RedisStore<'_>| {
                     let (tx, rx) = st.client.bytes();
@@ -697,5 +758,21 @@ mod tests {
         // A timeout longer than the cap is kept.
         let a = args(&["--timeout", "7200", "-k", "10", "-b", "1"]);
         assert_eq!(phase_bound(&a, 2), s(7200));
+    }
+
+    #[test]
+    fn a_redis_server_across_hosts_listens_on_the_address_the_network_names() {
+        let lo = Ipv4Addr::LOCALHOST;
+        assert_eq!(listen_ip(Some("127.0.0.0/8")), Ok(lo));
+        assert_eq!(listen_ip(Some("lo")), Ok(lo));
+        for (d, says) in [
+            (None, "give the ranks' network with -d"),
+            (Some("198.51.100.0/24"), "no IPv4 address of this host is in"),
+            (Some("10.0.0.0/x"), "is not a network"),
+            (Some("no-such-if0"), "no IPv4 address of this host is in"),
+        ] {
+            let e = listen_ip(d).unwrap_err();
+            assert!(e.contains(says), "{d:?}: {e}");
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! by `fabkit dht` so both are measured on the same machine in the same run.
 //!
 //! Each rank starts one [`Server`]: a `redis-server` of its own on a free
-//! loopback port, persistence off, every file it writes in a private
+//! port of loopback (ranks on one host) or of its address in the ranks'
+//! network (ranks on several hosts or namespaces), persistence off, every file it writes in a private
 //! directory that is removed when the server is dropped. The benchmark
 //! shards its keys over the servers with the DHT's own placement (client-side
 //! sharding, as a client-sharded Redis cluster does), and each rank drives
@@ -10,7 +11,7 @@
 //! of the DHT's depth becoming one `MGET` or `MSET` per server, all sent
 //! before any reply is read so the servers work in parallel.
 //!
-//! Errors name the server (`redis-server on 127.0.0.1:PORT (pid N)`) and the
+//! Errors name the server (`redis-server on ADDRESS:PORT (pid N)`) and the
 //! operation; a server that dies, resets the connection or stays silent
 //! past the timeout is an error, never a panic or a hang. When
 //! `redis-server` is not installed, [`Server::start`] fails with
@@ -21,7 +22,7 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
 use std::io::{self, Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -93,14 +94,14 @@ fn find_program(path: &OsStr, name: &str) -> Option<PathBuf> {
 #[derive(Debug)]
 pub struct Server {
     child: Child,
-    port: u16,
+    addr: SocketAddrV4,
     // Removed when the fields drop, which is after `Drop for Server` has
     // stopped the process that writes into it.
     dir: PrivateDir,
 }
 
 impl Server {
-    /// Starts redis-server on 127.0.0.1 at a free port, with no persistence
+    /// Starts redis-server on `ip` at a free port, with no persistence
     /// and every file in a private directory, and waits (at most `timeout`
     /// in all, with short naps) until it answers PING.
     ///
@@ -108,14 +109,19 @@ impl Server {
     /// a few times. Errors: [`NotInstalled`] when redis-server is not on
     /// `PATH`; otherwise one naming the port, the exit status and the last
     /// lines of the server's log.
-    pub fn start(timeout: Duration) -> Result<Server> {
+    pub fn start(ip: Ipv4Addr, timeout: Duration) -> Result<Server> {
         let program = available().ok_or(NotInstalled)?;
-        start_with(&program, timeout, free_port)
+        start_with(&program, ip, timeout, || free_port(ip))
     }
 
-    /// The loopback port the server listens on.
+    /// The port the server listens on.
     pub fn port(&self) -> u16 {
-        self.port
+        self.addr.port()
+    }
+
+    /// The address and port the server listens on.
+    pub fn addr(&self) -> SocketAddrV4 {
+        self.addr
     }
 
     /// The server's process id.
@@ -181,10 +187,10 @@ impl Server {
         }
     }
 
-    /// "redis-server on 127.0.0.1:PORT (pid N)", the prefix of every error
+    /// "redis-server on ADDRESS:PORT (pid N)", the prefix of every error
     /// about this server.
     fn who(&self) -> String {
-        who(self.port, Some(self.pid()))
+        who(self.addr, Some(self.pid()))
     }
 
     /// The error for a server that exited with `status`.
@@ -230,7 +236,7 @@ impl Server {
             // so that a listener of another process, which takes the
             // connection but never answers, costs little before our server
             // is seen to have exited.
-            match ping(self.port, left.min(PING_WAIT)) {
+            match ping(self.addr, left.min(PING_WAIT)) {
                 // The server that answered is ours unless ours has exited
                 // (another redis took the port in the moment between our
                 // choosing it and our server binding it).
@@ -284,6 +290,7 @@ enum StartFailure {
 /// test can hand it a port that is taken.
 fn start_with(
     program: &Path,
+    ip: Ipv4Addr,
     timeout: Duration,
     mut next_port: impl FnMut() -> Result<u16>,
 ) -> Result<Server> {
@@ -295,8 +302,9 @@ fn start_with(
     let mut taken: Vec<u16> = Vec::new();
     let mut last = None;
     for _ in 0..PORT_TRIES {
-        let port = next_port().context("finding a free loopback port for redis-server")?;
-        let mut server = spawn(program, port)?;
+        let port =
+            next_port().with_context(|| format!("finding a free port of {ip} for redis-server"))?;
+        let mut server = spawn(program, SocketAddrV4::new(ip, port))?;
         match server.wait_ready(deadline, timeout) {
             Ok(()) => return Ok(server),
             // The failed server has exited; dropping it removes its directory.
@@ -312,29 +320,37 @@ fn start_with(
     let ports: Vec<String> = taken.iter().map(|p| p.to_string()).collect();
     let last = last.map_or_else(String::new, |e| format!("; the last {e:#}"));
     Err(anyhow!(
-        "starting redis-server: {PORT_TRIES} tries, and another process bound the port first each time (127.0.0.1 port {}){last}",
+        "starting redis-server: {PORT_TRIES} tries, and another process bound the port first each time ({ip} port {}){last}",
         ports.join(", ")
     ))
 }
 
-/// A loopback port that was free a moment ago: the kernel picks it for a
+/// A port of `ip` that was free a moment ago: the kernel picks it for a
 /// listener that is closed again at once. Another process may take it
 /// before the server binds it; [`start_with`] retries then.
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+fn free_port(ip: Ipv4Addr) -> Result<u16> {
+    let listener = TcpListener::bind((ip, 0))?;
     Ok(listener.local_addr()?.port())
 }
 
-/// Starts redis-server on `port` in a new private directory, without
+/// Starts redis-server on `addr` in a new private directory, without
 /// waiting for it.
-fn spawn(program: &Path, port: u16) -> Result<Server> {
+fn spawn(program: &Path, addr: SocketAddrV4) -> Result<Server> {
     let dir = PrivateDir::create()?;
     let stdio = fs::File::create(dir.path.join("stdio.log"))
         .with_context(|| format!("creating {}/stdio.log", dir.path.display()))?;
     let mut cmd = Command::new(program);
     cmd.arg("--port")
-        .arg(port.to_string())
-        .args(["--bind", "127.0.0.1"])
+        .arg(addr.port().to_string())
+        .arg("--bind")
+        .arg(addr.ip().to_string())
+        // Without a password, protected mode refuses every client that is
+        // not on loopback: the other ranks' hosts are what this server is
+        // for when it listens elsewhere (for the run, in the ranks' network).
+        .args([
+            "--protected-mode",
+            if addr.ip().is_loopback() { "yes" } else { "no" },
+        ])
         // No persistence: nothing is saved, on shutdown either.
         .args(["--save", ""])
         .args(["--appendonly", "no"])
@@ -383,19 +399,19 @@ fn spawn(program: &Path, port: u16) -> Result<Server> {
     }
     let child = cmd.spawn().with_context(|| {
         format!(
-            "starting {} on 127.0.0.1:{port} (in {})",
+            "starting {} on {addr} (in {})",
             program.display(),
             dir.path.display()
         )
     })?;
-    Ok(Server { child, port, dir })
+    Ok(Server { child, addr, dir })
 }
 
-/// Asks the server on `port` for PING over a connection of its own;
+/// Asks the server on `addr` for PING over a connection of its own;
 /// `Ok` on `+PONG`. Every step is bounded by `wait`.
-fn ping(port: u16, wait: Duration) -> io::Result<()> {
+fn ping(addr: SocketAddrV4, wait: Duration) -> io::Result<()> {
     let wait = wait.max(Duration::from_millis(1));
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let addr = SocketAddr::V4(addr);
     let mut s = TcpStream::connect_timeout(&addr, wait)?;
     s.set_read_timeout(Some(wait))?;
     s.set_write_timeout(Some(wait))?;
@@ -585,10 +601,10 @@ fn stat_cpu_ticks(stat: &str) -> Result<u64> {
 }
 
 /// The name every error about a server starts with.
-fn who(port: u16, pid: Option<u32>) -> String {
+fn who(addr: SocketAddrV4, pid: Option<u32>) -> String {
     match pid {
-        Some(pid) => format!("redis-server on 127.0.0.1:{port} (pid {pid})"),
-        None => format!("redis-server on 127.0.0.1:{port} (pid unknown)"),
+        Some(pid) => format!("redis-server on {addr} (pid {pid})"),
+        None => format!("redis-server on {addr} (pid unknown)"),
     }
 }
 
@@ -608,7 +624,7 @@ pub struct Client {
 
 /// One server's connection and the buffers of the batch in flight.
 struct Conn {
-    port: u16,
+    addr: SocketAddrV4,
     /// From `INFO server` at connect, to name the server in errors.
     pid: Option<u32>,
     con: redis::Connection,
@@ -637,7 +653,7 @@ impl fmt::Debug for Client {
                 &self
                     .conns
                     .iter()
-                    .map(|c| (c.port, c.pid))
+                    .map(|c| (c.addr, c.pid))
                     .collect::<Vec<_>>(),
             )
             .field("timeout", &self.timeout)
@@ -649,7 +665,7 @@ impl fmt::Debug for Client {
 
 impl Conn {
     fn who(&self) -> String {
-        who(self.port, self.pid)
+        who(self.addr, self.pid)
     }
 
     /// The error for a failed request `op` to this server. A transport
@@ -689,21 +705,21 @@ impl Conn {
 }
 
 impl Client {
-    /// Connects to the servers on `ports` (127.0.0.1), in that order: a
-    /// batch's server `s` is `ports[s]`. `timeout` bounds the connect and,
-    /// as read and write timeout, every later request on every connection.
-    pub fn connect(ports: &[u16], timeout: Duration) -> Result<Client> {
-        ensure!(!ports.is_empty(), "connecting to redis: no servers given");
+    /// Connects to the servers at `addrs`, in that order: a batch's server
+    /// `s` is `addrs[s]`. `timeout` bounds the connect and, as read and
+    /// write timeout, every later request on every connection.
+    pub fn connect(addrs: &[SocketAddrV4], timeout: Duration) -> Result<Client> {
+        ensure!(!addrs.is_empty(), "connecting to redis: no servers given");
         // A zero timeout would mean "none" to the socket: refuse it.
         ensure!(
             !timeout.is_zero(),
             "connecting to redis: the timeout must be more than zero"
         );
-        let mut conns = Vec::with_capacity(ports.len());
-        for &port in ports {
+        let mut conns = Vec::with_capacity(addrs.len());
+        for &addr in addrs {
             conns.push(
-                connect_one(port, timeout)
-                    .with_context(|| format!("{}: connecting", who(port, None)))?,
+                connect_one(addr, timeout)
+                    .with_context(|| format!("{}: connecting", who(addr, None)))?,
             );
         }
         Ok(Client {
@@ -946,8 +962,8 @@ impl Client {
 /// wait for the previous one's ACK), no CLIENT SETINFO (redis 7.0 does not
 /// know it), read and write timeouts set (the crate clears them after
 /// connecting), and the server's pid asked for, to name it in errors.
-fn connect_one(port: u16, timeout: Duration) -> Result<Conn> {
-    let info = redis::ConnectionAddr::Tcp(Ipv4Addr::LOCALHOST.to_string(), port)
+fn connect_one(addr: SocketAddrV4, timeout: Duration) -> Result<Conn> {
+    let info = redis::ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
         .into_connection_info()?
         .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
         .set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name());
@@ -960,7 +976,7 @@ fn connect_one(port: u16, timeout: Duration) -> Result<Conn> {
         _ => None,
     };
     Ok(Conn {
-        port,
+        addr,
         pid,
         con,
         cmd: redis::Cmd::new(),
@@ -1109,10 +1125,10 @@ mod tests {
         if installed().is_none() {
             return;
         }
-        let a = Server::start(TIMEOUT).unwrap();
-        let b = Server::start(TIMEOUT).unwrap();
+        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
+        let b = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
         assert_ne!(a.port(), b.port());
-        let mut client = Client::connect(&[a.port(), b.port()], TIMEOUT).unwrap();
+        let mut client = Client::connect(&[a.addr(), b.addr()], TIMEOUT).unwrap();
 
         let (n, vlen) = (10, 104);
         let keys: Vec<Vec<u8>> = (0..n).map(key).collect();
@@ -1156,7 +1172,7 @@ mod tests {
         assert!(after.1 - before.1 >= (n * vlen) as u64);
 
         // Each key went to its own server only.
-        let mut only_a = Client::connect(&[a.port()], TIMEOUT).unwrap();
+        let mut only_a = Client::connect(&[a.addr()], TIMEOUT).unwrap();
         assert_eq!(only_a.dbsize().unwrap(), n as u64 / 2);
 
         // A batch of one takes the same path.
@@ -1190,9 +1206,9 @@ mod tests {
             return;
         }
         let timeout = Duration::from_secs(2);
-        let a = Server::start(timeout).unwrap();
-        let mut b = Server::start(timeout).unwrap();
-        let mut client = Client::connect(&[a.port(), b.port()], timeout).unwrap();
+        let a = Server::start(Ipv4Addr::LOCALHOST, timeout).unwrap();
+        let mut b = Server::start(Ipv4Addr::LOCALHOST, timeout).unwrap();
+        let mut client = Client::connect(&[a.addr(), b.addr()], timeout).unwrap();
         let keys: [&[u8]; 2] = [b"k0", b"k1"];
         client.write_batch(&[0, 1], &keys, &[b"v0", b"v1"]).unwrap();
 
@@ -1235,8 +1251,8 @@ mod tests {
             return;
         }
         let timeout = Duration::from_millis(300);
-        let mut s = Server::start(TIMEOUT).unwrap();
-        let mut client = Client::connect(&[s.port()], timeout).unwrap();
+        let mut s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
+        let mut client = Client::connect(&[s.addr()], timeout).unwrap();
         let pid = s.pid() as libc::pid_t;
         // SAFETY: kill(2) touches no memory; the child is not reaped, so
         // the pid still names it.
@@ -1273,7 +1289,7 @@ mod tests {
         if installed().is_none() {
             return;
         }
-        let mut s = Server::start(TIMEOUT).unwrap();
+        let mut s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
         s.check_alive().unwrap();
         let (pid, dir) = (s.pid(), s.dir.path.clone());
         assert!(dir.join("redis.log").exists());
@@ -1290,7 +1306,7 @@ mod tests {
         // The server is leaked by its thread (no Drop runs), as if fabkit
         // had been killed: the kernel's death signal must end it.
         let (pid, dir) = std::thread::spawn(|| {
-            let s = Server::start(TIMEOUT).unwrap();
+            let s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
             let got = (s.pid(), s.dir.path.clone());
             std::mem::forget(s);
             got
@@ -1322,21 +1338,22 @@ mod tests {
         let held = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let taken = held.local_addr().unwrap().port();
         let mut tries = 0;
-        let s = start_with(&program, TIMEOUT, || {
+        let lo = Ipv4Addr::LOCALHOST;
+        let s = start_with(&program, lo, TIMEOUT, || {
             tries += 1;
             if tries == 1 {
                 Ok(taken)
             } else {
-                free_port()
+                free_port(lo)
             }
         })
         .unwrap();
         assert_eq!(tries, 2);
         assert_ne!(s.port(), taken);
-        ping(s.port(), TIMEOUT).unwrap();
+        ping(s.addr(), TIMEOUT).unwrap();
 
         // Only taken ports: one error naming them, after a few tries.
-        let err = start_with(&program, TIMEOUT, || Ok(taken)).unwrap_err();
+        let err = start_with(&program, lo, TIMEOUT, || Ok(taken)).unwrap_err();
         let msg = format!("{err:#}");
         assert!(msg.contains(&format!("127.0.0.1 port {taken})")), "{msg}");
         assert!(msg.contains(&format!("127.0.0.1:{taken}")), "{msg}");
@@ -1349,9 +1366,9 @@ mod tests {
         if installed().is_none() {
             return;
         }
-        let a = Server::start(TIMEOUT).unwrap();
-        let b = Server::start(TIMEOUT).unwrap();
-        let mut client = Client::connect(&[a.port(), b.port()], TIMEOUT).unwrap();
+        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
+        let b = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
+        let mut client = Client::connect(&[a.addr(), b.addr()], TIMEOUT).unwrap();
         let keys: [&[u8]; 2] = [b"short", b"right"];
         client
             .write_batch(&[0, 1], &keys, &[b"123", b"12345678"])
@@ -1381,8 +1398,8 @@ mod tests {
         if installed().is_none() {
             return;
         }
-        let a = Server::start(TIMEOUT).unwrap();
-        let mut client = Client::connect(&[a.port()], TIMEOUT).unwrap();
+        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
+        let mut client = Client::connect(&[a.addr()], TIMEOUT).unwrap();
         let mut out = [0u8; 4];
         let mut found = [false];
         // A server index past the end, and buffers of the wrong size.
