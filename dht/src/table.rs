@@ -778,11 +778,12 @@ impl<T: Transport> Dht<T> {
                 });
             }
             let lanes = &mut lanes[..used];
+            let parts = &mut parts[..used];
             match self.cfg.variant {
-                Variant::Lockfree => self.drive(parts.map(|r| r.map(Lockfree::new)), lanes)?,
-                Variant::Fine => self.drive(parts.map(|r| r.map(Fine::new)), lanes)?,
-                Variant::Coarse => self.drive(parts.map(|r| r.map(Coarse::new)), lanes)?,
-                Variant::Chunked => self.drive(parts.map(|r| r.map(Chunked::new)), lanes)?,
+                Variant::Lockfree => self.drive_parts(parts, Lockfree::new, lanes)?,
+                Variant::Fine => self.drive_parts(parts, Fine::new, lanes)?,
+                Variant::Coarse => self.drive_parts(parts, Coarse::new, lanes)?,
+                Variant::Chunked => self.drive_parts(parts, Chunked::new, lanes)?,
             }
         }
         if let Some(i) = out.iter().position(|o| *o == Outcome::Pending) {
@@ -795,29 +796,43 @@ impl<T: Transport> Dht<T> {
         Ok(())
     }
 
+    /// Makes a machine of each part (`make`) and drives them, one per
+    /// lane. One part, the common case, is driven where it is made: the
+    /// machines are moved nowhere (a run's machine is hundreds of bytes,
+    /// and moving several per operation showed in the profile).
+    fn drive_parts<'r, M: Machine>(
+        &self,
+        parts: &mut [Option<Run<'r>>],
+        make: fn(Run<'r>) -> M,
+        lanes: &mut [LaneWork<T::Lane>],
+    ) -> Result<()> {
+        let take = |p: &mut Option<Run<'r>>| make(p.take().expect("a run per lane"));
+        if let [one] = parts {
+            return self.drive(std::slice::from_mut(&mut take(one)), lanes);
+        }
+        let mut ms: Vec<M> = parts.iter_mut().map(take).collect();
+        self.drive(&mut ms, lanes)
+    }
+
     /// The driver: posts what each machine plans on its lane, feeds back
     /// completions or the error with the time, until every machine is done.
     /// While some batches are in flight it completes one that is ready, or
     /// else waits for the oldest; a machine that asks to wait before its
     /// next batch waits alone, while the others go on. Machine `i` of
     /// `ms` runs on `lanes[i]` (one per machine).
-    fn drive<M: Machine>(
-        &self,
-        mut ms: [Option<M>; MAX_DEPTH],
-        lanes: &mut [LaneWork<T::Lane>],
-    ) -> Result<()> {
-        let k = lanes.len();
+    fn drive<M: Machine>(&self, ms: &mut [M], lanes: &mut [LaneWork<T::Lane>]) -> Result<()> {
+        let k = ms.len();
+        debug_assert_eq!(k, lanes.len());
         let mut c = Tally::default();
         let mut at = [At::Done; MAX_DEPTH];
         let now = self.clock.now();
         for i in 0..k {
-            let m = ms[i].as_mut().expect("a machine per lane");
-            at[i] = At::Plan(m.start(&mut lanes[i].batch, now));
+            at[i] = At::Plan(ms[i].start(&mut lanes[i].batch, now));
         }
         let mut posted = 0u64;
         loop {
             for i in 0..k {
-                let m = ms[i].as_mut().expect("a machine per lane");
+                let m = &mut ms[i];
                 while let At::Plan(step) = at[i] {
                     at[i] = self.step(m, &mut lanes[i], step, &mut c, &mut posted);
                 }
@@ -827,8 +842,7 @@ impl<T: Transport> Dht<T> {
                 let now = self.clock.now();
                 for i in 0..k {
                     if matches!(at[i], At::Paused(t) if t <= now) {
-                        let m = ms[i].as_mut().expect("a machine per lane");
-                        at[i] = self.post(m, &mut lanes[i], &mut c, &mut posted);
+                        at[i] = self.post(&mut ms[i], &mut lanes[i], &mut c, &mut posted);
                     }
                 }
                 if at[..k].iter().any(|a| matches!(a, At::Plan(_))) {
@@ -852,8 +866,7 @@ impl<T: Transport> Dht<T> {
                 None
             };
             if let Some(i) = ready.or(oldest.map(|(i, _)| i)) {
-                let m = ms[i].as_mut().expect("a machine per lane");
-                at[i] = At::Plan(self.complete(m, &mut lanes[i]));
+                at[i] = At::Plan(self.complete(&mut ms[i], &mut lanes[i]));
                 continue;
             }
             // Nothing in flight: wait for the first paused machine, if any.
@@ -870,8 +883,7 @@ impl<T: Transport> Dht<T> {
             if until > now {
                 self.clock.pause(until - now);
             }
-            let m = ms[i].as_mut().expect("a machine per lane");
-            at[i] = self.post(m, &mut lanes[i], &mut c, &mut posted);
+            at[i] = self.post(&mut ms[i], &mut lanes[i], &mut c, &mut posted);
         }
         let mut st = Stats {
             remote_ops: c.remote_ops,
@@ -881,7 +893,7 @@ impl<T: Transport> Dht<T> {
         };
         c.aimed.add_to(&mut st);
         let mut first = Ok(());
-        for m in ms.iter_mut().flatten() {
+        for m in ms.iter_mut() {
             let r = m.finish(&mut st);
             if first.is_ok() {
                 first = r;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One lever of the DHT's speed work, measured as A/B rounds: two fabkit
 # binaries (BEFORE and AFTER the change) run the same command back to back,
-# alternating, ROUNDS times (this machine's speed drifts by 2x within an
-# hour, so only ratios within a round mean anything). Writes each run's
+# alternating, ROUNDS times, the one that goes first swapped every round
+# (this machine's speed drifts by 2x within an hour, so only ratios within
+# a round mean anything). Writes each run's
 # JSON (with its binary's commit in meta) and NAME.md, the table of
 # per-round ratios.
 #
@@ -20,7 +21,9 @@ before=${BEFORE:?BEFORE is the fabkit binary without the change}
 after=${AFTER:?AFTER is the fabkit binary with it}
 [ $# -gt 0 ] || { echo "usage: BEFORE=.. AFTER=.. NAME=.. $0 FABKIT-ARGS..." >&2; exit 2; }
 for r in $(seq 1 "$rounds"); do
-  for side in before after; do
+  order="before after"
+  [ $((r % 2)) -eq 0 ] && order="after before"
+  for side in $order; do
     bin=$before
     [ "$side" = after ] && bin=$after
     "$bin" "$@" --json "$out/$name-$side-r$r.json" > /dev/null
