@@ -286,6 +286,33 @@ pub fn theta(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// A rate, count or core count of `model`: a finite number above 0, at
+/// most 10^15 (a packet rate of a thousand NICs is far below).
+pub fn positive_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number: give one such as 15e6"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 1e15) {
+        return Err(format!(
+            "`{s}` is out of range: give a number above 0, at most 1e15"
+        ));
+    }
+    Ok(v)
+}
+
+/// CPU time per transfer of `model --xfer-ns`: 0 to 10^9 ns.
+pub fn cpu_ns(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number: give nanoseconds such as 200"))?;
+    if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
+        return Err(format!("`{s}` is out of range: give 0 to 1e9 ns"));
+    }
+    Ok(v)
+}
+
 /// The zipfian key range of the paper's workload (`dht --zipf-range`).
 pub fn zipf_range(s: &str) -> Result<u64, String> {
     within(s, 1, 1 << 40, "--zipf-range", " keys")

@@ -10,6 +10,7 @@ mod dhtbench;
 mod hist;
 mod info;
 mod launch;
+mod model;
 #[cfg(feature = "mpi")]
 mod mpiperf;
 mod perf;
@@ -90,6 +91,12 @@ enum Cmd {
     /// latency percentiles, CPU time and bytes moved per operation, the
     /// DHT's counters, and the hot-key check.
     Dht(dhtbench::DhtArgs),
+    /// Predict the DHT's throughput on a fabric from what the fabric does
+    /// (`fabkit perf -b --json` files, or a NIC's packet rate) and what
+    /// the DHT costs the host (a `fabkit dht --json` run on one node), per
+    /// variant, workload and phase: the fabric's limit, the cores' limit,
+    /// and which binds; beside a measured run if one is given.
+    Model(model::ModelArgs),
     /// The embedded default job: `info`, `check` with 4 in-process ranks on
     /// every provider here that offers RMA and atomics, then a short DHT
     /// benchmark (every variant, the paper's workload and YCSB A, Redis
@@ -263,6 +270,7 @@ fn keep_stdout_for_data(cmd: &Cmd) -> Result<()> {
         #[cfg(feature = "mpi")]
         Cmd::MpiPerf(a) => (is_dash(&a.sweep.json), is_dash(&a.sweep.csv)),
         Cmd::Dht(a) => (is_dash(&a.json), is_dash(&a.csv)),
+        Cmd::Model(a) => (is_dash(&a.json), false),
         _ => (false, false),
     };
     bounds::ensure_usage!(
@@ -288,6 +296,28 @@ fn keep_stdout_for_data(cmd: &Cmd) -> Result<()> {
     }
     let _ = DATA_OUT.set(std::fs::File::from(data));
     Ok(())
+}
+
+fn run_model(args: &model::ModelArgs) -> Result<bool> {
+    let rows = model::run(args)?;
+    model::print(&rows);
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "meta": {
+                "command": std::env::args().collect::<Vec<_>>().join(" "),
+                "commit": option_env!("FABKIT_COMMIT").unwrap_or("unknown"),
+                "host": fabkit_core::bootstrap::hostname(),
+                "machine": machine(),
+                "ops": args.ops,
+                "perf": args.perf,
+                "pps": args.pps,
+                "measured": args.measured,
+            },
+            "rows": rows,
+        });
+        write_out(path, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
+    }
+    Ok(true)
 }
 
 fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
@@ -677,6 +707,7 @@ fn main() -> ExitCode {
         Cmd::Perf(args) => run_perf(args),
         Cmd::Plot(args) => plot::run(args).map(|()| true),
         Cmd::Dht(args) => run_dht(args),
+        Cmd::Model(args) => run_model(args),
         Cmd::Launch {
             netns,
             ranks,

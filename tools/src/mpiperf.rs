@@ -303,6 +303,7 @@ fn run(
         window: w,
         latency: if origin { latency } else { Hist::new() },
         ordering: None,
+        cpu: None,
     })
 }
 

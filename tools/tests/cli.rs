@@ -964,6 +964,142 @@ fn dht_under_a_memory_limit_refuses_or_fails_in_one_line_and_leaves_nothing() {
     }
 }
 
+#[test]
+fn model_predicts_from_perf_files_and_a_one_node_run_and_refuses_what_would_fit_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+    let (w, r, ops, over) = (p("w.json"), p("r.json"), p("ops.json"), p("over.json"));
+    for (file, op) in [
+        (&w, ["-o", "write", "--completion", "delivery"]),
+        (&r, ["-o", "read", "--warmup", "10"]),
+    ] {
+        let out = run(fabkit()
+            .args(["perf", "-p", "shm", "-b", "--sizes", "192", "-n", "2000"])
+            .args(op)
+            .args(["--json", file]));
+        assert!(out.status.success(), "{}", stdout(&out));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        let cpu = v["points"][0]["cpu_ns_per_xfer"].as_f64().unwrap();
+        assert!(cpu > 0.0 && cpu.is_finite(), "{v:#}");
+    }
+    // The one-node run (every rank mapped, no fabric) and one over the
+    // shm provider, to compare with and never to predict from.
+    let dht = [
+        "dht",
+        "-n",
+        "2",
+        "-v",
+        "lockfree",
+        "-k",
+        "300",
+        "--no-redis",
+    ];
+    for (file, how) in [
+        (&ops, &["-p", "shm", "--shm"][..]),
+        (&over, &["-p", "shm"][..]),
+    ] {
+        let out = run(fabkit().args(dht).args(how).args(["--json", file]));
+        assert!(out.status.success(), "{}", stdout(&out));
+    }
+    let json = p("model.json");
+    let out = run(fabkit().args([
+        "model",
+        "--ops",
+        &ops,
+        "--perf",
+        &w,
+        "--perf",
+        &r,
+        "--cores",
+        "2",
+        "--measured",
+        &over,
+        "--json",
+        &json,
+    ]));
+    assert!(out.status.success(), "{}", stdout(&out));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&ops).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{v:#}");
+    for row in rows {
+        let f = |k: &str| row[k].as_f64().unwrap();
+        // The op mix is the one-node run's, per operation.
+        let src = o["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["phase"] == row["phase"])
+            .unwrap();
+        let c = &src["counters"];
+        let ops_n = c["remote_ops"].as_f64().unwrap() / c["remote_ops_per_op"].as_f64().unwrap();
+        let reads = c["cross_reads"].as_f64().unwrap() / ops_n;
+        assert!(
+            (row["cross"][0].as_f64().unwrap() - reads).abs() < 1e-9,
+            "{row:#}"
+        );
+        assert_eq!(
+            f("host_ns"),
+            src["cpu_ns_per_op"].as_f64().unwrap(),
+            "{row:#}"
+        );
+        // The lower limit is the prediction, and says so.
+        let (fab, cpu) = (f("fabric_limit"), f("cpu_limit"));
+        assert!(fab > 0.0 && cpu > 0.0, "{row:#}");
+        assert_eq!(f("ops_per_sec"), fab.min(cpu), "{row:#}");
+        assert_eq!(
+            row["binds"],
+            if fab <= cpu { "fabric" } else { "cpu" },
+            "{row:#}"
+        );
+        let m = f("measured");
+        assert!((f("ratio") - f("ops_per_sec") / m).abs() < 1e-9, "{row:#}");
+    }
+    // A NIC of 15 Mpps, 2 packets per operation: every kind at 7.5 M/s.
+    let out = run(fabkit().args(["model", "--ops", &ops, "--pps", "15e6", "--json", "-"]));
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for row in v["rows"].as_array().unwrap() {
+        let n: f64 = row["cross"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .sum();
+        let k = 1.0 + row["itself"].as_f64().unwrap() / n;
+        let want = 7.5e6 / (k * n);
+        assert!(
+            (row["fabric_limit"].as_f64().unwrap() - want).abs() < 1e-3,
+            "{row:#}"
+        );
+    }
+    // Refused, in one line, exit 2: what would fit the model to a DHT run
+    // on a fabric, no fabric or two, rates out of range, a missing file.
+    for (args, needle) in [
+        (vec!["--ops", &over, "--perf", &w], "without a fabric"),
+        (vec!["--ops", &ops], "give the fabric"),
+        (
+            vec!["--ops", &ops, "--perf", &w, "--pps", "1e6"],
+            "give one of them",
+        ),
+        (vec!["--ops", &ops, "--pps", "0"], "out of range"),
+        (vec!["--ops", &ops, "--pps", "1e300"], "out of range"),
+        (
+            vec!["--ops", &ops, "--pps", "1e6", "--xfer-ns", "-1"],
+            "out of range",
+        ),
+        (
+            vec!["--ops", "/nonexistent.json", "--pps", "1e6"],
+            "nonexistent.json",
+        ),
+        (vec!["--ops", &w, "--pps", "1e6"], "no \"runs\""),
+    ] {
+        let mut all = vec!["model"];
+        all.extend(args);
+        assert_refused(&all, 2, needle);
+    }
+}
+
 /// Runs fabkit with `args` under coreutils' `timeout`, so a hang fails the
 /// test (status 124) instead of stalling CI.
 fn run_bounded(args: &[&str], secs: u32) -> Output {
@@ -1103,6 +1239,10 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         (&["dht", "--buckets", U64_MAX], "--buckets must be at most"),
         (&["dht", "--keys", "0"], "--keys must be at least 1"),
         (&["dht", "--batch", "0"], "--batch must be at least 1"),
+        (&["dht", "--depth", "0"], "--depth must be at least 1"),
+        (&["dht", "--depth", U64_MAX], "--depth must be at most 8"),
+        (&["model", "--ops", "x", "--cores", "nan"], "is out of range"),
+        (&["model", "--ops", "x", "--packets", "-2"], "is out of range"),
         (
             &["dht", "--hot-rounds", U64_MAX],
             "--hot-rounds must be at most",

@@ -34,6 +34,10 @@ pub struct Rate {
     pub per_sec: f64,
     /// Transfer size of the point it was measured at.
     pub bytes: u64,
+    /// Busy CPU of the job per transfer at that point, ns (none in files
+    /// of older fabkit).
+    #[serde(default)]
+    pub cpu_ns: Option<f64>,
 }
 
 /// The fabric's measured rates, every usable point of each kind.
@@ -149,7 +153,14 @@ pub fn load(files: &[PathBuf], provider: &str, variants: &[Variant]) -> Result<R
                 )));
             };
             used += 1;
-            let rate = Rate { per_sec, bytes };
+            let cpu_ns = p["cpu_ns_per_xfer"]
+                .as_f64()
+                .filter(|c| c.is_finite() && *c >= 0.0);
+            let rate = Rate {
+                per_sec,
+                bytes,
+                cpu_ns,
+            };
             match kind {
                 Kind::Read => rates.reads.push(rate),
                 Kind::Write => rates.writes.push(rate),
@@ -230,10 +241,12 @@ pub fn variant_named(name: &str) -> Option<Variant> {
 
 /// The rate of the point nearest `bytes`.
 fn nearest(points: &[Rate], bytes: usize) -> Option<f64> {
-    points
-        .iter()
-        .min_by_key(|r| r.bytes.abs_diff(bytes as u64))
-        .map(|r| r.per_sec)
+    nearest_point(points, bytes).map(|r| r.per_sec)
+}
+
+/// The point nearest `bytes`.
+pub fn nearest_point(points: &[Rate], bytes: usize) -> Option<&Rate> {
+    points.iter().min_by_key(|r| r.bytes.abs_diff(bytes as u64))
 }
 
 /// The bound of a run at `ops_per_sec` whose `ops` operations sent the
@@ -286,7 +299,11 @@ mod tests {
     use super::*;
 
     fn rate(per_sec: f64, bytes: u64) -> Rate {
-        Rate { per_sec, bytes }
+        Rate {
+            per_sec,
+            bytes,
+            cpu_ns: None,
+        }
     }
 
     #[test]

@@ -767,7 +767,10 @@ mod tests {
         assert_eq!(listen_ip(Some("lo")), Ok(lo));
         for (d, says) in [
             (None, "give the ranks' network with -d"),
-            (Some("198.51.100.0/24"), "no IPv4 address of this host is in"),
+            (
+                Some("198.51.100.0/24"),
+                "no IPv4 address of this host is in",
+            ),
             (Some("10.0.0.0/x"), "is not a network"),
             (Some("no-such-if0"), "no IPv4 address of this host is in"),
         ] {

@@ -56,6 +56,25 @@ pub struct Point {
     /// visible (see `fabkit info`, column order). None from `mpi-perf`.
     #[serde(default)]
     pub ordering: Option<OrderingStats>,
+    /// Busy CPU time (user and system) of every rank's process per
+    /// transfer, ns: every process of the job over the size's pass, its
+    /// warm-up included, over the transfers the pass made. What a
+    /// transfer costs the hosts, the target's work included when both
+    /// ranks initiate (`-b`). None from `mpi-perf` and from older files.
+    #[serde(default)]
+    pub cpu_ns_per_xfer: Option<f64>,
+}
+
+/// A rank process's busy CPU over one size's pass.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cpu {
+    /// Busy CPU time of the whole process over the pass, ns.
+    pub ns: u64,
+    /// Transfers the rank made in it, warm-up included.
+    pub xfers: u64,
+    /// Host and process id: ranks that are threads of one process share
+    /// its CPU time, counted once.
+    pub process: String,
 }
 
 /// One rank's measurement of one size, summed over its threads.
@@ -75,6 +94,9 @@ pub struct Raw {
     /// its endpoints (None from `mpi-perf`).
     #[serde(default)]
     pub ordering: Option<OrderingStats>,
+    /// This rank's process CPU over the pass (None from `mpi-perf`).
+    #[serde(default)]
+    pub cpu: Option<Cpu>,
 }
 
 /// Message the initiator sends idle ranks while it measures, and when done.
@@ -285,6 +307,7 @@ fn run_thread(
         window: w,
         latency,
         ordering: None,
+        cpu: None,
     })
 }
 
@@ -487,8 +510,20 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         let before = ordering_of(&eps);
         let measured = match role {
             Some(role) => {
+                let cpu0 = crate::dhtbench::phase::process_cpu();
                 let raw = run_threads(&eps, &job, role, iters, a.warmup).map(|mut r| {
                     r.ordering = Some(ordering_of(&eps).since(before));
+                    let warm = a.warmup.saturating_mul(a.threads as u64);
+                    r.cpu = Some(Cpu {
+                        ns: (crate::dhtbench::phase::process_cpu().saturating_sub(cpu0)).as_nanos()
+                            as u64,
+                        xfers: r.iters.saturating_add(warm),
+                        process: format!(
+                            "{}/{}",
+                            fabkit_core::bootstrap::host_id(),
+                            std::process::id()
+                        ),
+                    });
                     r
                 });
                 // The idle ranks are told even after a failure, so that they
@@ -610,6 +645,22 @@ fn wait_for_done(r: &Rank, timeout: Duration) -> Result<()> {
     }
 }
 
+/// Busy CPU per transfer over the initiators' passes: each process's CPU
+/// once (the most any of its ranks saw: in-process ranks share it), over
+/// every transfer. None unless every initiator measured it.
+fn cpu_per_xfer(raws: &[&Raw]) -> Option<f64> {
+    let mut by_process: std::collections::BTreeMap<&str, u64> = Default::default();
+    let mut xfers = 0u64;
+    for r in raws {
+        let c = r.cpu.as_ref()?;
+        let e = by_process.entry(&c.process).or_default();
+        *e = (*e).max(c.ns);
+        xfers = xfers.saturating_add(c.xfers);
+    }
+    let ns: u64 = by_process.values().sum();
+    (xfers > 0).then(|| ns as f64 / xfers as f64)
+}
+
 /// Combines the initiators' raw results into points.
 pub fn combine(a: &SweepArgs, threads: usize, per_rank: &[Vec<Raw>]) -> Vec<Point> {
     // With send, rank 1 responds: only rank 0 (and rank 1 when both ways)
@@ -650,6 +701,7 @@ pub fn combine(a: &SweepArgs, threads: usize, per_rank: &[Vec<Raw>]) -> Vec<Poin
                     .iter()
                     .filter_map(|x| x.ordering)
                     .reduce(OrderingStats::plus),
+                cpu_ns_per_xfer: cpu_per_xfer(&raws),
             }
         })
         .collect()

@@ -204,6 +204,7 @@ mod tests {
             }),
             completion: None,
             ordering: None,
+            cpu_ns_per_xfer: None,
         }
     }
 

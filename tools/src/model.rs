@@ -1,0 +1,514 @@
+//! `fabkit model`: what the DHT would do on a fabric, predicted from what
+//! the fabric does (`fabkit perf` runs, or a NIC's packet rate) and what
+//! the DHT itself costs the host (a run on one node, where no fabric is
+//! involved), never from a DHT run on the fabric predicted: that run is
+//! only compared with (`--measured`).
+//!
+//! For each phase of the one-node run (variant, workload, phase), its
+//! counters give the remote operations one DHT operation sends across (`r`
+//! reads, `w` writes, `a` atomics) and aims at its own rank (`s`), and its
+//! busy CPU per operation the host's own work `h` (planning, checksums,
+//! copies). Two limits, each in operations per second of the job:
+//!
+//! - the fabric: `1 / (k (r/R + w/W + a/A))`, with `R`, `W`, `A` the
+//!   fabric's rates for the kind at the size the variant moves (both
+//!   directions at once; the bound of `fabkit dht --bound`), and `k = 1 +
+//!   s/(r+w+a)` when a rank's operations on itself go through the fabric
+//!   too (the plain path: loop-back), 1 when they are memory accesses
+//!   (`--itself memory`, the same-node path `--shm`);
+//! - the hosts' CPU: `cores / (h + k (r cR + w cW + a cA))`, with `cR`,
+//!   `cW`, `cA` the busy CPU of the job per transfer that perf measured at
+//!   the same points (for a NIC's packet rate, `--xfer-ns`: what posting
+//!   and completing one costs the host).
+//!
+//! The prediction is the lower of the two, and the table says which binds.
+//! The sum of each kind's time assumes they share one resource; a NIC
+//! that runs them side by side does better.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use fabkit_dht::Variant;
+use serde::Serialize;
+
+use crate::bounds::{self, Record};
+use crate::dhtbench::bound::{self, Rate, Rates};
+
+/// `fabkit model`'s arguments.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A `fabkit dht --json` file measured on one node without a fabric
+    /// (`fabkit dht -p shm --shm -n 2`): each fabkit row's counters give
+    /// its operations per DHT operation, and its busy CPU per operation
+    /// the host's own cost.
+    #[arg(long, value_name = "FILE")]
+    pub ops: PathBuf,
+    /// A `fabkit perf -b --json` file of the fabric modelled (repeat:
+    /// delivery-complete writes, reads at the bucket's and the chunk's
+    /// sizes, compare-and-swap): its rates and its CPU per transfer.
+    #[arg(long, value_name = "FILE")]
+    pub perf: Vec<PathBuf>,
+    /// Instead of perf files, a NIC: the operations per second a pair of
+    /// them carries, both directions together, in packets per second
+    /// (seed 004's RoCE NIC: 15e6).
+    #[arg(long, value_name = "PPS", value_parser = bounds::positive_rate)]
+    pub pps: Option<f64>,
+    /// With --pps: packets per RMA operation (request and response, or
+    /// write and acknowledgement).
+    #[arg(long, value_name = "N", default_value = "2", value_parser = bounds::positive_rate)]
+    pub packets: f64,
+    /// With --pps: the host's busy CPU per transfer, ns (posting it and
+    /// reading its completion; the NIC does the rest).
+    #[arg(long, value_name = "NS", default_value = "0", value_parser = bounds::cpu_ns)]
+    pub xfer_ns: f64,
+    /// Where a rank's operations on its own region go: through the
+    /// fabric (the plain path) or to memory (`fabkit dht --shm`).
+    #[arg(long, value_enum, default_value = "fabric")]
+    pub itself: Itself,
+    /// Cores the job's ranks share (default: this machine's).
+    #[arg(long, value_parser = bounds::positive_rate)]
+    pub cores: Option<f64>,
+    /// A `fabkit dht --json` file measured on the fabric modelled: each
+    /// prediction is put beside the row of the same variant, workload and
+    /// phase. Compared with only, never used to predict.
+    #[arg(long, value_name = "FILE")]
+    pub measured: Option<PathBuf>,
+    /// Also write the predictions as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// Where a rank's operations on its own region go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Itself {
+    /// Through the fabric, like the others (loop-back).
+    Fabric,
+    /// Memory accesses (the same-node path).
+    Memory,
+}
+
+/// One phase of the one-node run, as the model reads it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Phase {
+    pub variant: String,
+    pub workload: String,
+    pub phase: String,
+    /// Per DHT operation: reads, writes and atomics across, and
+    /// operations on the rank itself.
+    pub cross: [f64; 3],
+    pub itself: f64,
+    /// The host's own busy CPU per DHT operation, ns.
+    pub host_ns: f64,
+    /// The sizes the variant reads and writes across.
+    pub sizes: (usize, usize),
+    /// Reads added because the one-node run planned for memory: chunked
+    /// fetches the next chunk with each one where a round costs a round
+    /// trip ([`fabkit_dht::Transport::near`] false), one read more per
+    /// operation, aimed like its others.
+    pub ahead: f64,
+}
+
+/// The fabric as the model prices it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fabric {
+    /// Rates and CPU per transfer from perf.
+    Perf(Rates),
+    /// One rate for every kind, and one CPU per transfer.
+    Nic { per_sec: f64, cpu_ns: f64 },
+}
+
+/// A prediction for one phase.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prediction {
+    #[serde(flatten)]
+    pub phase: Phase,
+    /// Operations per second the fabric allows the job.
+    pub fabric_limit: f64,
+    /// Operations per second the hosts' cores allow the job.
+    pub cpu_limit: f64,
+    /// The lower of the two.
+    pub ops_per_sec: f64,
+    /// "fabric" or "cpu".
+    pub binds: &'static str,
+    /// The measured run's row, if one was given and matched.
+    pub measured: Option<f64>,
+    /// Prediction over measurement.
+    pub ratio: Option<f64>,
+}
+
+/// A kind's rate and CPU per transfer at `bytes`: None if the fabric has
+/// no rate for it, or (perf) no CPU was measured at that point.
+fn price(f: &Fabric, kind: usize, bytes: usize) -> Option<(f64, f64)> {
+    match f {
+        Fabric::Nic { per_sec, cpu_ns } => Some((*per_sec, *cpu_ns)),
+        Fabric::Perf(r) => {
+            let p: &Rate = match kind {
+                0 => bound::nearest_point(&r.reads, bytes)?,
+                1 => bound::nearest_point(&r.writes, bytes)?,
+                _ => r.atomic.as_ref()?,
+            };
+            Some((p.per_sec, p.cpu_ns?))
+        }
+    }
+}
+
+/// Predicts `ph` on `fabric` with `cores`: None when the phase sends a
+/// kind the fabric has no price for.
+pub fn predict(ph: &Phase, fabric: &Fabric, itself: Itself, cores: f64) -> Option<Prediction> {
+    let across: f64 = ph.cross.iter().sum();
+    let k = match itself {
+        Itself::Fabric if across > 0.0 => 1.0 + ph.itself / across,
+        _ => 1.0,
+    };
+    let (mut secs, mut cpu) = (0.0, 0.0);
+    for (kind, &n) in ph.cross.iter().enumerate() {
+        if n <= 0.0 {
+            continue;
+        }
+        let bytes = if kind == 1 { ph.sizes.1 } else { ph.sizes.0 };
+        let (rate, cpu_ns) = price(fabric, kind, bytes)?;
+        secs += k * n / rate;
+        cpu += k * n * cpu_ns;
+    }
+    let fabric_limit = if secs > 0.0 {
+        1.0 / secs
+    } else {
+        f64::INFINITY
+    };
+    let host = ph.host_ns + cpu;
+    let cpu_limit = if host > 0.0 {
+        cores * 1e9 / host
+    } else {
+        f64::INFINITY
+    };
+    let (ops_per_sec, binds) = if fabric_limit <= cpu_limit {
+        (fabric_limit, "fabric")
+    } else {
+        (cpu_limit, "cpu")
+    };
+    Some(Prediction {
+        phase: ph.clone(),
+        fabric_limit,
+        cpu_limit,
+        ops_per_sec,
+        binds,
+        measured: None,
+        ratio: None,
+    })
+}
+
+/// Reads a `fabkit dht --json` file: its document, each fabkit row.
+fn dht_rows(path: &PathBuf, flag: &str) -> Result<(serde_json::Value, Vec<serde_json::Value>)> {
+    let bad = |why: String| bounds::usage(format!("{flag} {}: {why}", path.display()));
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("{e}; give a file `fabkit dht --json` wrote")))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        bad(format!(
+            "not JSON ({e}); give a file `fabkit dht --json` wrote"
+        ))
+    })?;
+    let rows: Vec<serde_json::Value> = doc["runs"]
+        .as_array()
+        .ok_or_else(|| bad("no \"runs\": give a file `fabkit dht --json` wrote".into()))?
+        .iter()
+        .filter(|r| r["system"] == "fabkit")
+        .cloned()
+        .collect();
+    if rows.is_empty() {
+        return Err(bad("no fabkit rows".into()));
+    }
+    Ok((doc, rows))
+}
+
+/// The phases of the one-node run in `path`: refused if it ran over a
+/// fabric or MPI (then its CPU per operation holds the fabric's cost, and
+/// the model would be fitted to a DHT run), or lacks the counters.
+pub fn phases(path: &PathBuf) -> Result<Vec<Phase>> {
+    let (_, rows) = dht_rows(path, "--ops")?;
+    let bad = |why: String| bounds::usage(format!("--ops {}: {why}", path.display()));
+    let mut out = Vec::new();
+    for r in rows {
+        let t = r["transport"].as_str().unwrap_or("");
+        // "fabric tcp;ofi_rxm", "shm shortcut + fabric ...", "mpi (osc ...)";
+        // not "shared memory (..., no fabric)" or "local".
+        if t.starts_with("fabric") || t.contains("+ fabric") || t.starts_with("mpi") {
+            return Err(bad(format!(
+                "its DHT ran over `{t}`; give a run on one node without a fabric (fabkit dht -p \
+                 shm --shm -n 2 --json FILE), whose CPU is the DHT's own"
+            )));
+        }
+        let c = &r["counters"];
+        let num = |v: &serde_json::Value| v.as_f64().filter(|x| x.is_finite() && *x >= 0.0);
+        let per_op = num(&c["remote_ops_per_op"]).filter(|x| *x > 0.0);
+        let remote = num(&c["remote_ops"]);
+        let (Some(per_op), Some(remote)) = (per_op, remote) else {
+            continue; // a phase that sent nothing
+        };
+        let ops = remote / per_op;
+        let kinds = ["cross_reads", "cross_writes", "cross_atomics", "self_ops"];
+        let counted: Option<Vec<f64>> = kinds.iter().map(|k| num(&c[*k])).collect();
+        let Some(counted) = counted else {
+            return Err(bad(
+                "a row without cross_reads, cross_writes, cross_atomics and self_ops: rerun it \
+                 with this fabkit"
+                    .into(),
+            ));
+        };
+        let host_ns = num(&r["cpu_ns_per_op"]).unwrap_or(0.0);
+        // Every rank mapped: the shortcut's rounds are memory accesses
+        // (near), a fabric's are not.
+        let near = t.starts_with("shared memory");
+        let variant = r["variant"].as_str().unwrap_or("").to_string();
+        let v: Variant = bound::variant_named(&variant)
+            .ok_or_else(|| bad(format!("a row of variant `{variant}`")))?;
+        let field = |f: &str| {
+            r["record"][f]
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+        };
+        let rec = match (field("key"), field("value")) {
+            (Some(key), Some(value)) => Record { key, value },
+            _ => return Err(bad("a row without its record {key, value}".into())),
+        };
+        let mut cross = [counted[0] / ops, counted[1] / ops, counted[2] / ops];
+        let mut itself = counted[3] / ops;
+        let ahead = if near && v == Variant::Chunked {
+            1.0
+        } else {
+            0.0
+        };
+        let all = cross.iter().sum::<f64>() + itself;
+        if ahead > 0.0 && all > 0.0 {
+            let share = cross.iter().sum::<f64>() / all;
+            cross[0] += ahead * share;
+            itself += ahead * (1.0 - share);
+        }
+        out.push(Phase {
+            variant,
+            workload: r["workload"].as_str().unwrap_or("").into(),
+            phase: r["phase"].as_str().unwrap_or("").into(),
+            cross,
+            itself,
+            host_ns,
+            sizes: bound::sizes(v, rec),
+            ahead,
+        });
+    }
+    if out.is_empty() {
+        return Err(bad("no fabkit row sent a remote operation".into()));
+    }
+    Ok(out)
+}
+
+/// Runs `fabkit model`: the predictions, printed, and written as JSON.
+pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
+    let fabric =
+        match (&a.pps, a.perf.is_empty()) {
+            (Some(_), false) => {
+                return Err(bounds::usage(
+                    "--perf and --pps each give the fabric: give one of them",
+                ))
+            }
+            (None, true) => return Err(bounds::usage(
+                "give the fabric: --perf FILE from fabkit perf -b --json, or --pps RATE of a NIC",
+            )),
+            (Some(pps), true) => Fabric::Nic {
+                per_sec: pps / a.packets,
+                cpu_ns: a.xfer_ns,
+            },
+            (None, false) => {
+                let provider = perf_provider(&a.perf[0])?;
+                Fabric::Perf(bound::load(&a.perf, &provider, &[])?)
+            }
+        };
+    let cores = a.cores.unwrap_or(bounds::online_cpus() as f64);
+    let measured = match &a.measured {
+        Some(p) => Some(dht_rows(p, "--measured")?.1),
+        None => None,
+    };
+    let mut out = Vec::new();
+    for ph in phases(&a.ops)? {
+        let Some(mut p) = predict(&ph, &fabric, a.itself, cores) else {
+            return Err(bounds::usage(format!(
+                "{} {} {}: it sends a kind of operation the perf files give no rate or CPU for \
+                 (CPU per transfer is in files of this fabkit); add --perf FILE of it",
+                ph.variant, ph.workload, ph.phase
+            )));
+        };
+        if let Some(rows) = &measured {
+            p.measured = rows
+                .iter()
+                .find(|r| {
+                    r["variant"] == ph.variant.as_str()
+                        && r["workload"] == ph.workload.as_str()
+                        && r["phase"] == ph.phase.as_str()
+                })
+                .and_then(|r| r["ops_per_sec"].as_f64());
+            p.ratio = p.measured.map(|m| p.ops_per_sec / m);
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// The provider a perf file was measured on.
+fn perf_provider(path: &PathBuf) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--perf {}", path.display()))
+        .map_err(|e| bounds::usage(format!("{e:#}")))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        bounds::usage(format!(
+            "--perf {}: not JSON ({e}); give a file fabkit perf --json wrote",
+            path.display()
+        ))
+    })?;
+    doc["meta"]["provider"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| {
+            bounds::usage(format!(
+                "--perf {}: no meta.provider; give a file fabkit perf --json wrote",
+                path.display()
+            ))
+        })
+}
+
+/// Prints the predictions as a table.
+pub fn print(rows: &[Prediction]) {
+    let m = |x: f64| {
+        if x.is_finite() {
+            format!("{:.3}", x / 1e6)
+        } else {
+            "-".into()
+        }
+    };
+    println!(
+        "{:<9} {:<6} {:<6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>9} {:<6} {:>9} {:>6}",
+        "variant",
+        "wkld",
+        "phase",
+        "rd/op",
+        "wr/op",
+        "at/op",
+        "own/op",
+        "host ns",
+        "fabric M",
+        "cpu M",
+        "model M",
+        "binds",
+        "meas. M",
+        "ratio"
+    );
+    for p in rows {
+        let ph = &p.phase;
+        println!(
+            "{:<9} {:<6} {:<6} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>8.0} {:>9} {:>9} {:>9} {:<6} {:>9} {:>6}",
+            ph.variant,
+            ph.workload,
+            ph.phase,
+            ph.cross[0],
+            ph.cross[1],
+            ph.cross[2],
+            ph.itself,
+            ph.host_ns,
+            m(p.fabric_limit),
+            m(p.cpu_limit),
+            m(p.ops_per_sec),
+            p.binds,
+            p.measured.map_or("-".into(), m),
+            p.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+        );
+    }
+    println!(
+        "M: million DHT operations per second of the job; rd/wr/at: operations across per DHT \
+         operation, own: on the rank itself; host ns: the DHT's own busy CPU per operation (the \
+         one-node run); fabric and cpu: the two limits; ratio: model over measured"
+    );
+    if rows.iter().any(|p| p.phase.ahead > 0.0) {
+        println!(
+            "note: chunked rows add one read per operation to the one-node run's: on a fabric \
+             chunked fetches the next chunk with each (a round costs a round trip there)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(cross: [f64; 3], itself: f64, host_ns: f64) -> Phase {
+        Phase {
+            variant: "lockfree".into(),
+            workload: "paper".into(),
+            phase: "read".into(),
+            cross,
+            itself,
+            host_ns,
+            sizes: (192, 192),
+            ahead: 0.0,
+        }
+    }
+
+    fn rates(read: (f64, f64), write: (f64, f64), atomic: Option<(f64, f64)>) -> Fabric {
+        let r = |(per_sec, cpu): (f64, f64)| Rate {
+            per_sec,
+            bytes: 192,
+            cpu_ns: Some(cpu),
+        };
+        Fabric::Perf(Rates {
+            reads: vec![r(read)],
+            writes: vec![r(write)],
+            atomic: atomic.map(r),
+        })
+    }
+
+    #[test]
+    fn the_lower_limit_binds_and_own_operations_cost_what_cross_ones_do_on_the_fabric() {
+        // One read across and one on itself per op; reads 200k/s at 10 us
+        // of CPU each; the host's own 1 us; 2 cores.
+        let ph = phase([1.0, 0.0, 0.0], 1.0, 1000.0);
+        let f = rates((200e3, 10_000.0), (500e3, 1.0), None);
+        let p = predict(&ph, &f, Itself::Fabric, 2.0).unwrap();
+        // Fabric: 2 reads per op at 200k/s: 100k/s. CPU: 2e9 / (1000 +
+        // 2 x 10000) = 95.2k/s: the CPU binds.
+        assert!((p.fabric_limit - 100e3).abs() < 1e-6, "{p:?}");
+        assert!((p.cpu_limit - 2e9 / 21_000.0).abs() < 1e-6, "{p:?}");
+        assert_eq!((p.binds, p.ops_per_sec), ("cpu", p.cpu_limit));
+        // On memory, the own read costs nothing of the fabric: it binds.
+        let p = predict(&ph, &f, Itself::Memory, 2.0).unwrap();
+        assert!((p.fabric_limit - 200e3).abs() < 1e-6, "{p:?}");
+        assert!((p.cpu_limit - 2e9 / 11_000.0).abs() < 1e-6, "{p:?}");
+        assert_eq!(p.binds, "cpu");
+        let p = predict(&ph, &f, Itself::Memory, 8.0).unwrap();
+        assert_eq!(p.binds, "fabric");
+    }
+
+    #[test]
+    fn each_kind_is_priced_at_its_own_rate_and_a_missing_one_gives_no_prediction() {
+        // Per op: 1 read, 1 write, 2 atomics across.
+        let ph = phase([1.0, 1.0, 2.0], 0.0, 0.0);
+        let f = rates((100e3, 0.0), (400e3, 0.0), Some((50e3, 0.0)));
+        let p = predict(&ph, &f, Itself::Fabric, 2.0).unwrap();
+        let secs = 1.0 / 100e3 + 1.0 / 400e3 + 2.0 / 50e3;
+        assert!((p.fabric_limit - 1.0 / secs).abs() < 1e-6, "{p:?}");
+        assert!(p.cpu_limit.is_infinite());
+        assert!(predict(
+            &ph,
+            &rates((1.0, 0.0), (1.0, 0.0), None),
+            Itself::Fabric,
+            2.0
+        )
+        .is_none());
+        // A NIC: 15 Mpps, 2 packets per operation, 200 ns of CPU each.
+        let nic = Fabric::Nic {
+            per_sec: 7.5e6,
+            cpu_ns: 200.0,
+        };
+        let p = predict(&ph, &nic, Itself::Fabric, 2.0).unwrap();
+        assert!((p.fabric_limit - 7.5e6 / 4.0).abs() < 1e-3, "{p:?}");
+        assert!((p.cpu_limit - 2e9 / 800.0).abs() < 1e-3, "{p:?}");
+        assert_eq!(p.binds, "fabric");
+    }
+}
