@@ -53,5 +53,5 @@ pub use dump::{Dumped, Restored, FORMAT_VERSION, MAX_SHARDS};
 pub use layout::Variant;
 pub use outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write, COUNTERS};
 pub use placement::KeyHash;
-pub use table::{Dht, MAX_DEPTH};
+pub use table::{Dht, LANE_KEYS, MAX_DEPTH};
 pub use transport::Transport;

@@ -58,9 +58,10 @@ proptest! {
             // A tear costs a re-read; enough re-reads that a key is not
             // given up as corrupt by chance (0.25^21).
             cfg.checksum_retries = 20;
-            // Half the cases keep batches in flight on four lanes.
+            // Half the cases keep batches in flight on four lanes (of 3
+            // keys at least).
             let lanes = if seed & 1 == 0 { 1 } else { 4 };
-            let ts = tables(3, cfg, |r| {
+            let mut ts = tables(3, cfg, |r| {
                 Faults::seeded(seed ^ r as u64)
                     .lanes(lanes)
                     .reorder()
@@ -68,6 +69,7 @@ proptest! {
                     .tear_reads(tear)
                     .delay_writes(Delay::UntilNextBatch, 0.5)
             });
+            ts[1].0.set_lane_keys(3);
             let d = &ts[1].0;
             agree(d, variant, &steps)?;
             let inj = d.transport().injected();
@@ -388,13 +390,14 @@ fn batches_on_several_lanes_overtake_each_other_and_every_variant_still_agrees()
     for variant in VARIANTS {
         let mut cfg = small(variant, 2048);
         cfg.checksum_retries = 20;
-        let ts = tables(3, cfg, |r| {
+        let mut ts = tables(3, cfg, |r| {
             Faults::seeded(7 ^ r as u64)
                 .lanes(4)
                 .reorder()
                 .split_reads(0.5)
                 .delay_writes(Delay::UntilNextBatch, 0.5)
         });
+        ts[1].0.set_lane_keys(8);
         let d = &ts[1].0;
         assert_eq!(d.depth(), 4, "{variant:?}");
         let (keys, first) = items(200, 1);
@@ -435,14 +438,16 @@ fn a_failed_op_on_one_lane_fails_the_call_and_every_lane_gives_back_what_it_hold
         let (keys, vals) = items(40, 1);
         // How many ops a write of the 40 keys issues when nothing fails.
         let count = {
-            let ts = tables(2, cfg, |_| Faults::seeded(3).lanes(4));
+            let mut ts = tables(2, cfg, |_| Faults::seeded(3).lanes(4));
+            ts[0].0.set_lane_keys(8);
             ts[0].0.transport().reset_count();
             ts[0].0.write_many(&pairs(&keys, &vals)).unwrap();
             ts[0].0.transport().ops_seen()
         };
         for n in [1, count / 3, count / 2, count] {
             // The same seed as the count: the same run up to op n.
-            let ts = tables(2, cfg, |_| Faults::seeded(3).lanes(4));
+            let mut ts = tables(2, cfg, |_| Faults::seeded(3).lanes(4));
+            ts[0].0.set_lane_keys(8);
             let (d0, d1) = (&ts[0].0, &ts[1].0);
             d0.transport().reset_count();
             d0.transport().set_fail_op(Some(n));

@@ -19,8 +19,9 @@ proptest! {
             let tables = local_tables(3, small(variant, 512));
             agree(&tables[1], variant, &steps)?;
             // Again with batches of several lanes in flight, run when
-            // completed (batches of 9 keys or more use two).
-            let tables = tables_with(3, small(variant, 512), |_, t| t.with_depth(4));
+            // completed (lanes of 3 keys: batches of 4 keys or more use two).
+            let mut tables = tables_with(3, small(variant, 512), |_, t| t.with_depth(4));
+            tables[1].set_lane_keys(3);
             agree(&tables[1], variant, &steps)?;
         }
     }

@@ -1241,8 +1241,14 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         (&["dht", "--batch", "0"], "--batch must be at least 1"),
         (&["dht", "--depth", "0"], "--depth must be at least 1"),
         (&["dht", "--depth", U64_MAX], "--depth must be at most 8"),
-        (&["model", "--ops", "x", "--cores", "nan"], "is out of range"),
-        (&["model", "--ops", "x", "--packets", "-2"], "is out of range"),
+        (
+            &["model", "--ops", "x", "--cores", "nan"],
+            "is out of range",
+        ),
+        (
+            &["model", "--ops", "x", "--packets", "-2"],
+            "is out of range",
+        ),
         (
             &["dht", "--hot-rounds", U64_MAX],
             "--hot-rounds must be at most",

@@ -57,14 +57,15 @@ pub fn tables_with<T: Transport + Send>(
 
 /// `n` tables whose transports reorder batches, split half the reads,
 /// delay half the writes until the writer's next batch and keep batches
-/// of three lanes in flight, run out of order (rank r's faults seeded with
-/// `seed ^ r`): the faults racing writers must survive.
+/// of three lanes (of 4 keys at least) in flight, run out of order (rank
+/// r's faults seeded with `seed ^ r`): the faults racing writers must
+/// survive.
 pub fn racing_faults(
     n: usize,
     cfg: Config,
     seed: u64,
 ) -> Vec<Dht<FaultyTransport<LocalTransport>>> {
-    tables_with(n, cfg, |r, t| {
+    let mut tables = tables_with(n, cfg, |r, t| {
         FaultyTransport::new(
             t,
             Faults::seeded(seed ^ r as u64)
@@ -73,7 +74,11 @@ pub fn racing_faults(
                 .delay_writes(Delay::UntilNextBatch, 0.5)
                 .lanes(3),
         )
-    })
+    });
+    for d in &mut tables {
+        d.set_lane_keys(4);
+    }
+    tables
 }
 
 pub fn key(i: u64) -> Vec<u8> {

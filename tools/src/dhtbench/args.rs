@@ -134,7 +134,7 @@ pub struct DhtArgs {
     /// Also write the results as JSON to FILE (`-` for stdout): `{meta:
     /// {command, commit, host, machine, launch, provider, notes}, runs:
     /// [{system, variant, transport, workload, distribution, record, ranks,
-    /// batch, phase, ops_per_sec, writes_per_sec, reads_per_sec, latency_us,
+    /// batch, depth, phase, ops_per_sec, writes_per_sec, reads_per_sec, latency_us,
     /// cpu_ns_per_op, nominal_cycles_per_op, bytes_per_byte, vs_redis,
     /// counters, hot_key, ...}]}`.
     #[arg(long, value_name = "FILE")]

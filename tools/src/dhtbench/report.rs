@@ -139,6 +139,9 @@ pub struct Run {
     pub ranks: usize,
     /// Operations per batch.
     pub batch: usize,
+    /// Batches in flight per rank (lanes), each serving a part of a
+    /// batch's keys; 1 for Redis.
+    pub depth: usize,
     /// Phase.
     pub phase: String,
     /// Repetitions.
@@ -351,6 +354,7 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         record,
         ranks: first.ranks,
         batch: first.batch,
+        depth: first.depth,
         phase: first.phase.clone(),
         reps: g.len() as u32,
         ops_per_sec: med,
@@ -717,6 +721,7 @@ mod tests {
             rep,
             ranks: 2,
             batch: 64,
+            depth: 1,
             secs,
             ops: 1000,
             reads: 1000,
