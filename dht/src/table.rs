@@ -274,25 +274,40 @@ impl<T: Transport> Dht<T> {
     }
 
     /// How many batches one operation keeps in flight at most, each
-    /// serving a part of its keys (at least [`LANE_KEYS`] a part), so the fabric
-    /// carries one part's batch while the table plans another's next one.
-    /// From 1 (one batch at a time, all keys of a run in it) to
-    /// [`MAX_DEPTH`]; the default is what the transport says it keeps
+    /// serving a part of its keys (one part per [`LANE_KEYS`] keys), so the
+    /// fabric carries one part's batch while the table plans another's
+    /// next one. From 1 (one batch at a time, all keys of a run in it) to
+    /// [`MAX_DEPTH`], and never more than the transport keeps
     /// ([`Transport::depth`]: on libfabric, as many windows as its
-    /// completion queue holds). Accumulating writes use one.
+    /// completion queue holds with one to spare; 1 on MPI and on the
+    /// same-node path without a fabric), which is also the default. On a
+    /// transport of depth 1 more parts would only run one after another.
+    /// Accumulating writes and coarse use one: coarse's parts would
+    /// contend for the one region lock.
     pub fn set_depth(&mut self, depth: usize) -> Result<()> {
         if !(1..=MAX_DEPTH).contains(&depth) {
             return Err(Error::Config(format!(
                 "a depth of {depth} batches in flight is out of range: give 1 to {MAX_DEPTH}"
             )));
         }
-        self.depth = depth;
+        self.depth = depth.min(self.t.depth().max(1));
         Ok(())
     }
 
     /// Most batches one operation keeps in flight (see [`Dht::set_depth`]).
     pub fn depth(&self) -> usize {
         self.depth
+    }
+
+    /// How many batches in flight an operation on `keys` keys uses: one
+    /// per [`LANE_KEYS`] keys of a run, at most [`Dht::depth`]; one for
+    /// coarse.
+    pub fn lanes_for(&self, keys: usize) -> usize {
+        if self.cfg.variant == Variant::Coarse {
+            return 1;
+        }
+        let parts = keys.min(MAX_RUN) / self.lane_keys;
+        self.depth.min(parts).max(1)
     }
 
     /// Test hook: the fewest keys a lane serves (default [`LANE_KEYS`],
@@ -710,11 +725,10 @@ impl<T: Transport> Dht<T> {
         if update.is_some() && w.before.len() < keys.len() * dl {
             w.before.resize(keys.len() * dl, 0);
         }
-        let most = keys.len().min(MAX_RUN).div_ceil(self.lane_keys);
         let want = if update.is_some() {
             1
         } else {
-            self.depth.min(most)
+            self.lanes_for(keys.len())
         };
         let k = self.lanes(w, want);
         let Work {
@@ -933,9 +947,6 @@ impl<T: Transport> Dht<T> {
                     let now = self.clock.now();
                     return At::Paused(now.checked_add(d).unwrap_or(now));
                 }
-                if b.is_empty() {
-                    return At::Plan(m.on_complete(b, self.clock.now()));
-                }
                 self.post(m, l, c, posted)
             }
             Step::LockRegion { rank, exclusive } => {
@@ -977,6 +988,10 @@ impl<T: Transport> Dht<T> {
         c: &mut Tally,
         posted: &mut u64,
     ) -> At {
+        if l.batch.is_empty() {
+            // Nothing to send (a pause before a re-plan): not a batch.
+            return At::Plan(m.on_complete(&mut l.batch, self.clock.now()));
+        }
         c.remote_ops += l.batch.len() as u64;
         c.remote_bytes += l.batch.payload();
         c.batches += 1;

@@ -171,6 +171,21 @@ fn misuse_of_a_lane_is_refused_with_what_to_do() {
         // Completed with other ops than posted: said, not delivered.
         let e = r.complete(&mut lane, &mut []).unwrap_err().to_string();
         assert!(e.contains("not the 1 posted"), "{e}");
+        // A read completed into a shorter buffer than it was posted with:
+        // said, not a panic, nothing written past it.
+        let mut long = [0u8; 16];
+        let mut read = [Op::Read {
+            from: Remote::new(peer, 64),
+            into: &mut long,
+        }];
+        r.post(&mut lane, &mut read).unwrap();
+        let mut short = [0u8; 8];
+        let mut shorter = [Op::Read {
+            from: Remote::new(peer, 64),
+            into: &mut short,
+        }];
+        let e = r.complete(&mut lane, &mut shorter).unwrap_err().to_string();
+        assert!(e.contains("other kinds or lengths"), "{e}");
         lanes.lock().unwrap().push((r.rank(), lane));
         boot.barrier().unwrap();
         if r.rank() == 0 {

@@ -56,17 +56,19 @@ pub struct ModelArgs {
     pub pps: Option<f64>,
     /// With --pps: packets per RMA operation (request and response, or
     /// write and acknowledgement).
-    #[arg(long, value_name = "N", default_value = "2", value_parser = bounds::positive_rate)]
+    #[arg(long, value_name = "N", default_value = "2", requires = "pps", value_parser = bounds::positive_rate)]
     pub packets: f64,
     /// With --pps: the host's busy CPU per transfer, ns (posting it and
     /// reading its completion; the NIC does the rest).
-    #[arg(long, value_name = "NS", default_value = "0", value_parser = bounds::cpu_ns)]
+    #[arg(long, value_name = "NS", default_value = "0", requires = "pps", value_parser = bounds::cpu_ns)]
     pub xfer_ns: f64,
     /// Where a rank's operations on its own region go: through the
     /// fabric (the plain path) or to memory (`fabkit dht --shm`).
     #[arg(long, value_enum, default_value = "fabric")]
     pub itself: Itself,
-    /// Cores the job's ranks share (default: this machine's).
+    /// Cores of all the job's hosts together, which perf's CPU per
+    /// transfer is spent on (default: this machine's, which the testbed's
+    /// namespaces share; on two real hosts, both hosts' cores).
     #[arg(long, value_parser = bounds::positive_rate)]
     pub cores: Option<f64>,
     /// A `fabkit dht --json` file measured on the fabric modelled: each
@@ -103,6 +105,12 @@ pub struct Phase {
     pub host_ns: f64,
     /// The sizes the variant reads and writes across.
     pub sizes: (usize, usize),
+    /// The record and the batch of the run, which a measured row must
+    /// share to be compared.
+    #[serde(skip)]
+    pub record: serde_json::Value,
+    #[serde(skip)]
+    pub batch: serde_json::Value,
     /// Reads added because the one-node run planned for memory: chunked
     /// fetches the next chunk with each one where a round costs a round
     /// trip ([`fabkit_dht::Transport::near`] false), one read more per
@@ -256,7 +264,14 @@ pub fn phases(path: &PathBuf) -> Result<Vec<Phase>> {
                     .into(),
             ));
         };
-        let host_ns = num(&r["cpu_ns_per_op"]).unwrap_or(0.0);
+        let Some(host_ns) = num(&r["cpu_ns_per_op"]).filter(|c| *c > 0.0) else {
+            return Err(bad(format!(
+                "the {variant} {phase} row has no busy CPU per operation above 0: give a run long \
+                 enough to measure it (more -k)",
+                variant = r["variant"].as_str().unwrap_or("?"),
+                phase = r["phase"].as_str().unwrap_or("?"),
+            )));
+        };
         // Every rank mapped: the shortcut's rounds are memory accesses
         // (near), a fabric's are not.
         let near = t.starts_with("shared memory");
@@ -293,6 +308,8 @@ pub fn phases(path: &PathBuf) -> Result<Vec<Phase>> {
             itself,
             host_ns,
             sizes: bound::sizes(v, rec),
+            record: r["record"].clone(),
+            batch: r["batch"].clone(),
             ahead,
         });
     }
@@ -338,12 +355,16 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
             )));
         };
         if let Some(rows) = &measured {
+            // The same phase of the same variant and workload, on records
+            // of the same sizes in batches of the same size.
             p.measured = rows
                 .iter()
                 .find(|r| {
                     r["variant"] == ph.variant.as_str()
                         && r["workload"] == ph.workload.as_str()
                         && r["phase"] == ph.phase.as_str()
+                        && r["record"] == ph.record
+                        && r["batch"] == ph.batch
                 })
                 .and_then(|r| r["ops_per_sec"].as_f64());
             p.ratio = p.measured.map(|m| p.ops_per_sec / m);
@@ -447,6 +468,8 @@ mod tests {
             itself,
             host_ns,
             sizes: (192, 192),
+            record: serde_json::Value::Null,
+            batch: serde_json::Value::Null,
             ahead: 0.0,
         }
     }

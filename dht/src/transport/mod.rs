@@ -57,8 +57,9 @@ pub trait Transport {
     fn name(&self) -> String;
 
     /// Where one batch in flight is kept (see [`Transport::post`]). Its
-    /// `Default` is a lane that runs each batch to its end in `post`, which
-    /// is all a transport of [`Transport::depth`] 1 offers.
+    /// `Default` is a lane that needs nothing made ahead: on a transport
+    /// of [`Transport::depth`] 1 it runs each batch to its end in `post`
+    /// (the table gives callers other than its own such a lane).
     type Lane: Default + Send;
 
     /// How many batches the transport keeps in flight at once, each on a
@@ -77,9 +78,11 @@ pub trait Transport {
     /// Starts `ops` on `lane`: `Ok(false)` when they have completed
     /// already (as [`Transport::execute`] would leave them), `Ok(true)`
     /// when they are in flight, to be finished by
-    /// [`Transport::complete`] with the same ops (their buffers where they
-    /// were). Ops in one batch are unordered, and batches on different
-    /// lanes are unordered with each other until completed.
+    /// [`Transport::complete`] with the same ops: as many, of the same
+    /// kinds, targets and lengths, their buffers holding the same bytes
+    /// (the table builds both from one batch). Ops in one batch are
+    /// unordered, and batches on different lanes are unordered with each
+    /// other until completed.
     fn post(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<bool, Self::Error> {
         let _ = lane;
         self.execute(ops).map(|()| false)

@@ -377,16 +377,15 @@ impl Rank {
         }
     }
 
-    /// Whether every op `flight` posted has completed (or failed), after
-    /// reading what the CQ holds without waiting.
-    pub(super) fn settled(&self, flight: &Flight) -> bool {
-        let cq = &self.cq.inner;
-        let all = |cq: &crate::cq::CqInner| flight.tickets.iter().all(|&(t, _, _)| cq.settled(t));
-        if all(cq) {
+    /// Whether every op `flight` posted on `cq` has completed (or failed),
+    /// after reading what `cq` holds without waiting.
+    pub(super) fn settled(&self, cq: &crate::cq::CqInner, flight: &Flight) -> bool {
+        let all = || flight.tickets.iter().all(|&(t, _, _)| cq.settled(t));
+        if all() {
             return true;
         }
         cq.drive(Duration::ZERO);
-        all(cq)
+        all()
     }
 
     /// Retires a staging buffer that operations which did not complete may

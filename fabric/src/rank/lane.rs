@@ -5,7 +5,7 @@
 //!
 //! [`Rank::post`] stages and posts a batch on a lane and returns at once;
 //! [`Rank::ready`] says, without waiting, whether every op of it has
-//! completed; [`Rank::finish`] waits for what has not (until the rank's
+//! completed; [`Rank::complete`] waits for what has not (until the rank's
 //! timeout), and delivers the results into the ops' buffers. A batch larger
 //! than one round (more ops than the window, or more bytes than the staging
 //! buffer) runs to its end inside `post`, as [`Rank::execute`] would run
@@ -15,7 +15,10 @@
 //! belongs to the lane. A lane dropped with a batch in flight gives up its
 //! ops' completion slots, and hands its staging buffer to the rank's
 //! retired ones if any op had not ended: freed only once the endpoint has
-//! closed, never while the NIC may still write it.
+//! closed, never while the NIC may still write it. Drop lanes before their
+//! rank: a lane's registration holds the endpoint open, so a rank dropped
+//! first cannot close it (it says so, and leaks what it retired rather
+//! than free it).
 
 use std::sync::{Arc, Mutex};
 
@@ -80,10 +83,17 @@ impl Drop for Lane {
 
 impl Rank {
     /// How many lanes keep this rank's fabric busy without overrunning its
-    /// completion queue: as many full windows as its slots hold, 1 to
-    /// [`MAX_LANES`].
+    /// completion queue: as many full windows as its slots hold, less one
+    /// window to spare (a lane's completed ops hold their slots until it
+    /// is completed, so lanes filling every slot could leave another
+    /// caller of the rank, or an op lost to a timeout, waiting for one), 1
+    /// to [`MAX_LANES`].
     pub fn lanes(&self) -> usize {
-        (self.cq.inner.capacity() / self.cfg.window.max(1)).clamp(1, MAX_LANES)
+        let cq = &self.cq.inner;
+        let free = cq.capacity().saturating_sub(cq.lost());
+        (free / self.cfg.window.max(1))
+            .saturating_sub(1)
+            .clamp(1, MAX_LANES)
     }
 
     /// A lane of its own for batches in flight, with a staging buffer of
@@ -115,7 +125,7 @@ impl Rank {
     }
 
     /// Stages and posts `ops` on `lane` and returns without waiting for
-    /// them (see the module docs); [`Rank::finish`] then delivers their
+    /// them (see the module docs); [`Rank::complete`] then delivers their
     /// results. Every op is checked before anything is posted, as by
     /// [`Rank::execute`], and the same ordering rules hold: ops in one
     /// batch are unordered, and a Delivery write is visible to later
@@ -150,11 +160,13 @@ impl Rank {
     }
 
     /// Whether `lane`'s batch has completed (or failed), so that
-    /// [`Rank::finish`] will not wait; reads what the completion queue
+    /// [`Rank::complete`] will not wait; reads what the completion queue
     /// holds, without waiting. True for a lane with nothing in flight.
     pub fn ready(&self, lane: &Lane) -> bool {
         match lane.state {
-            State::Posted => self.settled(&lane.flight),
+            // The lane's own queue: a lane of another rank (refused by
+            // `complete`) is asked about its own tickets, never this one's.
+            State::Posted => self.settled(&lane.cq, &lane.flight),
             State::Idle | State::Settled(_) => true,
         }
     }
@@ -182,15 +194,17 @@ impl Rank {
                 );
                 self.mark_fences(lane);
                 r?;
+                // Every piece must land where its op has room: the same
+                // number of ops, each of its kind and length.
                 let same = ops.len() == lane.ops
-                    && lane
-                        .pieces
-                        .iter()
-                        .all(|p| ops[p.op].kind() == p.kind || p.read_back);
+                    && lane.pieces.iter().all(|p| {
+                        let op = &ops[p.op];
+                        (op.kind() == p.kind || p.read_back) && op.len() >= p.user_off + p.len
+                    });
                 if !same {
                     return Err(Error::from(CoreError::InvalidArgument(format!(
                         "rank {}: complete with {} ops, not the {} posted on the lane (or of \
-                         other kinds); their results are lost",
+                         other kinds or lengths); their results are lost",
                         self.rank,
                         ops.len(),
                         lane.ops

@@ -21,6 +21,8 @@
 //!   batch, planning it into pieces and rounds that fit the window and the
 //!   staging buffer, posting, waiting, delivering, and retiring a staging
 //!   buffer after a timeout;
+//! - `lane`: batches in flight while others complete ([`Lane`],
+//!   [`Rank::post`], [`Rank::ready`], [`Rank::complete`]);
 //! - `msg`: single messages ([`Rank::send`], [`Rank::recv`]).
 //!
 //! # Ordering
@@ -184,6 +186,7 @@ pub struct Rank {
     /// has closed. Held here, not in the endpoint: a region keeps its
     /// endpoint alive, so an endpoint holding its own retired regions would
     /// never close.
+    ///
     /// Shared with the rank's [`Lane`]s, which retire theirs here when
     /// dropped with operations in flight.
     retired: Arc<Mutex<Vec<Retired>>>,

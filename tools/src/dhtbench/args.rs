@@ -89,10 +89,11 @@ pub struct DhtArgs {
     /// time, like the MPI-DHT.
     #[arg(short, long, default_value = "64", value_parser = bounds::batch)]
     pub batch: usize,
-    /// Batches in flight per rank, each serving a part of a batch's keys
-    /// (1 to 8; default: what the transport keeps, on libfabric as many
-    /// windows as its completion queue holds). MPI and --shm without a
-    /// fabric keep 1.
+    /// Most batches in flight per rank, each serving a part of a batch's
+    /// keys, one part per 32 keys (1 to 8; default and most: what the
+    /// transport keeps, on libfabric as many windows as its completion
+    /// queue holds with one to spare). MPI and --shm without a fabric keep
+    /// 1; so does coarse. Rows say how many an operation used.
     #[arg(long, value_parser = bounds::depth)]
     pub depth: Option<usize>,
     /// Key and value lengths in bytes, as KEY,VALUE (each 1 B to 1 MiB), or

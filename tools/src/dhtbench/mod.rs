@@ -135,7 +135,8 @@ pub struct Sample {
     pub ranks: usize,
     /// Operations per batch.
     pub batch: usize,
-    /// Batches in flight per rank (1 for Redis: its pipeline is the batch).
+    /// Batches in flight an operation of a batch used (lanes; 1 for
+    /// Redis: its pipeline is the batch).
     pub depth: usize,
     /// The slowest rank's time for its share, seconds.
     pub secs: f64,
@@ -435,7 +436,7 @@ fn bench_rank<T: Transport>(
                 for (i, ph) in phases.iter().enumerate() {
                     let base = Sample {
                         variant: Some(v),
-                        depth: d.depth(),
+                        depth: d.lanes_for(a.batch),
                         ..Sample::of(a, "fabkit", &transport, w, ph, rep, n)
                     };
                     let mut counters = |st: &DhtStore<'_, T>| (st.dht.stats(), 0, 0);
@@ -485,9 +486,15 @@ fn listen_ip(domain: Option<&str>) -> std::result::Result<Ipv4Addr, String> {
     };
     let found: Vec<Ipv4Addr> = match domain.split_once('/') {
         Some((net, bits)) => {
-            let (Ok(net), Ok(bits)) = (net.parse(), bits.parse::<u32>()) else {
+            let (Ok(net), Ok(bits)) = (net.parse::<std::net::IpAddr>(), bits.parse::<u32>()) else {
                 return Err(format!("-d {domain} is not a network such as 10.77.1.0/24"));
             };
+            if net.is_ipv6() {
+                return Err(format!(
+                    "-d {domain} is an IPv6 network and the Redis servers listen on IPv4: give \
+                     the ranks' IPv4 network"
+                ));
+            }
             all.iter()
                 .filter(|a| fabkit_core::net::in_network(a.addr, net, bits))
                 .filter_map(v4)
@@ -501,10 +508,18 @@ fn listen_ip(domain: Option<&str>) -> std::result::Result<Ipv4Addr, String> {
     };
     match found.as_slice() {
         [ip] => Ok(*ip),
-        [] => Err(format!("no IPv4 address of this host is in -d {domain}")),
-        _ => Err(format!(
-            "several IPv4 addresses of this host are in -d {domain}"
+        [] => Err(format!(
+            "no IPv4 address of this host is in -d {domain} (an RDMA device such as mlx5_0 has \
+             none: give the network of its IP interface, such as -d 10.0.0.0/24)"
         )),
+        many => {
+            Err(format!(
+            "several IPv4 addresses of this host are in -d {domain} ({}): give one, such as -d \
+             {}/32",
+            many.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+            many[0]
+        ))
+        }
     }
 }
 
@@ -547,7 +562,13 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
         return Ok(Vec::new());
     }
     let ip = ip.expect("checked on every rank");
-    let started = redis::Server::start(ip, a.timeout);
+    // One password for the run, rank 0's: the servers may listen on a
+    // network other hosts reach.
+    let mine = [fabkit_core::random_u64(), fabkit_core::random_u64()];
+    let all = gather(boot, &mine)?;
+    let word = |i: usize| all[0].get(i).copied().unwrap_or(0);
+    let password = redis::password([word(0), word(1)]);
+    let started = redis::Server::start(ip, a.timeout, &password);
     let card = started.as_ref().map_or(0, |s| {
         u64::from(u32::from(*s.addr().ip())) << 16 | u64::from(s.port())
     });
@@ -560,7 +581,7 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
         .iter()
         .map(|c| SocketAddrV4::new(Ipv4Addr::from((c[0] >> 16) as u32), c[0] as u16))
         .collect();
-    let mut client = redis::Client::connect(&addrs, a.timeout)?;
+    let mut client = redis::Client::connect(&addrs, a.timeout, &password)?;
     let label = if across {
         "redis tcp"
     } else {
@@ -772,6 +793,7 @@ mod tests {
                 "no IPv4 address of this host is in",
             ),
             (Some("10.0.0.0/x"), "is not a network"),
+            (Some("fd00::/64"), "IPv6"),
             (Some("no-such-if0"), "no IPv4 address of this host is in"),
         ] {
             let e = listen_ip(d).unwrap_err();

@@ -3,8 +3,9 @@
 //!
 //! Each rank starts one [`Server`]: a `redis-server` of its own on a free
 //! port of loopback (ranks on one host) or of its address in the ranks'
-//! network (ranks on several hosts or namespaces), persistence off, every file it writes in a private
-//! directory that is removed when the server is dropped. The benchmark
+//! network (ranks on several hosts or namespaces), persistence off, a
+//! password every client of the run shares, and every file it writes in a
+//! private directory that is removed when the server is dropped. The benchmark
 //! shards its keys over the servers with the DHT's own placement (client-side
 //! sharding, as a client-sharded Redis cluster does), and each rank drives
 //! every server through one [`Client`]: one connection per server, a batch
@@ -95,6 +96,8 @@ fn find_program(path: &OsStr, name: &str) -> Option<PathBuf> {
 pub struct Server {
     child: Child,
     addr: SocketAddrV4,
+    /// What clients (and the readiness PING) authenticate with.
+    password: String,
     // Removed when the fields drop, which is after `Drop for Server` has
     // stopped the process that writes into it.
     dir: PrivateDir,
@@ -109,9 +112,13 @@ impl Server {
     /// a few times. Errors: [`NotInstalled`] when redis-server is not on
     /// `PATH`; otherwise one naming the port, the exit status and the last
     /// lines of the server's log.
-    pub fn start(ip: Ipv4Addr, timeout: Duration) -> Result<Server> {
+    /// Clients must authenticate with `password` (see [`password`]): a
+    /// server on a network address is reached by other hosts, and no one
+    /// else there should read, flush or stop it, nor reconfigure it to
+    /// write files.
+    pub fn start(ip: Ipv4Addr, timeout: Duration, password: &str) -> Result<Server> {
         let program = available().ok_or(NotInstalled)?;
-        start_with(&program, ip, timeout, || free_port(ip))
+        start_with(&program, ip, password, timeout, || free_port(ip))
     }
 
     /// The port the server listens on.
@@ -236,7 +243,7 @@ impl Server {
             // so that a listener of another process, which takes the
             // connection but never answers, costs little before our server
             // is seen to have exited.
-            match ping(self.addr, left.min(PING_WAIT)) {
+            match ping(self.addr, &self.password, left.min(PING_WAIT)) {
                 // The server that answered is ours unless ours has exited
                 // (another redis took the port in the moment between our
                 // choosing it and our server binding it).
@@ -291,6 +298,7 @@ enum StartFailure {
 fn start_with(
     program: &Path,
     ip: Ipv4Addr,
+    password: &str,
     timeout: Duration,
     mut next_port: impl FnMut() -> Result<u16>,
 ) -> Result<Server> {
@@ -304,7 +312,7 @@ fn start_with(
     for _ in 0..PORT_TRIES {
         let port =
             next_port().with_context(|| format!("finding a free port of {ip} for redis-server"))?;
-        let mut server = spawn(program, SocketAddrV4::new(ip, port))?;
+        let mut server = spawn(program, SocketAddrV4::new(ip, port), password)?;
         match server.wait_ready(deadline, timeout) {
             Ok(()) => return Ok(server),
             // The failed server has exited; dropping it removes its directory.
@@ -325,6 +333,13 @@ fn start_with(
     ))
 }
 
+/// A password for the servers of one run: 128 random bits in hex. Every
+/// rank's servers and clients must use the same one (the benchmark takes
+/// rank 0's).
+pub fn password(bits: [u64; 2]) -> String {
+    format!("{:016x}{:016x}", bits[0], bits[1])
+}
+
 /// A port of `ip` that was free a moment ago: the kernel picks it for a
 /// listener that is closed again at once. Another process may take it
 /// before the server binds it; [`start_with`] retries then.
@@ -334,23 +349,27 @@ fn free_port(ip: Ipv4Addr) -> Result<u16> {
 }
 
 /// Starts redis-server on `addr` in a new private directory, without
-/// waiting for it.
-fn spawn(program: &Path, addr: SocketAddrV4) -> Result<Server> {
+/// waiting for it. The password goes in a configuration file there (mode
+/// 0600, in a directory only we can enter), not on the command line that
+/// every user's `ps` shows.
+fn spawn(program: &Path, addr: SocketAddrV4, password: &str) -> Result<Server> {
     let dir = PrivateDir::create()?;
     let stdio = fs::File::create(dir.path.join("stdio.log"))
         .with_context(|| format!("creating {}/stdio.log", dir.path.display()))?;
+    let conf = dir.path.join("redis.conf");
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&conf)
+        .and_then(|mut f| writeln!(f, "requirepass {password}"))
+        .with_context(|| format!("writing {}", conf.display()))?;
     let mut cmd = Command::new(program);
-    cmd.arg("--port")
+    cmd.arg(&conf)
+        .arg("--port")
         .arg(addr.port().to_string())
         .arg("--bind")
         .arg(addr.ip().to_string())
-        // Without a password, protected mode refuses every client that is
-        // not on loopback: the other ranks' hosts are what this server is
-        // for when it listens elsewhere (for the run, in the ranks' network).
-        .args([
-            "--protected-mode",
-            if addr.ip().is_loopback() { "yes" } else { "no" },
-        ])
         // No persistence: nothing is saved, on shutdown either.
         .args(["--save", ""])
         .args(["--appendonly", "no"])
@@ -404,22 +423,30 @@ fn spawn(program: &Path, addr: SocketAddrV4) -> Result<Server> {
             dir.path.display()
         )
     })?;
-    Ok(Server { child, addr, dir })
+    Ok(Server {
+        child,
+        addr,
+        password: password.to_owned(),
+        dir,
+    })
 }
 
-/// Asks the server on `addr` for PING over a connection of its own;
-/// `Ok` on `+PONG`. Every step is bounded by `wait`.
-fn ping(addr: SocketAddrV4, wait: Duration) -> io::Result<()> {
+/// Authenticates with `password` and asks the server on `addr` for PING
+/// over a connection of its own; `Ok` on `+OK` and `+PONG`. Every step is
+/// bounded by `wait`.
+fn ping(addr: SocketAddrV4, password: &str, wait: Duration) -> io::Result<()> {
     let wait = wait.max(Duration::from_millis(1));
     let addr = SocketAddr::V4(addr);
     let mut s = TcpStream::connect_timeout(&addr, wait)?;
     s.set_read_timeout(Some(wait))?;
     s.set_write_timeout(Some(wait))?;
+    let auth = format!("*2\r\n$4\r\nAUTH\r\n${}\r\n{password}\r\n", password.len());
+    s.write_all(auth.as_bytes())?;
     s.write_all(b"*1\r\n$4\r\nPING\r\n")?;
     // A server still loading answers `-LOADING ...`: not ready, ask again.
-    let mut reply = [0u8; 7];
+    let mut reply = [0u8; 12];
     s.read_exact(&mut reply)?;
-    if &reply == b"+PONG\r\n" {
+    if &reply == b"+OK\r\n+PONG\r\n" {
         Ok(())
     } else {
         Err(io::Error::other(format!(
@@ -708,7 +735,7 @@ impl Client {
     /// Connects to the servers at `addrs`, in that order: a batch's server
     /// `s` is `addrs[s]`. `timeout` bounds the connect and, as read and
     /// write timeout, every later request on every connection.
-    pub fn connect(addrs: &[SocketAddrV4], timeout: Duration) -> Result<Client> {
+    pub fn connect(addrs: &[SocketAddrV4], timeout: Duration, password: &str) -> Result<Client> {
         ensure!(!addrs.is_empty(), "connecting to redis: no servers given");
         // A zero timeout would mean "none" to the socket: refuse it.
         ensure!(
@@ -718,7 +745,7 @@ impl Client {
         let mut conns = Vec::with_capacity(addrs.len());
         for &addr in addrs {
             conns.push(
-                connect_one(addr, timeout)
+                connect_one(addr, timeout, password)
                     .with_context(|| format!("{}: connecting", who(addr, None)))?,
             );
         }
@@ -962,11 +989,15 @@ impl Client {
 /// wait for the previous one's ACK), no CLIENT SETINFO (redis 7.0 does not
 /// know it), read and write timeouts set (the crate clears them after
 /// connecting), and the server's pid asked for, to name it in errors.
-fn connect_one(addr: SocketAddrV4, timeout: Duration) -> Result<Conn> {
+fn connect_one(addr: SocketAddrV4, timeout: Duration, password: &str) -> Result<Conn> {
     let info = redis::ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
         .into_connection_info()?
         .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
-        .set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name());
+        .set_redis_settings(
+            redis::RedisConnectionInfo::default()
+                .set_skip_set_lib_name()
+                .set_password(password),
+        );
     let mut con = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
     con.set_read_timeout(Some(timeout))?;
     con.set_write_timeout(Some(timeout))?;
@@ -1101,6 +1132,7 @@ mod tests {
     }
 
     const TIMEOUT: Duration = Duration::from_secs(5);
+    const PW: &str = "0123456789abcdef0123456789abcdef";
 
     /// The installed redis-server, or None after printing why the test
     /// is skipped.
@@ -1125,10 +1157,16 @@ mod tests {
         if installed().is_none() {
             return;
         }
-        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
-        let b = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
+        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT, PW).unwrap();
+        let b = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT, PW).unwrap();
         assert_ne!(a.port(), b.port());
-        let mut client = Client::connect(&[a.addr(), b.addr()], TIMEOUT).unwrap();
+        // Only a client that knows the run's password gets in, nor does a
+        // readiness check without it.
+        let wrong = Client::connect(&[a.addr()], TIMEOUT, "not-the-password").unwrap_err();
+        let msg = format!("{wrong:#}");
+        assert!(msg.contains(&a.addr().to_string()), "{msg}");
+        assert!(ping(a.addr(), "not-the-password", TIMEOUT).is_err());
+        let mut client = Client::connect(&[a.addr(), b.addr()], TIMEOUT, PW).unwrap();
 
         let (n, vlen) = (10, 104);
         let keys: Vec<Vec<u8>> = (0..n).map(key).collect();
@@ -1172,7 +1210,7 @@ mod tests {
         assert!(after.1 - before.1 >= (n * vlen) as u64);
 
         // Each key went to its own server only.
-        let mut only_a = Client::connect(&[a.addr()], TIMEOUT).unwrap();
+        let mut only_a = Client::connect(&[a.addr()], TIMEOUT, PW).unwrap();
         assert_eq!(only_a.dbsize().unwrap(), n as u64 / 2);
 
         // A batch of one takes the same path.
@@ -1206,9 +1244,9 @@ mod tests {
             return;
         }
         let timeout = Duration::from_secs(2);
-        let a = Server::start(Ipv4Addr::LOCALHOST, timeout).unwrap();
-        let mut b = Server::start(Ipv4Addr::LOCALHOST, timeout).unwrap();
-        let mut client = Client::connect(&[a.addr(), b.addr()], timeout).unwrap();
+        let a = Server::start(Ipv4Addr::LOCALHOST, timeout, PW).unwrap();
+        let mut b = Server::start(Ipv4Addr::LOCALHOST, timeout, PW).unwrap();
+        let mut client = Client::connect(&[a.addr(), b.addr()], timeout, PW).unwrap();
         let keys: [&[u8]; 2] = [b"k0", b"k1"];
         client.write_batch(&[0, 1], &keys, &[b"v0", b"v1"]).unwrap();
 
@@ -1251,8 +1289,8 @@ mod tests {
             return;
         }
         let timeout = Duration::from_millis(300);
-        let mut s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
-        let mut client = Client::connect(&[s.addr()], timeout).unwrap();
+        let mut s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT, PW).unwrap();
+        let mut client = Client::connect(&[s.addr()], timeout, PW).unwrap();
         let pid = s.pid() as libc::pid_t;
         // SAFETY: kill(2) touches no memory; the child is not reaped, so
         // the pid still names it.
@@ -1289,7 +1327,7 @@ mod tests {
         if installed().is_none() {
             return;
         }
-        let mut s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
+        let mut s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT, PW).unwrap();
         s.check_alive().unwrap();
         let (pid, dir) = (s.pid(), s.dir.path.clone());
         assert!(dir.join("redis.log").exists());
@@ -1306,7 +1344,7 @@ mod tests {
         // The server is leaked by its thread (no Drop runs), as if fabkit
         // had been killed: the kernel's death signal must end it.
         let (pid, dir) = std::thread::spawn(|| {
-            let s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
+            let s = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT, PW).unwrap();
             let got = (s.pid(), s.dir.path.clone());
             std::mem::forget(s);
             got
@@ -1339,7 +1377,7 @@ mod tests {
         let taken = held.local_addr().unwrap().port();
         let mut tries = 0;
         let lo = Ipv4Addr::LOCALHOST;
-        let s = start_with(&program, lo, TIMEOUT, || {
+        let s = start_with(&program, lo, PW, TIMEOUT, || {
             tries += 1;
             if tries == 1 {
                 Ok(taken)
@@ -1350,10 +1388,10 @@ mod tests {
         .unwrap();
         assert_eq!(tries, 2);
         assert_ne!(s.port(), taken);
-        ping(s.addr(), TIMEOUT).unwrap();
+        ping(s.addr(), PW, TIMEOUT).unwrap();
 
         // Only taken ports: one error naming them, after a few tries.
-        let err = start_with(&program, lo, TIMEOUT, || Ok(taken)).unwrap_err();
+        let err = start_with(&program, lo, PW, TIMEOUT, || Ok(taken)).unwrap_err();
         let msg = format!("{err:#}");
         assert!(msg.contains(&format!("127.0.0.1 port {taken})")), "{msg}");
         assert!(msg.contains(&format!("127.0.0.1:{taken}")), "{msg}");
@@ -1366,9 +1404,9 @@ mod tests {
         if installed().is_none() {
             return;
         }
-        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
-        let b = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
-        let mut client = Client::connect(&[a.addr(), b.addr()], TIMEOUT).unwrap();
+        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT, PW).unwrap();
+        let b = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT, PW).unwrap();
+        let mut client = Client::connect(&[a.addr(), b.addr()], TIMEOUT, PW).unwrap();
         let keys: [&[u8]; 2] = [b"short", b"right"];
         client
             .write_batch(&[0, 1], &keys, &[b"123", b"12345678"])
@@ -1398,8 +1436,8 @@ mod tests {
         if installed().is_none() {
             return;
         }
-        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT).unwrap();
-        let mut client = Client::connect(&[a.addr()], TIMEOUT).unwrap();
+        let a = Server::start(Ipv4Addr::LOCALHOST, TIMEOUT, PW).unwrap();
+        let mut client = Client::connect(&[a.addr()], TIMEOUT, PW).unwrap();
         let mut out = [0u8; 4];
         let mut found = [false];
         // A server index past the end, and buffers of the wrong size.

@@ -139,8 +139,8 @@ pub struct Run {
     pub ranks: usize,
     /// Operations per batch.
     pub batch: usize,
-    /// Batches in flight per rank (lanes), each serving a part of a
-    /// batch's keys; 1 for Redis.
+    /// Batches in flight an operation of a batch used (lanes), each
+    /// serving a part of its keys; 1 for Redis.
     pub depth: usize,
     /// Phase.
     pub phase: String,

@@ -56,11 +56,13 @@ pub struct Point {
     /// visible (see `fabkit info`, column order). None from `mpi-perf`.
     #[serde(default)]
     pub ordering: Option<OrderingStats>,
-    /// Busy CPU time (user and system) of every rank's process per
-    /// transfer, ns: every process of the job over the size's pass, its
-    /// warm-up included, over the transfers the pass made. What a
-    /// transfer costs the hosts, the target's work included when both
-    /// ranks initiate (`-b`). None from `mpi-perf` and from older files.
+    /// Busy CPU time (user and system) per transfer, ns: the processes of
+    /// the initiating ranks over the size's pass, its warm-up included,
+    /// over the transfers the pass made. With `-b` every rank initiates,
+    /// so it is what a transfer costs the hosts, the target's side
+    /// included; one way, a target in another process is left out (in
+    /// one process it is counted, sharing the process). None from
+    /// `mpi-perf` and from older files.
     #[serde(default)]
     pub cpu_ns_per_xfer: Option<f64>,
 }
