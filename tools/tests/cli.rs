@@ -968,16 +968,13 @@ fn dht_under_a_memory_limit_refuses_or_fails_in_one_line_and_leaves_nothing() {
 fn model_predicts_from_perf_files_and_a_one_node_run_and_refuses_what_would_fit_it() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
-    let (w, r, ops, over) = (p("w.json"), p("r.json"), p("ops.json"), p("over.json"));
-    for (file, op) in [
-        (&w, ["-o", "write", "--completion", "delivery"]),
-        (&r, ["-o", "read", "--warmup", "10"]),
-    ] {
-        let out = run(fabkit()
-            .args(["perf", "-p", "shm", "-b", "--sizes", "192", "-n", "2000"])
-            .args(op)
-            .args(["--json", file]));
-        assert!(out.status.success(), "{}", stdout(&out));
+    let (w, r) = anchor_files(dir.path());
+    let (w, r) = (
+        w.to_str().unwrap().to_string(),
+        r.to_str().unwrap().to_string(),
+    );
+    let (ops, over) = (p("ops.json"), p("over.json"));
+    for file in [&w, &r] {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
         let cpu = v["points"][0]["cpu_ns_per_xfer"].as_f64().unwrap();
         assert!(cpu > 0.0 && cpu.is_finite(), "{v:#}");
@@ -1554,10 +1551,11 @@ fn a_reader_that_closes_early_ends_fabkit_quietly() {
     }
 }
 
-#[test]
-fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let (w, r) = (dir.path().join("write.json"), dir.path().join("read.json"));
+/// `fabkit perf -b` files of the shm provider at 192 B, in `dir`: one of
+/// delivery-complete writes, one of reads (the bound's and the model's
+/// anchors).
+fn anchor_files(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (w, r) = (dir.join("write.json"), dir.join("read.json"));
     for (file, op) in [
         (&w, ["-o", "write", "--completion", "delivery"]),
         (&r, ["-o", "read", "--warmup", "10"]),
@@ -1569,6 +1567,13 @@ fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() 
             .arg(file));
         assert!(out.status.success(), "{}", stdout(&out));
     }
+    (w, r)
+}
+
+#[test]
+fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, r) = anchor_files(dir.path());
     let json = dir.path().join("dht.json");
     let out = run(fabkit()
         .args([

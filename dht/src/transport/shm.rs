@@ -329,19 +329,7 @@ impl Transport for ShmTransport {
                 });
             }
         }
-        let mut remote = false;
-        with_prefetch(
-            ops,
-            |op| self.prefetch(op),
-            |op| {
-                match self.shortcut(op) {
-                    Some(seg) => direct(seg, op)?,
-                    None => remote = true,
-                }
-                Ok::<(), Error>(())
-            },
-        )?;
-        if !remote {
+        if !self.same_node_ops(ops)? {
             return Ok(());
         }
         let mut batch = self.remote_ops(ops);
@@ -368,19 +356,7 @@ impl Transport for ShmTransport {
         let (Some(f), Some(fl)) = (&self.fabric, &mut lane.fabric) else {
             return self.execute(ops).map(|()| false);
         };
-        let mut remote = false;
-        with_prefetch(
-            ops,
-            |op| self.prefetch(op),
-            |op| {
-                match self.shortcut(op) {
-                    Some(seg) => direct(seg, op)?,
-                    None => remote = true,
-                }
-                Ok::<(), Error>(())
-            },
-        )?;
-        if !remote {
+        if !self.same_node_ops(ops)? {
             return Ok(false);
         }
         f.post(fl, &mut self.remote_ops(ops))?;
@@ -413,6 +389,24 @@ pub struct ShmLane {
 }
 
 impl ShmTransport {
+    /// Does a batch's same-node ops now, in place (prefetching ahead);
+    /// says whether any are left for the fabric.
+    fn same_node_ops(&self, ops: &mut [Op<'_>]) -> Result<bool> {
+        let mut remote = false;
+        with_prefetch(
+            ops,
+            |op| self.prefetch(op),
+            |op| {
+                match self.shortcut(op) {
+                    Some(seg) => direct(seg, op)?,
+                    None => remote = true,
+                }
+                Ok::<(), Error>(())
+            },
+        )?;
+        Ok(remote)
+    }
+
     /// The ops of a batch that go to the fabric (not to a mapped region),
     /// in their order: the same list for the same batch.
     fn remote_ops<'s>(&self, ops: &'s mut [Op<'_>]) -> Vec<Op<'s>> {

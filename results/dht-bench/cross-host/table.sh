@@ -15,10 +15,16 @@ cell() { # file phase -> "Mops / bound = fraction"
     else "\(.ops_per_sec / 1e6 * 1000 | round / 1000) / - " end' "$1"
 }
 rate() { jq -r '[.points[] | "\(.rates.mxfers_per_sec * 1000 | round / 1000) (\(.bytes) B)"] | join(", ")' "$1"; }
+# The head of a per-round table whose first columns are "$@".
+head_rounds() {
+  local cols="" bar=""
+  for c in "$@"; do cols+="| $c "; bar+="|---"; done
+  echo "$cols| $(for r in $(seq "$rounds"); do printf 'round %s | ' "$r"; done)"
+  echo "$bar|$(for r in $(seq "$rounds"); do printf -- '---|'; done)"
+}
 echo "Fabric rates (bidirectional, at each size measured), M ops/s per round:"
 echo
-echo "| op | $(for r in $(seq "$rounds"); do printf 'round %s | ' "$r"; done)"
-echo "|---|$(for r in $(seq "$rounds"); do printf -- '---|'; done)"
+head_rounds op
 for op in write read cas; do
   echo "| $op | $(for r in $(seq "$rounds"); do printf '%s | ' "$(rate "$dir/perf-$op-r$r.json")"; done)"
 done
@@ -27,8 +33,7 @@ for path in dht shm; do
   [ "$path" = dht ] && echo "libfabric to every rank (own region too): M ops/s / bound = fraction" \
                     || echo "same-node path (--shm: own region by loads and stores): M ops/s / bound = fraction"
   echo
-  echo "| variant | phase | $(for r in $(seq "$rounds"); do printf 'round %s | ' "$r"; done)"
-  echo "|---|---|$(for r in $(seq "$rounds"); do printf -- '---|'; done)"
+  head_rounds variant phase
   for v in lockfree fine chunked; do
     for p in write read mixed; do
       echo "| $v | $p | $(for r in $(seq "$rounds"); do printf '%s | ' "$(cell "$dir/$path-$v-r$r.json" "$p")"; done)"
@@ -38,8 +43,7 @@ for path in dht shm; do
 done
 echo "MPI (osc pt2pt, btl tcp; MPI_Win_create), lock-free: M ops/s, and native (libfabric) / MPI in the same round:"
 echo
-echo "| phase | $(for r in $(seq "$rounds"); do printf 'round %s | ' "$r"; done)"
-echo "|---|$(for r in $(seq "$rounds"); do printf -- '---|'; done)"
+head_rounds phase
 for p in write read mixed; do
   row=""
   for r in $(seq "$rounds"); do
@@ -58,8 +62,7 @@ if ls "$dir"/d1-*-r*.json >/dev/null 2>&1; then
   echo
   echo "Batches in flight: the default depth (lanes of at least 32 keys: 2 at batch 64) against one batch at a time (--depth 1), same round, M ops/s and default / depth 1:"
   echo
-  echo "| variant | phase | $(for r in $(seq "$rounds"); do printf 'round %s | ' "$r"; done)"
-  echo "|---|---|$(for r in $(seq "$rounds"); do printf -- '---|'; done)"
+  head_rounds variant phase
   for v in lockfree fine chunked; do
     for p in write read mixed; do
       row=""
@@ -76,8 +79,7 @@ if jq -e '.runs[] | select(.system == "redis")' "$dir/dht-lockfree-r1.json" >/de
   echo
   echo "Redis across the same hosts (one server per host on its veth address, MGET/MSET per server per batch) beside the lock-free DHT, M ops/s and DHT / Redis:"
   echo
-  echo "| phase | $(for r in $(seq "$rounds"); do printf 'round %s | ' "$r"; done)"
-  echo "|---|$(for r in $(seq "$rounds"); do printf -- '---|'; done)"
+  head_rounds phase
   for p in write read mixed; do
     row=""
     for r in $(seq "$rounds"); do
@@ -98,8 +100,7 @@ if ls "$dir"/model-lockfree-r*.json >/dev/null 2>&1; then
       echo "fabkit model --itself memory over measured, same-node path (--shm):"
     fi
     echo
-    echo "| variant | phase | $(for r in $(seq "$rounds"); do printf 'round %s | ' "$r"; done)"
-    echo "|---|---|$(for r in $(seq "$rounds"); do printf -- '---|'; done)"
+    head_rounds variant phase
     for v in lockfree fine chunked; do
       for p in write read mixed; do
         row=""
