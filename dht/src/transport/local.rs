@@ -64,9 +64,8 @@ impl LocalTransport {
     /// This handle with room for `depth` batches in flight (at least 1):
     /// a batch posted runs only when the driver completes it, so batches
     /// of several lanes take effect in the order they are completed,
-    /// whatever order they were posted in (see
-    /// [`Deferred`](super::Deferred)). Tests run the table's driver with
-    /// lanes this way.
+    /// whatever order they were posted in (see [`Deferred`]). Tests run
+    /// the table's driver with lanes this way.
     pub fn with_depth(mut self, depth: usize) -> Self {
         self.depth = depth.max(1);
         self

@@ -63,7 +63,7 @@ mod plan;
 mod setup;
 
 pub use data::Initiator;
-pub use lane::Lane;
+pub use lane::{Lane, MAX_LANES};
 pub use ordering::OrderingStats;
 
 use ordering::FenceBook;
