@@ -14,8 +14,12 @@
 //!   fabric's rates for the kind at the size the variant moves (both
 //!   directions at once; the bound of `fabkit dht --bound`), and `k = 1 +
 //!   s/(r+w+a)` when a rank's operations on itself go through the fabric
-//!   too (the plain path: loop-back), 1 when they are memory accesses
-//!   (`--itself memory`, the same-node path `--shm`);
+//!   too (the plain path: loop-back; its own operations taken to mix the
+//!   kinds as its operations across do), 1 for reads and writes that are
+//!   memory accesses (`--itself memory`, the same-node path `--shm`, where
+//!   atomics still go through the fabric: a rank elsewhere applies its
+//!   atomics there, and CPU atomics on the same words would not be atomic
+//!   with them);
 //! - the hosts' CPU: `cores / (h + k (r cR + w cW + a cA))`, with `cR`,
 //!   `cW`, `cA` the busy CPU of the job per transfer that perf measured at
 //!   the same points (for a NIC's packet rate, `--xfer-ns`: what posting
@@ -63,7 +67,8 @@ pub struct ModelArgs {
     #[arg(long, value_name = "NS", default_value = "0", requires = "pps", value_parser = bounds::cpu_ns)]
     pub xfer_ns: f64,
     /// Where a rank's operations on its own region go: through the
-    /// fabric (the plain path) or to memory (`fabkit dht --shm`).
+    /// fabric (the plain path) or, reads and writes, to memory (`fabkit
+    /// dht --shm`; its atomics stay on the fabric).
     #[arg(long, value_enum, default_value = "fabric")]
     pub itself: Itself,
     /// Cores of all the job's hosts together, which perf's CPU per
@@ -166,15 +171,26 @@ fn price(f: &Fabric, kind: usize, bytes: usize) -> Option<(f64, f64)> {
 /// kind the fabric has no price for.
 pub fn predict(ph: &Phase, fabric: &Fabric, itself: Itself, cores: f64) -> Option<Prediction> {
     let across: f64 = ph.cross.iter().sum();
-    let k = match itself {
-        Itself::Fabric if across > 0.0 => 1.0 + ph.itself / across,
-        _ => 1.0,
+    // A rank's own operations, taken to mix the kinds as its operations
+    // across do, go through the fabric too, each kind scaled by `k`; on
+    // the same-node path only reads and writes become memory accesses,
+    // and atomics stay on the fabric (CPU and NIC atomics on one word are
+    // not atomic together, so with a rank elsewhere every atomic goes
+    // through it).
+    let k_all = if across > 0.0 {
+        1.0 + ph.itself / across
+    } else {
+        1.0
     };
     let (mut secs, mut cpu) = (0.0, 0.0);
     for (kind, &n) in ph.cross.iter().enumerate() {
         if n <= 0.0 {
             continue;
         }
+        let k = match (itself, kind) {
+            (Itself::Memory, 0 | 1) => 1.0,
+            _ => k_all,
+        };
         let bytes = if kind == 1 { ph.sizes.1 } else { ph.sizes.0 };
         let (rate, cpu_ns) = price(fabric, kind, bytes)?;
         secs += k * n / rate;
@@ -499,7 +515,7 @@ mod tests {
         assert!((p.fabric_limit - 100e3).abs() < 1e-6, "{p:?}");
         assert!((p.cpu_limit - 2e9 / 21_000.0).abs() < 1e-6, "{p:?}");
         assert_eq!((p.binds, p.ops_per_sec), ("cpu", p.cpu_limit));
-        // On memory, the own read costs nothing of the fabric: it binds.
+        // On memory, the own read costs nothing of the fabric.
         let p = predict(&ph, &f, Itself::Memory, 2.0).unwrap();
         assert!((p.fabric_limit - 200e3).abs() < 1e-6, "{p:?}");
         assert!((p.cpu_limit - 2e9 / 11_000.0).abs() < 1e-6, "{p:?}");
@@ -533,5 +549,18 @@ mod tests {
         assert!((p.fabric_limit - 7.5e6 / 4.0).abs() < 1e-3, "{p:?}");
         assert!((p.cpu_limit - 2e9 / 800.0).abs() < 1e-3, "{p:?}");
         assert_eq!(p.binds, "fabric");
+    }
+
+    #[test]
+    fn on_the_same_node_path_own_atomics_stay_on_the_fabric() {
+        // Per op: 1 read and 1 atomic across, 2 on the rank itself (1 and
+        // 1, as across). Reads 100k/s, atomics 50k/s, no CPU.
+        let ph = phase([1.0, 0.0, 1.0], 2.0, 1.0);
+        let f = rates((100e3, 0.0), (1.0, 0.0), Some((50e3, 0.0)));
+        let plain = predict(&ph, &f, Itself::Fabric, 2.0).unwrap();
+        let memory = predict(&ph, &f, Itself::Memory, 2.0).unwrap();
+        let secs = |reads: f64, atomics: f64| reads / 100e3 + atomics / 50e3;
+        assert!((plain.fabric_limit - 1.0 / secs(2.0, 2.0)).abs() < 1e-6);
+        assert!((memory.fabric_limit - 1.0 / secs(1.0, 2.0)).abs() < 1e-6);
     }
 }

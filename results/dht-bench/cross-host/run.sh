@@ -10,9 +10,9 @@
 # (--depth 1), then on the same-node path (--shm: a rank's own region by
 # loads and stores, the other's through the fabric); Redis beside the
 # lock-free run (one server per host on its veth address); MPI across the
-# same hosts (osc pt2pt over btl tcp); the one-node run the model reads
-# (fabkit dht -p shm --shm, every rank mapped, no fabric); and `fabkit
-# model` for each variant, plain and --shm, beside what was measured.
+# same hosts (osc pt2pt over btl tcp); and the one-node run the model
+# reads (fabkit dht -p shm --shm, every rank mapped, no fabric). Then
+# model.sh predicts each variant, plain and --shm, beside what was measured.
 #
 #   bash results/dht-bench/cross-host/run.sh [OUT_DIR]
 #
@@ -53,15 +53,10 @@ for r in $(seq "$rounds"); do
     "${two[@]}" "${dht[@]}" -v "$v" "${redis[@]}" "${bound[@]}" --json "$out/dht-$v-r$r.json" >"$out/dht-$v-r$r.txt"
     "${two[@]}" "${dht[@]}" -v "$v" --no-redis --depth 1 "${bound[@]}" --json "$out/d1-$v-r$r.json" >"$out/d1-$v-r$r.txt"
     "${two[@]}" "${dht[@]}" -v "$v" --no-redis --shm "${bound[@]}" --json "$out/shm-$v-r$r.json" >"$out/shm-$v-r$r.txt"
-    model=(fabkit model --ops "$out/ops-r$r.json" --perf "$out/perf-write-r$r.json" --perf "$out/perf-read-r$r.json" --perf "$out/perf-cas-r$r.json")
-    "${model[@]}" --measured "$out/dht-$v-r$r.json" --json "$out/model-$v-r$r.json" >"$out/model-$v-r$r.txt"
-    "${model[@]}" --itself memory --measured "$out/shm-$v-r$r.json" --json "$out/model-shm-$v-r$r.json" >"$out/model-shm-$v-r$r.txt"
   done
   fabkit launch --mpi -n 2 --netns ipoib-a,ipoib-b -- fabkit dht --mpi create -k "$keys" -b "$batch" \
     -v lockfree --no-redis --hot-rounds 0 --json "$out/mpi-lockfree-r$r.json" >"$out/mpi-lockfree-r$r.txt" 2>&1 ||
     echo "round $r: MPI run failed (see mpi-lockfree-r$r.txt)"
 done
-# Another fabric: seed 004's RoCE NIC (15 M packets/s, two packets per RDMA
-# operation), the hosts' own work from the first round's one-node run, and
-# no CPU counted for posting and completing (no such NIC here to measure it).
-fabkit model --ops "$out/ops-r1.json" --pps 15e6 --packets 2 --json "$out/model-roce-15mpps.json" >"$out/model-roce-15mpps.txt"
+# The model's predictions from this run's own inputs (see model.sh).
+bash "$here/model.sh" "$out"
