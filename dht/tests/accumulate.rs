@@ -76,7 +76,7 @@ fn ranks_counting_into_one_key_lose_no_increment_under_faults() {
     for variant in HOLDING {
         let mut cfg = small(variant, 64);
         cfg.checksum_retries = 20;
-        let tables = racing_faults(4, cfg, 0xacc);
+        let tables = racing_faults(4, cfg, common::test_seed(0xacc));
         count_together(&tables, variant, 60);
     }
 }

@@ -36,11 +36,12 @@ fn tables(n: usize, cfg: Config, faults: impl Fn(usize) -> Faults) -> Vec<(Table
 }
 
 proptest! {
-    // Fixed seeds: CI runs the same cases every time; a failure names its
-    // case, and rerunning reproduces it.
+    // A fixed seed by default: CI runs the same cases every time, and a
+    // failure names its case and the seed (FABKIT_TEST_SEED) that replays
+    // it. FABKIT_TEST_SEED and FABKIT_TEST_CASES explore further.
     #![proptest_config(ProptestConfig {
-        cases: 12,
-        rng_seed: RngSeed::Fixed(0x00fa_b417),
+        cases: common::test_cases(24),
+        rng_seed: RngSeed::Fixed(common::test_seed(0x00fa_b417)),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -326,7 +327,8 @@ fn fabkit_dht_key_hex(k: &[u8]) -> String {
 fn a_batch_never_stores_two_keys_in_one_bucket() {
     for variant in VARIANTS {
         let mut lost = 0;
-        for seed in 0..150u64 {
+        let base = common::test_seed(0);
+        for seed in base..base + 150 {
             let mut cfg = small(variant, 16);
             cfg.candidates = 4;
             cfg.chunk = 2;
@@ -391,7 +393,7 @@ fn batches_on_several_lanes_overtake_each_other_and_every_variant_still_agrees()
         let mut cfg = small(variant, 2048);
         cfg.checksum_retries = 20;
         let mut ts = tables(3, cfg, |r| {
-            Faults::seeded(7 ^ r as u64)
+            Faults::seeded(common::test_seed(7) ^ r as u64)
                 .lanes(4)
                 .reorder()
                 .split_reads(0.5)

@@ -4,15 +4,10 @@
 //! testbeds' interfaces not counted, and nothing left loaded afterwards.
 
 use std::net::{Ipv4Addr, UdpSocket};
-use std::sync::{Mutex, MutexGuard};
 
 use fabkit_ebpf::{Iface, QueueView, RoundRobin, Rule, PROGRAMS, RR_PROGRAM};
+use fabkit_netns::serial;
 use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn sh_in(netns: &str, script: &str) {
     let o = std::process::Command::new("ip")

@@ -395,6 +395,17 @@ fn refuse(l: &RxmLimit, n: u64) -> Option<(String, String)> {
 
 pub use fabkit_core::time::{scaled, timeout_scale};
 
+/// The providers the tests of fabkit's crates run on: the comma-separated
+/// list in `FABKIT_TEST_PROVIDERS`, or the ones that offer RMA and u64
+/// atomics on these machines (`shm`, `tcp;ofi_rxm`, `sockets`). One list
+/// for every crate's tests, so a provider left out is left out everywhere.
+pub fn test_providers() -> Vec<String> {
+    match std::env::var("FABKIT_TEST_PROVIDERS") {
+        Ok(list) => list.split(',').map(str::to_string).collect(),
+        Err(_) => ["shm", "tcp;ofi_rxm", "sockets"].map(String::from).to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

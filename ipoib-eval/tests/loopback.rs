@@ -8,17 +8,14 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use fabkit_core::time::scaled;
+use fabkit_netns::serial;
 use ipoib_eval::report::{Report, Role};
 use ipoib_eval::run::{run_client, ClientOpts, Server, ServerOpts};
 use ipoib_eval::spec::{Amount, Direction, Proto, TestSpec};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// One server for the whole file, on an ephemeral port.
 fn server_port() -> u16 {
@@ -387,14 +384,18 @@ fn a_reverse_client_that_never_reads_is_cut_off_at_the_timeout() {
     let (ctl, _data) = raw_session(&spec);
     // The server's sender stalls once the buffers fill; after the timeout it
     // gives up and says so on the control connection.
-    let msg = ipoib_eval::proto::read_msg_within(&ctl, Duration::from_secs(20)).unwrap();
+    let msg = ipoib_eval::proto::read_msg_within(&ctl, scaled(Duration::from_secs(20))).unwrap();
     match msg {
         ipoib_eval::proto::Msg::Error { message } => {
             assert!(message.contains("no send progress"), "{message}")
         }
         other => panic!("{other:?}"),
     }
-    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < scaled(Duration::from_secs(15)),
+        "{:?}",
+        t.elapsed()
+    );
     // And it still serves.
     assert_exact(
         &run_client(&tcp(1000, 50, "send"), &client("127.0.0.1")).unwrap(),
@@ -423,11 +424,16 @@ fn a_hello_trickled_a_byte_at_a_time_is_cut_off_at_the_handshake_deadline() {
     });
     let t = std::time::Instant::now();
     let mut r = &ctl;
-    r.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    r.set_read_timeout(Some(scaled(Duration::from_secs(10))))
+        .unwrap();
     let mut buf = [0u8; 64];
     // The server (handshake deadline 0.5 s) closes the connection.
     let closed = matches!(r.read(&mut buf), Ok(0) | Err(_));
     assert!(closed);
-    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < scaled(Duration::from_secs(4)),
+        "{:?}",
+        t.elapsed()
+    );
     trickle.join().unwrap();
 }

@@ -5,14 +5,9 @@
 //! reach the root namespace; and `ipoib-eval testbed` brings one up and down.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 
+use fabkit_netns::serial;
 use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ipoib-eval"))

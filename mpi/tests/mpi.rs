@@ -608,7 +608,7 @@ fn child_survivor() {
         let again = Instant::now();
         match boot.barrier() {
             Err(e @ CoreError::BootstrapBroken { rank: 0, .. })
-                if again.elapsed() < Duration::from_secs(1) =>
+                if again.elapsed() < fabkit_core::time::scaled(Duration::from_secs(1)) =>
             {
                 format!("ok: timed out after {took:?}; then refused: {e}")
             }

@@ -46,3 +46,12 @@ pub mod testbed;
 pub fn lock_file(path: &str, wait: std::time::Duration) -> std::io::Result<std::fs::File> {
     sys::lock_file(path, wait)
 }
+
+/// One at a time: the guard of a process-wide lock, for tests that bring
+/// up testbeds or blast packets. On two cores, two such tests at once
+/// starve each other's deadlines. Hold it for the length of the test.
+/// A test that panicked leaves the lock usable.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}

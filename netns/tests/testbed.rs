@@ -10,15 +10,10 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use fabkit_netns::serial;
 use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn link(netns: &str, iface: &str) -> serde_json::Value {
     let o = Command::new("ip")

@@ -5,10 +5,14 @@ use std::time::Duration;
 
 pub mod model;
 
+use std::sync::Barrier;
+
 use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
+use fabkit_dht::layout::is_full;
 use fabkit_dht::transport::faulty::{Delay, Faults, FaultyTransport};
 use fabkit_dht::transport::local::LocalTransport;
-use fabkit_dht::{Config, Dht, Transport, Variant};
+use fabkit_dht::transport::{Op, Remote};
+use fabkit_dht::{Config, Dht, Read, Transport, Variant};
 
 pub const VARIANTS: [Variant; 4] = [
     Variant::Coarse,
@@ -59,7 +63,8 @@ pub fn tables_with<T: Transport + Send>(
 /// delay half the writes until the writer's next batch and keep batches
 /// of three lanes (of 4 keys at least) in flight, run out of order (rank
 /// r's faults seeded with `seed ^ r`): the faults racing writers must
-/// survive.
+/// survive. The seed fixes the faults; the threads' interleaving it
+/// cannot.
 pub fn racing_faults(
     n: usize,
     cfg: Config,
@@ -79,6 +84,35 @@ pub fn racing_faults(
         d.set_lane_keys(4);
     }
     tables
+}
+
+/// The seed of a seeded test: `FABKIT_TEST_SEED` (decimal, or hex with
+/// `0x`) or `default`. It is printed, and a failing test's output is
+/// shown, so a failure says how to replay it. A seed fixes what is drawn
+/// from it (faults, keys, cases); with threads, not their interleaving.
+pub fn test_seed(default: u64) -> u64 {
+    let seed = match std::env::var("FABKIT_TEST_SEED") {
+        Ok(v) => {
+            let v = v.trim();
+            let parsed = match v.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => v.parse(),
+            };
+            parsed.unwrap_or_else(|_| panic!("FABKIT_TEST_SEED={v}: give a number such as 0x5eed"))
+        }
+        Err(_) => default,
+    };
+    eprintln!("seed {seed:#x} (FABKIT_TEST_SEED={seed:#x} replays what it draws)");
+    seed
+}
+
+/// How many cases a property test runs: `FABKIT_TEST_CASES`, or `default`.
+pub fn test_cases(default: u32) -> u32 {
+    std::env::var("FABKIT_TEST_CASES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(default)
 }
 
 pub fn key(i: u64) -> Vec<u8> {
@@ -109,4 +143,85 @@ pub fn value_ok(key: &[u8], v: &[u8]) -> bool {
     let writer = u64::from_le_bytes(v[..8].try_into().unwrap());
     let seq = u64::from_le_bytes(v[8..16].try_into().unwrap());
     value(key, writer, seq, v.len()) == v
+}
+
+/// Every whole record of `k` in every rank's region: a key stored twice
+/// shows up here.
+pub fn copies(t: &impl Transport, cfg: &Config, k: &[u8]) -> usize {
+    let l = cfg.layout();
+    let mut n = 0;
+    for rank in 0..t.ranks() {
+        let mut region = vec![0u8; cfg.region_len()];
+        t.execute(&mut [Op::Read {
+            from: Remote::new(rank, 0),
+            into: &mut region,
+        }])
+        .unwrap();
+        for b in 0..cfg.buckets {
+            let at = l.offset(b) as usize;
+            let state = u64::from_le_bytes(region[at..at + 8].try_into().unwrap());
+            let data = &region[at + l.data_start()..at + l.data_start() + l.data_len()];
+            let bk = l.decode(data, state);
+            let published = cfg.variant != Variant::Chunked || is_full(state);
+            if published && bk.occupied() && bk.checksum_ok() && bk.key == k {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Every rank updates one key at once, round after round, and reads it
+/// back: the key always holds one whole value some rank wrote, never a
+/// mix (the checksummed and locking variants never report it corrupt at
+/// the end of a round), and is stored once.
+pub fn one_hot_key<T: Transport + Send + Sync>(tables: &[Dht<T>], cfg: &Config, rounds: u64) {
+    let variant = cfg.variant;
+    let k = key(0xbeef);
+    let go = Barrier::new(tables.len());
+    // A thread that failed must still meet the others at every barrier, or
+    // they would wait for ever: failures are collected, and judged after.
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for (r, d) in tables.iter().enumerate() {
+            let (k, go, failures) = (&k, &go, &failures);
+            s.spawn(move || {
+                let fail = |m: String| failures.lock().unwrap().push(m);
+                for round in 0..rounds {
+                    go.wait();
+                    if let Err(e) = d.write(k, &value(k, r as u64, round, 24)) {
+                        fail(format!("{variant:?} round {round}: write: {e}"));
+                    }
+                    go.wait();
+                    match d.read(k) {
+                        Ok(Read::Hit(v)) => {
+                            let seq = u64::from_le_bytes(v[8..16].try_into().unwrap());
+                            if !value_ok(k, &v) || seq != round {
+                                fail(format!(
+                                    "{variant:?} round {round}: a foreign, torn or old value {v:?}"
+                                ));
+                            }
+                        }
+                        // Lockfree promises no more: racing writes of one
+                        // bucket may tear it for good (readers then report
+                        // it corrupt) or lose the key.
+                        Ok(_) if variant == Variant::Lockfree => {}
+                        other => fail(format!("{variant:?} round {round}: {other:?}")),
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failures: {failures:#?}",
+        failures.len()
+    );
+    let n = copies(tables[0].transport(), cfg, &k);
+    if variant == Variant::Lockfree {
+        assert!(n <= 1, "{variant:?}: {n} copies");
+    } else {
+        assert_eq!(n, 1, "{variant:?}");
+    }
 }

@@ -6,13 +6,10 @@ use std::time::Duration;
 use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_fabric::{Rank, RankConfig};
 
-/// The providers that offer RMA and atomics on these machines, or the
-/// comma-separated list in FABKIT_TEST_PROVIDERS.
+/// The providers to test: `fabkit_fabric::env::test_providers`, the one
+/// list every crate's tests share.
 pub fn providers() -> Vec<String> {
-    match std::env::var("FABKIT_TEST_PROVIDERS") {
-        Ok(list) => list.split(',').map(str::to_string).collect(),
-        Err(_) => ["shm", "tcp;ofi_rxm", "sockets"].map(String::from).to_vec(),
-    }
+    fabkit_fabric::env::test_providers()
 }
 
 /// Sets env that must be in place before libfabric initialises.
