@@ -354,11 +354,21 @@ fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
             perf::WriteCompletion::Transmit => "",
         }
     );
+    let mut label = args.provider.clone();
+    if args.threads > 1 {
+        label += &format!(" x{}", args.threads);
+    }
+    if args.ep_per_thread {
+        label += " (endpoint per thread)";
+    }
+    if args.busy_poll {
+        label += " (busy-poll)";
+    }
     emit(
         &args.sweep,
         &launch.describe(per_rank.len()),
         &args.provider,
-        &method,
+        (&method, &label),
         points,
     )
 }
@@ -398,11 +408,15 @@ fn run_mpi_perf(args: &mpiperf::MpiPerfArgs) -> Result<bool> {
         } else {
             String::new()
         };
+    let label = format!(
+        "MPI {osc} {}",
+        format!("{:?} {:?}", args.win, args.sync).to_lowercase()
+    );
     emit(
         &args.sweep,
         &launch.describe(per_rank.len()),
         &format!("mpi osc={osc}"),
-        &method,
+        (&method, &label),
         points,
     )
 }
@@ -412,12 +426,14 @@ fn emit(
     sweep: &perf::SweepArgs,
     launch: &str,
     provider: &str,
-    method: &str,
+    (method, label): (&str, &str),
     points: Vec<perf::Point>,
 ) -> Result<bool> {
     let meta = perf::report::Meta {
         provider: provider.to_string(),
         method: method.to_string(),
+        label: label.to_string(),
+        machine: machine(),
         launch: launch.to_string(),
         host: fabkit_core::bootstrap::hostname(),
         command: std::env::args().collect::<Vec<_>>().join(" "),

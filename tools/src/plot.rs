@@ -85,8 +85,18 @@ pub struct Series {
 
 fn label_of(v: &Value) -> String {
     let m = &v["meta"];
-    let method = m["method"].as_str().unwrap_or("?");
     let op = v["points"][0]["op"].as_str().unwrap_or("?");
+    let threads = if m["launch"].as_str().is_some_and(|l| l.contains("threads")) {
+        " (in-process)"
+    } else {
+        ""
+    };
+    // Files of this fabkit say their label; older ones only the prose
+    // method, which is parsed as before.
+    if let Some(label) = m["label"].as_str() {
+        return format!("{label} {op}{threads}");
+    }
+    let method = m["method"].as_str().unwrap_or("?");
     // "libfabric shm on shm, threads 1" -> "shm"; MPI keeps its details.
     let short = method
         .strip_prefix("libfabric ")
@@ -102,11 +112,6 @@ fn label_of(v: &Value) -> String {
                 .collect();
             format!("MPI {}", words.join(" "))
         });
-    let threads = if m["launch"].as_str().is_some_and(|l| l.contains("threads")) {
-        " (in-process)"
-    } else {
-        ""
-    };
     format!("{short} {op}{threads}")
 }
 
@@ -348,6 +353,17 @@ mod tests {
                 "latency": null
             })).collect::<Vec<_>>()
         })
+    }
+
+    #[test]
+    fn a_label_comes_from_its_field_and_older_files_from_the_method() {
+        // The field keeps what the prose method's parsing dropped.
+        let mut v = doc("libfabric shm on shm, threads 1, busy-poll", &[(8, 1.0)]);
+        assert_eq!(label_of(&v), "shm write");
+        v["meta"]["label"] = "shm (busy-poll)".into();
+        assert_eq!(label_of(&v), "shm (busy-poll) write");
+        v["meta"]["launch"] = "2 ranks in-process (threads)".into();
+        assert_eq!(label_of(&v), "shm (busy-poll) write (in-process)");
     }
 
     #[test]

@@ -243,6 +243,16 @@ fn assert_sane(v: &Value, op: &str, sizes: &[u64], iters: u64) {
         );
     }
     assert!(v["meta"]["command"].as_str().unwrap().contains("perf"));
+    // Everything a results file must say of itself, the chart's label
+    // from the run's settings.
+    for key in [
+        "command", "commit", "host", "machine", "launch", "provider", "label",
+    ] {
+        assert!(
+            v["meta"][key].as_str().is_some_and(|s| !s.is_empty()),
+            "{key}: {v:#}"
+        );
+    }
 }
 
 #[test]

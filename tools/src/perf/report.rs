@@ -16,6 +16,12 @@ pub struct Meta {
     /// How the data moved: provider and domain, or MPI component, window
     /// and synchronisation.
     pub method: String,
+    /// A chart's legend for this run, made from its settings (provider
+    /// or MPI component, window and synchronisation, busy-poll, threads),
+    /// not parsed from `method`.
+    pub label: String,
+    /// The machine: CPU, cores, memory, kernel.
+    pub machine: String,
     /// How ranks were launched.
     pub launch: String,
     /// Host name.
@@ -176,6 +182,8 @@ mod tests {
         Meta {
             provider: "tcp;ofi_rxm".into(),
             method: "libfabric tcp;ofi_rxm on lo".into(),
+            label: "tcp;ofi_rxm".into(),
+            machine: "test".into(),
             launch: "threads".into(),
             host: "h".into(),
             command: "fabkit perf".into(),
