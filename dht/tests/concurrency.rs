@@ -176,7 +176,8 @@ fn colliding(cfg: &fabkit_dht::Config, ranks: usize, keys: usize) -> Vec<Vec<Vec
     for (w, row) in out.iter_mut().enumerate().skip(1) {
         let mut open = want.clone();
         let mut left = keys;
-        for j in 0u64.. {
+        // Writers' keys stay apart: writer w draws from [w, w + 1) x 10^8.
+        for j in 0..100_000_000u64 {
             if left == 0 {
                 break;
             }
@@ -190,9 +191,15 @@ fn colliding(cfg: &fabkit_dht::Config, ranks: usize, keys: usize) -> Vec<Vec<Vec
         }
     }
     out.into_iter()
-        .map(|row| {
+        .enumerate()
+        .map(|(w, row)| {
             row.into_iter()
-                .map(|k| k.expect("every slot filled"))
+                .enumerate()
+                .map(|(i, k)| {
+                    k.unwrap_or_else(|| {
+                        panic!("writer {w} found no key for slot {i} in 10^8 draws")
+                    })
+                })
                 .collect()
         })
         .collect()
@@ -210,11 +217,14 @@ fn locking_variants_lose_no_update_from_concurrent_writers() {
         let cfg = small(variant, 2048);
         let keys = colliding(&cfg, RANKS, KEYS);
         let tables = racing(RANKS, variant, 2048, true);
+        // Every round starts together, so the i-th writes meet.
+        let go = std::sync::Barrier::new(RANKS);
         std::thread::scope(|s| {
             for (r, d) in tables.iter().enumerate() {
-                let mine = &keys[r];
+                let (mine, go) = (&keys[r], &go);
                 s.spawn(move || {
                     for round in 0..3u64 {
+                        go.wait();
                         for k in mine {
                             d.write(k, &value(k, r as u64, round, 24)).unwrap();
                         }

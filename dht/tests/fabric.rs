@@ -122,7 +122,13 @@ fn one_key_updated_by_every_rank_at_once_over_real_providers() {
                     .collect();
                 hs.into_iter().map(|h| h.join().unwrap()).collect()
             });
-            one_hot_key(&tables, &cfg, 40);
+            one_hot_key(&tables, &cfg, 40, &prov);
+            // Given back together, as a job ends.
+            std::thread::scope(|s| {
+                for (d, b) in tables.into_iter().zip(&boots) {
+                    s.spawn(move || d.free(b).unwrap().finish(b).unwrap());
+                }
+            });
         }
     }
 }

@@ -27,7 +27,7 @@ use fabkit_dht::{Config, FindOrPut, Read, Variant, Write};
 fn concurrent_updates_of_one_key_end_in_one_whole_value_on_the_local_transport() {
     for variant in VARIANTS {
         let cfg = small(variant, 64);
-        one_hot_key(&local_tables(4, cfg), &cfg, 1000);
+        one_hot_key(&local_tables(4, cfg), &cfg, 1000, "local");
     }
 }
 
@@ -37,7 +37,7 @@ fn concurrent_updates_of_one_key_end_in_one_whole_value_under_faults() {
         let mut cfg = small(variant, 64);
         cfg.checksum_retries = 20;
         let tables = racing_faults(4, cfg, common::test_seed(0x5eed));
-        one_hot_key(&tables, &cfg, 150);
+        one_hot_key(&tables, &cfg, 150, "racing faults");
     }
 }
 

@@ -10,7 +10,8 @@
 #   FI_RMA_BW=/path/to/fi_rma_bw bash results/perf/run-fabtests.sh [OUT_DIR]
 #
 # FI_RMA_BW is fabtests' fi_rma_bw, built by hand outside this repository
-# from ofiwg/libfabric's tag v1.17.0 against the system libfabric. Writes
+# from the fabtests/ directory of ofiwg/libfabric's tag v1.17.0 against the
+# system libfabric (autogen.sh, configure, make; it needs libtool). Writes
 # OUT_DIR (default results/perf/fabtests/): every raw output, fabkit's
 # JSON (command, commit, machine in its meta) and fabtests.md, the table.
 set -euo pipefail
@@ -22,15 +23,20 @@ bw=${FI_RMA_BW:?FI_RMA_BW names fabtests fi_rma_bw (v1.17.0), built outside this
 export PATH=$here/../../target/release:$PATH
 mkdir -p "$out"
 port=9231
-trap 'pkill -f "$bw" 2>/dev/null || true' EXIT
+srv=
+# Only this script's own server is stopped (other fi_rma_bw runs stay);
+# fabkit's ranks end with their launch.
+trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; true' EXIT
+args=(-S 184 -W 64 -I 200000 -E="$port")
 
 fabtests() { # provider op file
-  "$bw" -p "$1" -o "$2" -S 184 -W 64 -I 200000 -E="$port" >"$3.server" 2>&1 &
-  local srv=$!
+  timeout 150 "$bw" -p "$1" -o "$2" "${args[@]}" >"$3.server" 2>&1 &
+  srv=$!
   for _ in $(seq 100); do ss -ltn | grep -q ":$port " && break; sleep 0.05; done
   # shm names an endpoint after its port: the client takes another.
-  timeout 120 "$bw" -p "$1" -o "$2" -S 184 -W 64 -I 200000 -E="$port" -B $((port + 70)) 127.0.0.1 >"$3"
+  timeout 120 "$bw" -p "$1" -o "$2" "${args[@]}" -B $((port + 70)) 127.0.0.1 >"$3"
   wait "$srv"
+  srv=
 }
 
 fabkit_perf() { # provider op file [extra]
@@ -60,18 +66,19 @@ done
 {
   echo "# fabkit perf against fabtests fi_rma_bw, 184 B, window 64, 2 processes"
   echo
-  echo "fabtests: \`$(basename "$bw") -p P -o OP -S 184 -W 64 -I 200000 -E\` (v1.17.0, built by hand); fabkit: $(jq -r .meta.command "$out/shm-write-r1.fabkit.json") and --busy-poll, commit $(jq -r .meta.commit "$out/shm-write-r1.fabkit.json"); $(jq -r .meta.machine "$out/shm-write-r1.fabkit.json")"
+  echo "fabtests: server \`$(basename "$bw") -p P -o OP ${args[*]}\`, client the same with \`-B $((port + 70)) 127.0.0.1\` (v1.17.0, built by hand); its rate is 1 / usec/xfer (its Mxfers/sec column has two decimals). fabkit: $(jq -r .meta.command "$out/shm-write-r1.fabkit.json") and --busy-poll, commit $(jq -r .meta.commit "$out/shm-write-r1.fabkit.json"); $(jq -r .meta.machine "$out/shm-write-r1.fabkit.json")"
   echo
   echo "| round | provider | op | fabtests M/s | fabkit M/s (default waits) | fabkit M/s (busy-poll) | fabkit / fabtests | busy-poll / fabtests |"
   echo "|---|---|---|---:|---:|---:|---:|---:|"
   for r in $(seq "$rounds"); do
-    for tag in shm tcp; do
+    for p in shm 'tcp;ofi_rxm'; do
+      tag=${p%%;*}
       for o in write read; do
         base="$out/$tag-$o-r$r"
-        ft=$(awk '$1 == 184 {print $NF}' "$base.fabtests.txt")
+        ft=$(awk '$1 == 184 {printf "%.4f", 1 / $(NF - 1)}' "$base.fabtests.txt")
         fk=$(jq -r '.points[0].rates.mxfers_per_sec' "$base.fabkit.json")
         fb=$(jq -r '.points[0].rates.mxfers_per_sec' "$base.fabkit-busy.json")
-        jq -nr --arg r "$r" --arg t "$tag" --arg o "$o" --argjson ft "$ft" --argjson fk "$fk" --argjson fb "$fb" \
+        jq -nr --arg r "$r" --arg t "$p" --arg o "$o" --argjson ft "$ft" --argjson fk "$fk" --argjson fb "$fb" \
           '"| \($r) | \($t) | \($o) | \($ft) | \($fk * 1000 | round / 1000) | \($fb * 1000 | round / 1000) | \($fk / $ft * 100 | round / 100) | \($fb / $ft * 100 | round / 100) |"'
       done
     done

@@ -355,6 +355,12 @@ fn run_perf(args: &perf::PerfArgs) -> Result<bool> {
         }
     );
     let mut label = args.provider.clone();
+    if let Some(d) = &args.domain {
+        label += &format!(" on {d}");
+    }
+    if args.completion == perf::WriteCompletion::Delivery {
+        label += " delivery-complete";
+    }
     if args.threads > 1 {
         label += &format!(" x{}", args.threads);
     }
@@ -408,9 +414,14 @@ fn run_mpi_perf(args: &mpiperf::MpiPerfArgs) -> Result<bool> {
         } else {
             String::new()
         };
+    // The names the command line takes (--win, --sync).
+    let name = |v: Option<clap::builder::PossibleValue>| {
+        v.map_or_else(|| "?".to_string(), |v| v.get_name().to_string())
+    };
     let label = format!(
-        "MPI {osc} {}",
-        format!("{:?} {:?}", args.win, args.sync).to_lowercase()
+        "MPI {osc} {} {}",
+        name(clap::ValueEnum::to_possible_value(&args.win)),
+        name(clap::ValueEnum::to_possible_value(&args.sync))
     );
     emit(
         &args.sweep,

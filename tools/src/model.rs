@@ -10,17 +10,17 @@
 //! busy CPU per operation the host's own work `h` (planning, checksums,
 //! copies). Two limits, each in operations per second of the job:
 //!
-//! - the fabric: `1 / (k (r/R + w/W + a/A))`, with `R`, `W`, `A` the
+//! - the fabric: `1 / (kR r/R + kW w/W + kA a/A)`, with `R`, `W`, `A` the
 //!   fabric's rates for the kind at the size the variant moves (both
-//!   directions at once; the bound of `fabkit dht --bound`), and `k = 1 +
-//!   s/(r+w+a)` when a rank's operations on itself go through the fabric
-//!   too (the plain path: loop-back; its own operations taken to mix the
-//!   kinds as its operations across do), 1 for reads and writes that are
-//!   memory accesses (`--itself memory`, the same-node path `--shm`, where
-//!   atomics still go through the fabric: a rank elsewhere applies its
-//!   atomics there, and CPU atomics on the same words would not be atomic
-//!   with them);
-//! - the hosts' CPU: `cores / (h + k (r cR + w cW + a cA))`, with `cR`,
+//!   directions at once; the bound of `fabkit dht --bound`). Each kind's
+//!   `k` counts a rank's operations on itself, taken to mix the kinds as
+//!   its operations across do: `1 + s/(r+w+a)` when they go through the
+//!   fabric too (the plain path: loop-back), and on the same-node path
+//!   (`--itself memory`) 1 for reads and writes, which are memory accesses
+//!   there, while atomics keep `1 + s/(r+w+a)` (a rank elsewhere applies
+//!   its atomics through the fabric, and CPU atomics on the same words
+//!   would not be atomic with them);
+//! - the hosts' CPU: `cores / (h + kR r cR + kW w cW + kA a cA)`, with `cR`,
 //!   `cW`, `cA` the busy CPU of the job per transfer that perf measured at
 //!   the same points (for a NIC's packet rate, `--xfer-ns`: what posting
 //!   and completing one costs the host).
@@ -55,7 +55,7 @@ pub struct ModelArgs {
     pub perf: Vec<PathBuf>,
     /// Instead of perf files, a NIC: the operations per second a pair of
     /// them carries, both directions together, in packets per second
-    /// (seed 004's RoCE NIC: 15e6).
+    /// (the RoCE NIC of RED-SEA's D2.3 report: 15e6).
     #[arg(long, value_name = "PPS", value_parser = bounds::positive_rate)]
     pub pps: Option<f64>,
     /// With --pps: packets per RMA operation (request and response, or

@@ -1,4 +1,4 @@
-//! Chunked linear probing (seed 002, Oortwijn): a key's buckets are linear
+//! Chunked linear probing (Oortwijn, "A Distributed Hash Table for Shared Memory"): a key's buckets are linear
 //! runs of C buckets (chunks), the i-th chunk starting at the key's i-th
 //! candidate bucket (distinct and uniform, see [`crate::placement`]), so
 //! runs do not cluster. A chunk wraps past the region's last bucket to

@@ -1,4 +1,4 @@
-//! Coarse-grained locking (seed 000, 3.1): one lock on a rank's whole region
+//! Coarse-grained locking (the MPI-DHT paper, 3.1): one lock on a rank's whole region
 //! per operation, taken once per batch for all of the batch's keys on that
 //! rank (ranks are visited one after another, lowest first).
 //!

@@ -1,4 +1,4 @@
-//! Fine-grained locking (seed 000, 4.1): an 8-byte lock word per bucket.
+//! Fine-grained locking (the MPI-DHT paper, 4.1): an 8-byte lock word per bucket.
 //!
 //! A writer takes the bucket's word by compare-and-swap (free value to the
 //! same value plus its tag, see [`super::word`]), reads the bucket, writes

@@ -1,4 +1,4 @@
-//! Lock-free (seed 000, 4.2): plain reads and writes; the writer stores a
+//! Lock-free (the MPI-DHT paper, 4.2): plain reads and writes; the writer stores a
 //! CRC32 of key and value, the reader recomputes it, re-reads on mismatch,
 //! and after repeated mismatches marks the bucket invalid so that a later
 //! write can reuse it. No atomics: a lock-free read hit on the first

@@ -175,7 +175,12 @@ pub fn copies(t: &impl Transport, cfg: &Config, k: &[u8]) -> usize {
 /// back: the key always holds one whole value some rank wrote, never a
 /// mix (the checksummed and locking variants never report it corrupt at
 /// the end of a round), and is stored once.
-pub fn one_hot_key<T: Transport + Send + Sync>(tables: &[Dht<T>], cfg: &Config, rounds: u64) {
+pub fn one_hot_key<T: Transport + Send + Sync>(
+    tables: &[Dht<T>],
+    cfg: &Config,
+    rounds: u64,
+    ctx: &str,
+) {
     let variant = cfg.variant;
     let k = key(0xbeef);
     let go = Barrier::new(tables.len());
@@ -190,7 +195,7 @@ pub fn one_hot_key<T: Transport + Send + Sync>(tables: &[Dht<T>], cfg: &Config, 
                 for round in 0..rounds {
                     go.wait();
                     if let Err(e) = d.write(k, &value(k, r as u64, round, 24)) {
-                        fail(format!("{variant:?} round {round}: write: {e}"));
+                        fail(format!("{ctx} {variant:?} round {round}: write: {e}"));
                     }
                     go.wait();
                     match d.read(k) {
@@ -198,7 +203,7 @@ pub fn one_hot_key<T: Transport + Send + Sync>(tables: &[Dht<T>], cfg: &Config, 
                             let seq = u64::from_le_bytes(v[8..16].try_into().unwrap());
                             if !value_ok(k, &v) || seq != round {
                                 fail(format!(
-                                    "{variant:?} round {round}: a foreign, torn or old value {v:?}"
+                                    "{ctx} {variant:?} round {round}: a foreign, torn or old value {v:?}"
                                 ));
                             }
                         }
@@ -206,7 +211,7 @@ pub fn one_hot_key<T: Transport + Send + Sync>(tables: &[Dht<T>], cfg: &Config, 
                         // bucket may tear it for good (readers then report
                         // it corrupt) or lose the key.
                         Ok(_) if variant == Variant::Lockfree => {}
-                        other => fail(format!("{variant:?} round {round}: {other:?}")),
+                        other => fail(format!("{ctx} {variant:?} round {round}: {other:?}")),
                     }
                 }
             });
@@ -220,8 +225,8 @@ pub fn one_hot_key<T: Transport + Send + Sync>(tables: &[Dht<T>], cfg: &Config, 
     );
     let n = copies(tables[0].transport(), cfg, &k);
     if variant == Variant::Lockfree {
-        assert!(n <= 1, "{variant:?}: {n} copies");
+        assert!(n <= 1, "{ctx} {variant:?}: {n} copies");
     } else {
-        assert_eq!(n, 1, "{variant:?}");
+        assert_eq!(n, 1, "{ctx} {variant:?}");
     }
 }

@@ -2,7 +2,7 @@
 # fabkit model over a run of run.sh, from that run's own inputs: for each
 # round, the round's perf files and one-node run (ops-rN.json) predict each
 # variant, plain (beside dht-V-rN.json) and on the same-node path (--itself
-# memory, beside shm-V-rN.json); then seed 004's RoCE NIC (15 M packets/s,
+# memory, beside shm-V-rN.json); then the RoCE NIC of RED-SEA's D2.3 report (15 M packets/s,
 # two packets per operation) from round 1's one-node run, with no CPU
 # counted for posting and completing (no such NIC here to measure it).
 # Only predictions are written (model-*.json, model-*.txt): nothing is

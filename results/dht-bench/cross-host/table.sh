@@ -116,7 +116,7 @@ if ls "$dir"/model-lockfree-r*.json >/dev/null 2>&1; then
 fi
 if [ -f "$dir/model-roce-15mpps.json" ]; then
   echo
-  echo "fabkit model on seed 004's RoCE NIC (15 M packets/s, 2 per operation; the hosts' own work from round 1's one-node run; no CPU counted for posting and completing), M ops/s of the job:"
+  echo "fabkit model on the RoCE NIC of RED-SEA's D2.3 report (15 M packets/s, 2 per operation; the hosts' own work from round 1's one-node run; no CPU counted for posting and completing), M ops/s of the job:"
   echo
   echo "| variant | phase | fabric limit | cores' limit | prediction |"
   echo "|---|---|---|---|---|"
