@@ -480,7 +480,14 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
     // The reporting rank reads the --bound files (before the run: a file it
     // cannot use fails now, not after minutes); the others never need them.
     let rates = (launch.reports() && !args.bound.is_empty())
-        .then(|| dhtbench::bound::load(&args.bound, &args.provider, &dhtbench::variants(args)))
+        .then(|| {
+            dhtbench::bound::load(
+                &args.bound,
+                "--bound",
+                Some(&args.provider),
+                &dhtbench::variants(args),
+            )
+        })
         .transpose()?;
     // Output files are checked before a run of minutes, not after it.
     for (flag, path) in [("--json", &args.json), ("--csv", &args.csv)] {

@@ -29,9 +29,9 @@
 //! The sum of each kind's time assumes they share one resource; a NIC
 //! that runs them side by side does better.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use fabkit_dht::Variant;
 use serde::Serialize;
@@ -223,16 +223,10 @@ pub fn predict(ph: &Phase, fabric: &Fabric, itself: Itself, cores: f64) -> Optio
     })
 }
 
-/// Reads a `fabkit dht --json` file: its document, each fabkit row.
-fn dht_rows(path: &PathBuf, flag: &str) -> Result<(serde_json::Value, Vec<serde_json::Value>)> {
+/// Reads a `fabkit dht --json` file's fabkit rows.
+fn dht_rows(path: &Path, flag: &str) -> Result<Vec<serde_json::Value>> {
     let bad = |why: String| bounds::usage(format!("{flag} {}: {why}", path.display()));
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad(format!("{e}; give a file `fabkit dht --json` wrote")))?;
-    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        bad(format!(
-            "not JSON ({e}); give a file `fabkit dht --json` wrote"
-        ))
-    })?;
+    let doc = bound::read_json(path, flag, "fabkit dht --json")?;
     let rows: Vec<serde_json::Value> = doc["runs"]
         .as_array()
         .ok_or_else(|| bad("no \"runs\": give a file `fabkit dht --json` wrote".into()))?
@@ -243,14 +237,14 @@ fn dht_rows(path: &PathBuf, flag: &str) -> Result<(serde_json::Value, Vec<serde_
     if rows.is_empty() {
         return Err(bad("no fabkit rows".into()));
     }
-    Ok((doc, rows))
+    Ok(rows)
 }
 
 /// The phases of the one-node run in `path`: refused if it ran over a
 /// fabric or MPI (then its CPU per operation holds the fabric's cost, and
 /// the model would be fitted to a DHT run), or lacks the counters.
-pub fn phases(path: &PathBuf) -> Result<Vec<Phase>> {
-    let (_, rows) = dht_rows(path, "--ops")?;
+pub fn phases(path: &Path) -> Result<Vec<Phase>> {
+    let rows = dht_rows(path, "--ops")?;
     let bad = |why: String| bounds::usage(format!("--ops {}: {why}", path.display()));
     let mut out = Vec::new();
     for r in rows {
@@ -351,14 +345,11 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
                 per_sec: pps / a.packets,
                 cpu_ns: a.xfer_ns,
             },
-            (None, false) => {
-                let provider = perf_provider(&a.perf[0])?;
-                Fabric::Perf(bound::load(&a.perf, &provider, &[])?)
-            }
+            (None, false) => Fabric::Perf(bound::load(&a.perf, "--perf", None, &[])?),
         };
     let cores = a.cores.unwrap_or(bounds::online_cpus() as f64);
     let measured = match &a.measured {
-        Some(p) => Some(dht_rows(p, "--measured")?.1),
+        Some(p) => Some(dht_rows(p, "--measured")?),
         None => None,
     };
     let mut out = Vec::new();
@@ -388,28 +379,6 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
         out.push(p);
     }
     Ok(out)
-}
-
-/// The provider a perf file was measured on.
-fn perf_provider(path: &PathBuf) -> Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("--perf {}", path.display()))
-        .map_err(|e| bounds::usage(format!("{e:#}")))?;
-    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        bounds::usage(format!(
-            "--perf {}: not JSON ({e}); give a file fabkit perf --json wrote",
-            path.display()
-        ))
-    })?;
-    doc["meta"]["provider"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| {
-            bounds::usage(format!(
-                "--perf {}: no meta.provider; give a file fabkit perf --json wrote",
-                path.display()
-            ))
-        })
 }
 
 /// Prints the predictions as a table.

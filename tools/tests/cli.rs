@@ -1100,6 +1100,12 @@ fn model_predicts_from_perf_files_and_a_one_node_run_and_refuses_what_would_fit_
             "nonexistent.json",
         ),
         (vec!["--ops", &w, "--pps", "1e6"], "no \"runs\""),
+        // Errors in a perf file name the flag it came by.
+        (
+            vec!["--ops", &ops, "--perf", "/nonexistent.json"],
+            "--perf /nonexistent.json",
+        ),
+        (vec!["--ops", &ops, "--perf", &ops], "no \"points\""),
     ] {
         let mut all = vec!["model"];
         all.extend(args);

@@ -15,6 +15,10 @@ cell() { # file phase -> "Mops / bound = fraction"
     else "\(.ops_per_sec / 1e6 * 1000 | round / 1000) / - " end' "$1"
 }
 rate() { jq -r '[.points[] | "\(.rates.mxfers_per_sec * 1000 | round / 1000) (\(.bytes) B)"] | join(", ")' "$1"; }
+# ops/s of the row of system $3 (default fabkit) and phase $2 in file $1.
+ops() {
+  jq -r --arg p "$2" --arg s "${3:-fabkit}" '.runs[] | select(.system == $s and .phase == $p) | .ops_per_sec' "$1"
+}
 # The head of a per-round table whose first columns are "$@".
 head_rounds() {
   local cols="" bar=""
@@ -49,8 +53,8 @@ for p in write read mixed; do
   for r in $(seq "$rounds"); do
     m="$dir/mpi-lockfree-r$r.json"
     if [ -f "$m" ]; then
-      mp=$(jq -r --arg p "$p" '.runs[] | select(.phase == $p) | .ops_per_sec' "$m")
-      nat=$(jq -r --arg p "$p" '.runs[] | select(.system == "fabkit" and .phase == $p) | .ops_per_sec' "$dir/dht-lockfree-r$r.json")
+      mp=$(ops "$m" "$p")
+      nat=$(ops "$dir/dht-lockfree-r$r.json" "$p")
       row+="$(jq -nr --argjson m "$mp" --argjson n "$nat" '"\($m / 1e6 * 1000 | round / 1000) (native \($n / $m * 10 | round / 10)×)"') | "
     else
       row+="failed | "
@@ -67,8 +71,8 @@ if ls "$dir"/d1-*-r*.json >/dev/null 2>&1; then
     for p in write read mixed; do
       row=""
       for r in $(seq "$rounds"); do
-        a=$(jq -r --arg p "$p" '.runs[] | select(.system == "fabkit" and .phase == $p) | .ops_per_sec' "$dir/dht-$v-r$r.json")
-        b=$(jq -r --arg p "$p" '.runs[] | select(.phase == $p) | .ops_per_sec' "$dir/d1-$v-r$r.json")
+        a=$(ops "$dir/dht-$v-r$r.json" "$p")
+        b=$(ops "$dir/d1-$v-r$r.json" "$p")
         row+="$(jq -nr --argjson a "$a" --argjson b "$b" '"\($a / 1e6 * 1000 | round / 1000) vs \($b / 1e6 * 1000 | round / 1000) = **\($a / $b * 100 | round / 100)**"') | "
       done
       echo "| $v | $p | $row"
@@ -84,8 +88,8 @@ if jq -e '.runs[] | select(.system == "redis")' "$dir/dht-lockfree-r1.json" >/de
     row=""
     for r in $(seq "$rounds"); do
       f="$dir/dht-lockfree-r$r.json"
-      d=$(jq -r --arg p "$p" '.runs[] | select(.system == "fabkit" and .phase == $p) | .ops_per_sec' "$f")
-      x=$(jq -r --arg p "$p" '.runs[] | select(.system == "redis" and .phase == $p) | .ops_per_sec' "$f")
+      d=$(ops "$f" "$p")
+      x=$(ops "$f" "$p" redis)
       row+="$(jq -nr --argjson d "$d" --argjson x "$x" '"\($d / 1e6 * 1000 | round / 1000) vs \($x / 1e6 * 1000 | round / 1000) = \($d / $x * 100 | round / 100)"') | "
     done
     echo "| $p | $row"

@@ -19,7 +19,7 @@
 //! provider perf used, and not for MPI runs. A fraction above 1 means the
 //! bound is wrong.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use fabkit_dht::{Config, Variant};
@@ -101,33 +101,56 @@ pub fn check(files: &[PathBuf], ranks: usize, mpi: bool) -> Result<()> {
     Ok(())
 }
 
-/// Reads the rates from `fabkit perf --json` files measured on
-/// `provider`, refusing a file of another provider, one measured with
-/// several threads per rank, one without a usable point, and a rate that
-/// is not a finite positive number; and, when a variant of `variants`
-/// sends atomics, a set with no atomic rate.
-pub fn load(files: &[PathBuf], provider: &str, variants: &[Variant]) -> Result<Rates> {
+/// Reads a JSON document a fabkit command wrote (`writer`, such as
+/// `fabkit perf --json`), given as `flag`: a file that cannot be read or
+/// is not JSON is a usage error naming the flag, the file and the writer.
+pub fn read_json(path: &Path, flag: &str, writer: &str) -> Result<serde_json::Value> {
+    let bad = |why: String| {
+        bounds::usage(format!(
+            "{flag} {}: {why}; give a file `{writer}` wrote",
+            path.display()
+        ))
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))
+}
+
+/// Reads the rates from `fabkit perf --json` files given as `flag`, all
+/// measured on `provider` (`None`: the first file's), refusing a file of
+/// another provider, one measured with several threads per rank, one
+/// without a usable point, and a rate that is not a finite positive
+/// number; and, when a variant of `variants` sends atomics, a set with no
+/// atomic rate.
+pub fn load(
+    files: &[PathBuf],
+    flag: &str,
+    provider: Option<&str>,
+    variants: &[Variant],
+) -> Result<Rates> {
     let mut rates = Rates::default();
     let mut atomic_cas = false;
+    // The provider every file must share, and what it is: the run's, or
+    // the first file's.
+    let mut want: Option<(String, &str)> = provider.map(|p| (p.to_string(), "this run is on"));
     for f in files {
         let name = f.display();
-        let bad = |what: String| bounds::usage(format!("--bound {name}: {what}"));
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| bad(format!("{e}; give a file `fabkit perf --json` wrote")))?;
-        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-            bad(format!(
-                "not JSON ({e}); give a file `fabkit perf --json` wrote"
-            ))
-        })?;
+        let bad = |what: String| bounds::usage(format!("{flag} {name}: {what}"));
+        let doc = read_json(f, flag, "fabkit perf --json")?;
         let points = doc["points"]
             .as_array()
             .ok_or_else(|| bad("no \"points\": give a file `fabkit perf --json` wrote".into()))?;
-        match doc["meta"]["provider"].as_str() {
-            Some(p) if p == provider => {}
+        let theirs = doc["meta"]["provider"].as_str();
+        let (p, on) = want.get_or_insert_with(|| {
+            (
+                theirs.unwrap_or_default().to_string(),
+                "the first file was measured on",
+            )
+        });
+        match theirs {
+            Some(t) if t == p.as_str() => {}
             other => {
                 return Err(bad(format!(
-                    "measured on provider {}, this run is on `{provider}`: measure the bound on \
-                     the run's provider",
+                    "measured on provider {}, {on} `{p}`: give files of the run's provider",
                     other.map_or("(none)".into(), |p| format!("`{p}`"))
                 )))
             }
@@ -182,8 +205,8 @@ pub fn load(files: &[PathBuf], provider: &str, variants: &[Variant]) -> Result<R
     if let Some(v) = variants.iter().find(|v| v.needs_atomics()) {
         if rates.atomic.is_none() {
             return Err(bounds::usage(format!(
-                "--bound: the {} variant sends atomics across and no file gives an atomic rate: \
-                 add --bound FILE from fabkit perf -b -o cas --json FILE",
+                "{flag}: the {} variant sends atomics across and no file gives an atomic rate: \
+                 add {flag} FILE from fabkit perf -b -o cas --json FILE",
                 format!("{v:?}").to_lowercase()
             )));
         }
@@ -352,7 +375,7 @@ mod tests {
             "tcp",
         );
         let one = std::slice::from_ref(&f);
-        let r = load(one, "tcp", &[Variant::Fine]).unwrap();
+        let r = load(one, "--bound", Some("tcp"), &[Variant::Fine]).unwrap();
         assert_eq!(r.writes.len(), 1, "transmit-complete writes do not count");
         assert_eq!(r.reads.len(), 1, "one-way reads do not count");
         assert_eq!(
@@ -361,12 +384,26 @@ mod tests {
             "CAS over fetch-and-add"
         );
         let refused = |provider: &str, variants: &[Variant], needle: &str| {
-            let e = load(one, provider, variants).unwrap_err().to_string();
+            let e = load(one, "--bound", Some(provider), variants)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(needle) && e.contains("perf.json"), "{e}");
         };
         refused("shm", &[], "measured on provider `tcp`");
         file(vec![pt("read", 192, true, "transmit", 0.3)], "tcp");
-        let e = load(one, "tcp", &[Variant::Chunked])
+        // Without a run's provider, the first file's is the one all share.
+        let g = dir.path().join("shm.json");
+        let shm = serde_json::json!({"meta": {"provider": "shm"}, "points": [pt("read", 192, true, "transmit", 0.3)]});
+        std::fs::write(&g, shm.to_string()).unwrap();
+        assert!(load(std::slice::from_ref(&g), "--perf", None, &[]).is_ok());
+        let e = load(&[g, f.clone()], "--perf", None, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--perf") && e.contains("the first file was measured on `shm`"),
+            "{e}"
+        );
+        let e = load(one, "--bound", Some("tcp"), &[Variant::Chunked])
             .unwrap_err()
             .to_string();
         assert!(
@@ -377,7 +414,7 @@ mod tests {
         refused("tcp", &[], "point 0 has no finite positive");
         file(vec![], "tcp");
         refused("tcp", &[], "fabkit perf -b");
-        let e = load(&[dir.path().join("none.json")], "tcp", &[]).unwrap_err();
+        let e = load(&[dir.path().join("none.json")], "--bound", Some("tcp"), &[]).unwrap_err();
         assert!(e.to_string().contains("none.json"), "{e}");
         let e = check(one, 3, false).unwrap_err().to_string();
         assert!(e.contains("for 2 ranks"), "{e}");
