@@ -301,6 +301,22 @@ fn check_namespaces(cmd: &str, netns: &[String]) -> Result<()> {
     }
 }
 
+/// Makes the process `c` starts get SIGTERM when this one (the thread
+/// that starts it: every launch starts its children from one) ends, also
+/// by SIGKILL. It survives `ip netns exec`, which execs the command.
+fn ends_with_this_process(c: &mut std::process::Command) {
+    // SAFETY: prctl is async-signal-safe; it runs in the child before exec
+    // and touches no memory of the parent.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(c, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Removes the launch directory however `launch_processes` ends.
 struct TempDir(std::path::PathBuf);
 
@@ -355,6 +371,9 @@ pub fn launch_processes(
                 c
             }
         };
+        // A launcher killed or signalled alone (a scheduler, `timeout`)
+        // takes its ranks with it; Ctrl-C reaches them through the group.
+        ends_with_this_process(&mut c);
         c.env(ENV_DIR, &dir.0)
             .env(ENV_RANK, rank.to_string())
             .env(ENV_SIZE, size.to_string())
@@ -519,16 +538,7 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
     }
     // If fabkit is killed, mpirun is told to end the job (it would run on
     // under init otherwise). Ctrl-C reaches mpirun through the process group.
-    // SAFETY: prctl is async-signal-safe; it runs in the child before exec
-    // and touches no memory of the parent.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    ends_with_this_process(&mut c);
     c.args(["--host", &host_list.join(",")])
         .args(["-n", &size.to_string()])
         .args(cmd);

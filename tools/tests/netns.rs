@@ -92,6 +92,55 @@ fn launch_without_namespaces_runs_processes_on_one_host() {
 }
 
 #[test]
+fn ranks_end_with_a_launcher_that_is_killed_alone() {
+    // Each rank says its pid, then waits; the launcher alone is signalled
+    // (as a scheduler or `timeout` does: not the process group).
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let mut launch = fabkit()
+        .args(["launch", "-n", "2", "--", "sh", "-c"])
+        .arg(format!("echo $$ >> {}; exec sleep 600", pids.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline =
+        std::time::Instant::now() + fabkit_core::time::scaled(std::time::Duration::from_secs(30));
+    let ranks: Vec<i32> = loop {
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        let got: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if got.len() == 2 {
+            break got;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ranks never started: {text:?}"
+        );
+        std::thread::yield_now();
+    };
+    // SAFETY: kill(2) touches no memory; the pid is our child's.
+    unsafe { libc::kill(launch.id() as i32, libc::SIGTERM) };
+    launch.wait().unwrap();
+    // Alive: listed and not a zombie waiting for init to reap it.
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|t| !t.trim_start().starts_with('Z'))
+        })
+    };
+    while ranks.iter().any(|&p| alive(p)) && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let left: Vec<i32> = ranks.iter().copied().filter(|&p| alive(p)).collect();
+    for &p in &left {
+        // SAFETY: as above; a survivor is stopped before the test fails.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    assert!(left.is_empty(), "ranks {left:?} outlived their launcher");
+}
+
+#[test]
 fn launch_reports_a_failing_rank_and_its_bad_input() {
     let t = std::time::Instant::now();
     let o = fabkit()
