@@ -28,7 +28,8 @@ cargo build --release --quiet -p ipoib-eval
 commit=$(git describe --always --dirty --abbrev=12)
 ie=target/release/ipoib-eval
 mkdir -p "$out"
-rm -f "$out"/*.json "$out"/*.csv "$out"/*.md
+# Only what this script writes; the seed004 sweep in the same directory stays.
+rm -f "$out"/iperf3-*.json "$out"/ipoib-*.json "$out"/ipoib.csv "$out"/SIDEBYSIDE.md "$out"/machine.txt
 
 rmem=$(sysctl -n net.core.rmem_max); wmem=$(sysctl -n net.core.wmem_max)
 pids=()

@@ -7,10 +7,10 @@
 # only ratios within a round mean anything).
 #
 # Anchors:
-# - the ceiling loop, ../shared/bench/ceiling.c: a plain C loop doing what a
-#   lock-free operation must (its `read-all` phase has the mix of fabkit's
-#   read phase); CEILING names its binary, or it is built from SHARED
-#   (default ../shared) with `gcc -O2 -msse4.2`;
+# - the ceiling loop, ceiling.c beside this script: a plain C loop doing
+#   what a lock-free operation must (its `read-all` phase has the mix of
+#   fabkit's read phase); CEILING names its binary, or it is built from
+#   ceiling.c with `gcc -O2 -msse4.2`;
 # - the public MPI-DHT, built by hand outside this repository and driven by
 #   mpidht-driver.c (its header says how): MPIDHT names the directory of
 #   mpidht-bench-{lockfree,coarse,fine}. Without it those rows say so.
@@ -36,8 +36,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 if [ -z "$ceiling" ]; then
-  src=${SHARED:-../shared}/bench/ceiling.c
-  [ -f "$src" ] || { echo "run-speed: no ceiling loop: set CEILING or SHARED" >&2; exit 2; }
+  src=results/dht-speed/ceiling.c
+  [ -f "$src" ] || { echo "run-speed: no ceiling loop: $src is missing (or set CEILING)" >&2; exit 2; }
   gcc -O2 -msse4.2 -o "$tmp/ceiling" "$src" || exit 1
   ceiling=$tmp/ceiling
 fi
