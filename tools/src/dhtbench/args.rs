@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use fabkit_dht::{Config, Variant};
-use fabkit_fabric::RankConfig;
 
 use super::report;
 use super::workload::{self, Dist, Workload};
@@ -378,27 +377,24 @@ fn address_space_left() -> Option<u128> {
     Some(u128::from(lim.rlim_cur).saturating_sub(used_kb * 1024))
 }
 
-pub(super) fn rank_config(a: &DhtArgs, cfg: &Config) -> RankConfig {
-    let mut rc = RankConfig::new(a.provider.clone());
-    rc.domain = a.domain.clone();
-    rc.region_len = cfg.region_len();
-    rc.atomics = cfg.variant.needs_atomics();
-    rc.timeout = a.timeout;
-    rc.window = a.batch.clamp(1, 256);
-    rc
+pub fn variants(a: &DhtArgs) -> Vec<Variant> {
+    a.variant.variants()
 }
 
-pub fn variants(a: &DhtArgs) -> Vec<Variant> {
-    match a.variant {
-        VariantArg::All => vec![
-            Variant::Coarse,
-            Variant::Fine,
-            Variant::Lockfree,
-            Variant::Chunked,
-        ],
-        VariantArg::Coarse => vec![Variant::Coarse],
-        VariantArg::Fine => vec![Variant::Fine],
-        VariantArg::Lockfree => vec![Variant::Lockfree],
-        VariantArg::Chunked => vec![Variant::Chunked],
+impl VariantArg {
+    /// The variants this choice names, in the order they run.
+    pub fn variants(self) -> Vec<Variant> {
+        match self {
+            VariantArg::All => vec![
+                Variant::Coarse,
+                Variant::Fine,
+                Variant::Lockfree,
+                Variant::Chunked,
+            ],
+            VariantArg::Coarse => vec![Variant::Coarse],
+            VariantArg::Fine => vec![Variant::Fine],
+            VariantArg::Lockfree => vec![Variant::Lockfree],
+            VariantArg::Chunked => vec![Variant::Chunked],
+        }
     }
 }

@@ -27,6 +27,7 @@ pub mod phase;
 pub mod progress;
 pub mod redis;
 pub mod report;
+pub mod transports;
 pub mod workload;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -35,13 +36,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use fabkit_core::bootstrap::Bootstrap;
 use fabkit_dht::{Config, Dht, Read, Stats, Transport, Variant};
-use fabkit_fabric::Rank;
 use serde::{Deserialize, Serialize};
 
 use crate::bounds;
 use crate::hist::Hist;
-use args::{config, dist_of, rank_config, spec};
-pub use args::{validate, variants, DhtArgs};
+use args::{config, dist_of, spec};
+pub use args::{validate, variants, DhtArgs, VariantArg};
 use phase::{Checks, DhtStore, Prepared, RedisStore, Shape, Store};
 use progress::Progress;
 use workload::{Dist, Workload};
@@ -100,7 +100,7 @@ fn hot_key<T: Transport>(d: &Dht<T>, a: &DhtArgs, id: u64, boot: &dyn Bootstrap)
 const HOT_VERSION: u64 = 1 << 32;
 
 /// Every rank's words.
-fn gather(boot: &dyn Bootstrap, mine: &[u64]) -> Result<Vec<Vec<u64>>> {
+pub fn gather(boot: &dyn Bootstrap, mine: &[u64]) -> Result<Vec<Vec<u64>>> {
     let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_le_bytes()).collect();
     Ok(boot
         .allgather(&bytes)?
@@ -653,28 +653,39 @@ impl Sample {
     }
 }
 
+/// The benchmark as a [`transports::Job`]: every variant and workload on
+/// this rank's transports, then Redis.
+struct Bench<'a> {
+    a: &'a DhtArgs,
+    boot: &'a dyn Bootstrap,
+}
+
+impl transports::Job for Bench<'_> {
+    type Out = Vec<Sample>;
+    fn run<T: Transport>(
+        self,
+        make: &dyn Fn(&Config) -> Result<T>,
+        finish: &dyn Fn(T) -> Result<()>,
+    ) -> Result<Vec<Sample>> {
+        bench_rank(self.a, self.boot, make, finish)
+    }
+}
+
+/// The libfabric path `a` asks for.
+pub fn fabric_of(a: &DhtArgs) -> transports::Fabric<'_> {
+    transports::Fabric {
+        provider: &a.provider,
+        domain: a.domain.as_deref(),
+        timeout: a.timeout,
+        batch: a.batch,
+        shm: a.shm,
+    }
+}
+
 /// Runs the benchmark on this rank over libfabric (or the same-node
 /// shortcut with --shm).
 pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
-    if a.shm {
-        use fabkit_dht::transport::shm::ShmTransport;
-        let make = |cfg: &Config| {
-            ShmTransport::establish(rank_config(a, cfg), boot).with_context(|| {
-                format!(
-                    "setting up `{}` with the shared-memory shortcut",
-                    a.provider
-                )
-            })
-        };
-        let finish = |t: ShmTransport| Ok(t.finish(boot)?);
-        return bench_rank(a, boot, &make, &finish);
-    }
-    let make = |cfg: &Config| {
-        Rank::establish(rank_config(a, cfg), boot)
-            .with_context(|| format!("setting up `{}`", a.provider))
-    };
-    let finish = |t: Rank| Ok(t.finish(boot)?);
-    bench_rank(a, boot, &make, &finish)
+    transports::on_fabric(&fabric_of(a), boot, Bench { a, boot })
 }
 
 /// Runs the benchmark on this rank over MPI windows.
@@ -684,47 +695,7 @@ pub fn run_rank_mpi(
     kind: fabkit_mpi::window::WindowKind,
     boot: &fabkit_mpi::MpiBootstrap,
 ) -> Result<Vec<Sample>> {
-    use fabkit_dht::transport::mpi::MpiTransport;
-    // Coarse locks each target's window per operation (MPI_Win_lock); the
-    // others share one lock_all epoch.
-    let make = |cfg: &Config| {
-        Ok(MpiTransport::new(
-            boot,
-            cfg.region_len(),
-            kind,
-            cfg.variant == Variant::Coarse,
-        )?)
-    };
-    // MPI_Win_free: collective, every rank here.
-    let finish = |t: MpiTransport<'_>| Ok(t.free()?);
-    // A rank done with a phase waits for the others in the bootstrap's
-    // collectives, and under osc pt2pt their operations progress only when
-    // it calls into MPI: with naps of up to 5 ms between its tests, a
-    // straggler's operations took a nap each (1 000 ops/s). It polls
-    // instead (a nap ceiling of zero: MPI_Test, a yield every 256), as
-    // MPI's own waits do, where each rank has a core; with more ranks than
-    // cores it naps at most 50 us, so as not to take a straggler's core.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let nap = if boot.size() <= cores {
-        Duration::ZERO
-    } else {
-        Duration::from_micros(50)
-    };
-    let _restore = NapRestore(boot, boot.max_nap());
-    boot.set_max_nap(nap);
-    bench_rank(a, boot, &make, &finish)
-}
-
-/// Puts the bootstrap's nap ceiling back when the benchmark ends, by error
-/// or panic too.
-#[cfg(feature = "mpi")]
-struct NapRestore<'b>(&'b fabkit_mpi::MpiBootstrap, Duration);
-
-#[cfg(feature = "mpi")]
-impl Drop for NapRestore<'_> {
-    fn drop(&mut self) {
-        self.0.set_max_nap(self.1);
-    }
+    transports::on_mpi(kind, boot, Bench { a, boot })
 }
 
 /// How long a rank waits for the others at a phase barrier: a rank may be

@@ -1,0 +1,129 @@
+//! How a rank makes the transports its tables run on, for every command
+//! that runs the DHT on ranks (`fabkit dht`, `fabkit surrogate`): libfabric
+//! to every rank, libfabric with the same-node shortcut (`--shm`), or MPI
+//! windows. A command hands its work as a [`Job`], which receives a maker
+//! and a finisher of one transport type and runs any number of tables on
+//! them.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use fabkit_core::bootstrap::Bootstrap;
+use fabkit_dht::{Config, Transport};
+use fabkit_fabric::{Rank, RankConfig};
+
+/// The work a rank does with tables on one kind of transport.
+pub trait Job {
+    /// What the work gives back.
+    type Out;
+    /// Runs the work: `make` sets up a transport for a table of `Config`
+    /// (collective), `finish` ends one (collective).
+    fn run<T: Transport>(
+        self,
+        make: &dyn Fn(&Config) -> Result<T>,
+        finish: &dyn Fn(T) -> Result<()>,
+    ) -> Result<Self::Out>;
+}
+
+/// The libfabric path a rank takes.
+#[derive(Clone, Debug)]
+pub struct Fabric<'a> {
+    /// libfabric provider.
+    pub provider: &'a str,
+    /// Domain, interface or network (`-d`).
+    pub domain: Option<&'a str>,
+    /// The longest wait for one operation.
+    pub timeout: Duration,
+    /// Operations per batch: the window of the rank's endpoints.
+    pub batch: usize,
+    /// Ranks on this node share their regions (`--shm`).
+    pub shm: bool,
+}
+
+impl Fabric<'_> {
+    /// The rank configuration of a table of `cfg`.
+    pub fn rank_config(&self, cfg: &Config) -> RankConfig {
+        let mut rc = RankConfig::new(self.provider.to_string());
+        rc.domain = self.domain.map(str::to_string);
+        rc.region_len = cfg.region_len();
+        rc.atomics = cfg.variant.needs_atomics();
+        rc.timeout = self.timeout;
+        rc.window = self.batch.clamp(1, 256);
+        rc
+    }
+}
+
+/// Runs `job` on this rank over libfabric (or the same-node shortcut with
+/// `--shm`).
+pub fn on_fabric<J: Job>(f: &Fabric<'_>, boot: &dyn Bootstrap, job: J) -> Result<J::Out> {
+    if f.shm {
+        use fabkit_dht::transport::shm::ShmTransport;
+        let make = |cfg: &Config| {
+            ShmTransport::establish(f.rank_config(cfg), boot).with_context(|| {
+                format!(
+                    "setting up `{}` with the shared-memory shortcut",
+                    f.provider
+                )
+            })
+        };
+        let finish = |t: ShmTransport| Ok(t.finish(boot)?);
+        return job.run(&make, &finish);
+    }
+    let make = |cfg: &Config| {
+        Rank::establish(f.rank_config(cfg), boot)
+            .with_context(|| format!("setting up `{}`", f.provider))
+    };
+    let finish = |t: Rank| Ok(t.finish(boot)?);
+    job.run(&make, &finish)
+}
+
+/// Runs `job` on this rank over MPI windows of `kind`.
+#[cfg(feature = "mpi")]
+pub fn on_mpi<J: Job>(
+    kind: fabkit_mpi::window::WindowKind,
+    boot: &fabkit_mpi::MpiBootstrap,
+    job: J,
+) -> Result<J::Out> {
+    use fabkit_dht::transport::mpi::MpiTransport;
+    use fabkit_dht::Variant;
+    // Coarse locks each target's window per operation (MPI_Win_lock); the
+    // others share one lock_all epoch.
+    let make = |cfg: &Config| {
+        Ok(MpiTransport::new(
+            boot,
+            cfg.region_len(),
+            kind,
+            cfg.variant == Variant::Coarse,
+        )?)
+    };
+    // MPI_Win_free: collective, every rank here.
+    let finish = |t: MpiTransport<'_>| Ok(t.free()?);
+    // A rank done with a phase waits for the others in the bootstrap's
+    // collectives, and under osc pt2pt their operations progress only when
+    // it calls into MPI: with naps of up to 5 ms between its tests, a
+    // straggler's operations took a nap each (1 000 ops/s). It polls
+    // instead (a nap ceiling of zero: MPI_Test, a yield every 256), as
+    // MPI's own waits do, where each rank has a core; with more ranks than
+    // cores it naps at most 50 us, so as not to take a straggler's core.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let nap = if boot.size() <= cores {
+        Duration::ZERO
+    } else {
+        Duration::from_micros(50)
+    };
+    let _restore = NapRestore(boot, boot.max_nap());
+    boot.set_max_nap(nap);
+    job.run(&make, &finish)
+}
+
+/// Puts the bootstrap's nap ceiling back when the job ends, by error or
+/// panic too.
+#[cfg(feature = "mpi")]
+struct NapRestore<'b>(&'b fabkit_mpi::MpiBootstrap, Duration);
+
+#[cfg(feature = "mpi")]
+impl Drop for NapRestore<'_> {
+    fn drop(&mut self) {
+        self.0.set_max_nap(self.1);
+    }
+}
