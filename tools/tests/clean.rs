@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 
+mod common;
+use common::fabkit;
+
 use fabkit_fabric::shm::{parse_name, segment_name, Creator, SharedSegment, SHM_DIR};
 
 /// One `fabkit clean` at a time in this binary: one test's clean would
@@ -15,10 +18,6 @@ use fabkit_fabric::shm::{parse_name, segment_name, Creator, SharedSegment, SHM_D
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const CHILD_ENV: &str = "FABKIT_CLEAN_TEST_CHILD";
-
-fn fabkit() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fabkit"))
-}
 
 fn clean(args: &[&str]) -> (Output, String) {
     let out = fabkit()

@@ -4,13 +4,12 @@
 
 use std::process::{Command, Output};
 
+mod common;
+use common::{fabkit, mpirun};
+
 use serde_json::{json, Value};
 
 const PROVIDERS: &[&str] = &["shm", "tcp;ofi_rxm", "sockets"];
-
-fn fabkit() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fabkit"))
-}
 
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("running fabkit");
@@ -124,20 +123,6 @@ fn check_passes_between_in_process_ranks_on_every_provider() {
     assert!(out.status.success(), "{}", stdout(&out));
     assert_eq!(stdout(&out).matches("PASS").count(), PROVIDERS.len());
     assert_check_json(&json, PROVIDERS, 3);
-}
-
-fn mpirun(n: usize) -> Command {
-    let mut c = Command::new("mpirun");
-    // --oversubscribe: more ranks than the 2 cores. The one-sided component
-    // is named explicitly because Debian's default (osc rdma) crashes in
-    // MPI_Compare_and_swap; fabkit's check only bootstraps through MPI, but
-    // the same line must work for the MPI benchmarks.
-    c.args(["--oversubscribe", "--mca", "osc", "sm,pt2pt", "-n"])
-        .arg(n.to_string())
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .arg(env!("CARGO_BIN_EXE_fabkit"));
-    c
 }
 
 #[test]

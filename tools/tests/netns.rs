@@ -7,13 +7,12 @@
 
 use std::process::Command;
 
+mod common;
+use common::fabkit;
+
 use fabkit_core::bootstrap::host_id;
 use fabkit_netns::testbed::{self, Testbed, TestbedSpec};
 use serde_json::Value;
-
-fn fabkit() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fabkit"))
-}
 
 fn check_json(path: &std::path::Path) -> Value {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
