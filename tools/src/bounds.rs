@@ -313,6 +313,67 @@ pub fn cpu_ns(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// The most cells `surrogate --grid` takes: 2^20 (72 MiB of state per
+/// grid, and every rank holds the whole grid).
+pub const MAX_CELLS: usize = 1 << 20;
+
+/// The grid of `surrogate --grid`: NXxNY cells, each side at least 1 and
+/// the product at most [`MAX_CELLS`].
+pub fn grid(s: &str) -> Result<(usize, usize), String> {
+    let t = s.trim();
+    let (x, y) = t
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("`{s}` is not a grid: give columns x rows, such as 48x24"))?;
+    let x = within(x, 1, MAX_CELLS, "--grid's columns", "")?;
+    let y = within(y, 1, MAX_CELLS, "--grid's rows", "")?;
+    match x.checked_mul(y) {
+        Some(n) if n <= MAX_CELLS => Ok((x, y)),
+        _ => Err(format!(
+            "--grid {x}x{y} has more than {MAX_CELLS} cells; give a smaller grid"
+        )),
+    }
+}
+
+/// Time steps of `surrogate --steps`.
+pub fn steps(s: &str) -> Result<u64, String> {
+    within(s, 1, 1_000_000, "--steps", "")
+}
+
+/// Solver sub-steps per cell and time step (`surrogate --substeps`): the
+/// chemistry's cost.
+pub fn substeps(s: &str) -> Result<u32, String> {
+    within(s, 1, 1_000_000, "--substeps", "")
+}
+
+/// Rounds of `surrogate --rounds`.
+pub fn surrogate_rounds(s: &str) -> Result<u32, String> {
+    within(s, 1, 1000, "--rounds", "")
+}
+
+/// Significant digits of a key (`surrogate --digits`): 1 to 15, or
+/// `exact` (the inputs' bits).
+pub fn digits(s: &str) -> Result<crate::surrogate::chem::Digits, String> {
+    use crate::surrogate::chem::{Digits, MAX_DIGITS};
+    if s.trim().eq_ignore_ascii_case("exact") {
+        return Ok(Digits::Exact);
+    }
+    within(s, 1, MAX_DIGITS, "--digits", " (or `exact`: no rounding)").map(Digits::Sig)
+}
+
+/// The floor of `surrogate --floor`: a concentration, above 0 and at most 1.
+pub fn floor(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number: give a concentration such as 1e-12"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+        return Err(format!(
+            "`{s}` is out of range: give a number above 0, at most 1"
+        ));
+    }
+    Ok(v)
+}
+
 /// The zipfian key range of the paper's workload (`dht --zipf-range`).
 pub fn zipf_range(s: &str) -> Result<u64, String> {
     within(s, 1, 1 << 40, "--zipf-range", " keys")

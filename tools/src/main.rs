@@ -15,6 +15,7 @@ mod model;
 mod mpiperf;
 mod perf;
 mod plot;
+mod surrogate;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -97,6 +98,13 @@ enum Cmd {
     /// variant, workload and phase: the fabric's limit, the cores' limit,
     /// and which binds; beside a measured run if one is given.
     Model(model::ModelArgs),
+    /// The DHT as the surrogate-model cache of a POET-like reactive-transport
+    /// simulation (a grid carried by a flow, an iterative chemistry solver
+    /// per cell and time step, inputs rounded to significant digits as the
+    /// key): runtime and speed-up against the run without the cache, hit
+    /// rate, checksum mismatches, the break-even solver cost and the error
+    /// the rounding introduces, per variant, rounding and solver cost.
+    Surrogate(surrogate::SurrogateArgs),
     /// The embedded default job: `info`, `check` with 4 in-process ranks on
     /// every provider here that offers RMA and atomics, then a short DHT
     /// benchmark (every variant, the paper's workload and YCSB A, Redis
@@ -271,6 +279,7 @@ fn keep_stdout_for_data(cmd: &Cmd) -> Result<()> {
         Cmd::MpiPerf(a) => (is_dash(&a.sweep.json), is_dash(&a.sweep.csv)),
         Cmd::Dht(a) => (is_dash(&a.json), is_dash(&a.csv)),
         Cmd::Model(a) => (is_dash(&a.json), false),
+        Cmd::Surrogate(a) => (is_dash(&a.json), false),
         _ => (false, false),
     };
     bounds::ensure_usage!(
@@ -711,6 +720,7 @@ fn main() -> ExitCode {
             Cmd::MpiPerf(args) => Some(args.osc.as_str()),
             Cmd::Check(args) if args.mpi.is_some() => Some("sm,pt2pt"),
             Cmd::Dht(args) if args.mpi.is_some() => Some("sm,pt2pt"),
+            Cmd::Surrogate(args) if args.mpi.is_some() => Some("sm,pt2pt"),
             _ => None,
         };
         if let Some(osc) = osc {
@@ -742,6 +752,7 @@ fn main() -> ExitCode {
         Cmd::Plot(args) => plot::run(args).map(|()| true),
         Cmd::Dht(args) => run_dht(args),
         Cmd::Model(args) => run_model(args),
+        Cmd::Surrogate(args) => surrogate::run(args),
         Cmd::Launch {
             netns,
             ranks,

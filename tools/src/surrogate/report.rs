@@ -1,0 +1,456 @@
+//! `fabkit surrogate`'s rows: the rounds of each variant, rounding and
+//! solver cost put beside the uncached run of the same round, as a table,
+//! JSON (the benchmark's `{meta, runs}` style) and charts of speed-up and
+//! error against rounding.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::chem::SPECIES;
+use super::{variant_name, Run};
+
+/// Where, what and how a report was measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    /// The command line.
+    pub command: String,
+    /// fabkit's commit.
+    pub commit: String,
+    /// The reporting rank's host.
+    pub host: String,
+    /// CPU, cores, memory, kernel.
+    pub machine: String,
+    /// How the ranks were started.
+    pub launch: String,
+    /// What carried the cache's operations.
+    pub provider: String,
+    /// Columns x rows.
+    pub grid: String,
+    /// Time steps.
+    pub steps: u64,
+    /// The chemistry's time step, seconds.
+    pub dt: f64,
+    /// Cells per cache lookup.
+    pub batch: usize,
+    /// The floor of relative errors, mol/kg.
+    pub floor: f64,
+    /// What the reader needs to know about the figures.
+    pub notes: Vec<String>,
+}
+
+/// One round of a row: the cached run and the uncached run it is
+/// compared with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Round {
+    /// Seconds with the cache.
+    pub secs: f64,
+    /// Seconds without it, in the same round at the same cost.
+    pub uncached_secs: f64,
+    /// `uncached_secs / secs`.
+    pub speedup: f64,
+}
+
+/// The error of a row's final grids, over its rounds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Error {
+    /// Per species (in `species` order): the largest relative difference
+    /// of any cell in any round.
+    pub max: Vec<f64>,
+    /// Per species: the mean relative difference over cells, averaged over
+    /// the rounds.
+    pub mean: Vec<f64>,
+    /// The species' names.
+    pub species: Vec<String>,
+}
+
+/// A variant, rounding and cost over every round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    /// `coarse`, `fine`, `lockfree` or `chunked`.
+    pub variant: String,
+    /// What carried the cache's operations.
+    pub transport: String,
+    /// The keys' rounding: `exact` or significant digits.
+    pub digits: String,
+    /// The solver's sub-steps.
+    pub substeps: u32,
+    /// Ranks.
+    pub ranks: usize,
+    /// Every round.
+    pub rounds: Vec<Round>,
+    /// Median over rounds, and its spread.
+    pub speedup: f64,
+    /// See `speedup`.
+    pub speedup_min: f64,
+    /// See `speedup`.
+    pub speedup_max: f64,
+    /// Median seconds with and without the cache.
+    pub secs: f64,
+    /// See `secs`.
+    pub uncached_secs: f64,
+    /// Hits over lookups, all rounds.
+    pub hit_rate: f64,
+    /// Lookups whose bucket kept failing its checksum, all rounds (solved
+    /// again, as misses).
+    pub checksum_mismatches: u64,
+    /// Checksum re-reads, all rounds.
+    pub checksum_retries: u64,
+    /// Writes that evicted another input, all rounds.
+    pub evictions: u64,
+    /// Microseconds a solve took, in the uncached runs of this cost.
+    pub solve_us: f64,
+    /// Microseconds of cache reads and writes per cell, over the cached
+    /// runs.
+    pub cache_us_per_cell: f64,
+    /// The solver cost at which the cache's time equals the solves it
+    /// saves: `cache_us_per_cell / hit_rate`. Below it the cache does not
+    /// pay (none when nothing hit).
+    pub break_even_us: Option<f64>,
+    /// Error against the uncached run.
+    pub error: Error,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn ratio(num: u64, den: u64) -> f64 {
+    if den == 0 {
+        0.0
+    } else {
+        num as f64 / den as f64
+    }
+}
+
+/// The rows of `runs`, in the order the cached runs first ran.
+pub fn rows(runs: &[Run]) -> Vec<Row> {
+    let mut keys: Vec<(String, String, u32)> = Vec::new();
+    for r in runs {
+        if let Some(v) = r.variant {
+            let k = (variant_name(v), r.digits.clone(), r.substeps);
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+    }
+    keys.into_iter()
+        .filter_map(|(variant, digits, substeps)| {
+            let mine: Vec<&Run> = runs
+                .iter()
+                .filter(|r| {
+                    r.variant.map(variant_name).as_deref() == Some(variant.as_str())
+                        && r.digits == digits
+                        && r.substeps == substeps
+                })
+                .collect();
+            let plain = |round: u32| {
+                runs.iter()
+                    .find(|u| u.variant.is_none() && u.substeps == substeps && u.round == round)
+            };
+            let uncached: Vec<&Run> = runs
+                .iter()
+                .filter(|u| u.variant.is_none() && u.substeps == substeps)
+                .collect();
+            let first = mine.first()?;
+            let rounds: Vec<Round> = mine
+                .iter()
+                .filter_map(|r| {
+                    let u = plain(r.round)?;
+                    Some(Round {
+                        secs: r.secs,
+                        uncached_secs: u.secs,
+                        speedup: u.secs / r.secs,
+                    })
+                })
+                .collect();
+            let mut sp: Vec<f64> = rounds.iter().map(|r| r.speedup).collect();
+            let mut secs: Vec<f64> = rounds.iter().map(|r| r.secs).collect();
+            let mut usecs: Vec<f64> = rounds.iter().map(|r| r.uncached_secs).collect();
+            let sum = |f: &dyn Fn(&Run) -> u64| mine.iter().map(|r| f(r)).sum::<u64>();
+            let hits = sum(&|r| r.hits);
+            let lookups = sum(&|r| r.hits + r.misses + r.corrupt);
+            let hit_rate = ratio(hits, lookups);
+            let solve_ns: u64 = uncached.iter().map(|u| u.solve_ns).sum();
+            let solves: u64 = uncached.iter().map(|u| u.solves).sum();
+            let cache_us = ratio(sum(&|r| r.cache_ns), sum(&|r| r.cells)) / 1e3;
+            let mut error = Error {
+                max: vec![0.0; SPECIES.len()],
+                mean: vec![0.0; SPECIES.len()],
+                species: SPECIES.iter().map(|s| s.to_string()).collect(),
+            };
+            for e in mine.iter().filter_map(|r| r.error.as_ref()) {
+                for s in 0..SPECIES.len() {
+                    error.max[s] = error.max[s].max(e.max[s]);
+                    error.mean[s] += e.mean[s] / mine.len() as f64;
+                }
+            }
+            Some(Row {
+                variant,
+                transport: first.transport.clone(),
+                digits,
+                substeps,
+                ranks: first.ranks,
+                speedup: median(&mut sp),
+                speedup_min: sp.first().copied().unwrap_or(f64::NAN),
+                speedup_max: sp.last().copied().unwrap_or(f64::NAN),
+                secs: median(&mut secs),
+                uncached_secs: median(&mut usecs),
+                rounds,
+                hit_rate,
+                checksum_mismatches: sum(&|r| r.corrupt),
+                checksum_retries: sum(&|r| r.stats.checksum_retries),
+                evictions: sum(&|r| r.stats.evictions),
+                solve_us: ratio(solve_ns, solves) / 1e3,
+                cache_us_per_cell: cache_us,
+                break_even_us: (hit_rate > 0.0).then(|| cache_us / hit_rate),
+                error,
+            })
+        })
+        .collect()
+}
+
+/// A report: how it was measured, and its rows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// See [`Meta`].
+    pub meta: Meta,
+    /// See [`Row`].
+    pub runs: Vec<Row>,
+}
+
+/// The largest of a row's per-species figures, and whose it is.
+fn worst(v: &[f64]) -> (f64, &'static str) {
+    v.iter().zip(SPECIES).fold(
+        (0.0, "-"),
+        |(m, s), (&x, name)| {
+            if x > m {
+                (x, name)
+            } else {
+                (m, s)
+            }
+        },
+    )
+}
+
+/// The table printed after a run.
+pub fn table(rep: &Report) -> String {
+    let mut t = String::new();
+    let m = &rep.meta;
+    let Some(first) = rep.runs.first() else {
+        return "fabkit surrogate: no runs\n".into();
+    };
+    let _ = writeln!(
+        t,
+        "fabkit surrogate: {} | {} | grid {}, {} steps of {} s | batch {} | {} round(s), \
+         speed-up median (min-max)",
+        m.provider,
+        m.launch,
+        m.grid,
+        m.steps,
+        m.dt,
+        m.batch,
+        first.rounds.len()
+    );
+    let _ = writeln!(
+        t,
+        "{:<8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>16} {:>6} {:>8} {:>8} {:>9} {:>9} {:>9} {:<8}",
+        "variant",
+        "digits",
+        "substeps",
+        "solve us",
+        "cached s",
+        "plain s",
+        "speed-up",
+        "hit %",
+        "mismatch",
+        "cache us",
+        "break-even",
+        "max err",
+        "mean err",
+        "(species)"
+    );
+    for r in &rep.runs {
+        let (max, who) = worst(&r.error.max);
+        let (mean, _) = worst(&r.error.mean);
+        let _ = writeln!(
+            t,
+            "{:<8} {:>6} {:>8} {:>8.2} {:>8.3} {:>8.3} {:>16} {:>6.1} {:>8} {:>8.2} {:>9} {:>9.1e} {:>9.1e} {:<8}",
+            r.variant,
+            r.digits,
+            r.substeps,
+            r.solve_us,
+            r.secs,
+            r.uncached_secs,
+            format!(
+                "{:.2} ({:.2}-{:.2})",
+                r.speedup, r.speedup_min, r.speedup_max
+            ),
+            r.hit_rate * 100.0,
+            r.checksum_mismatches,
+            r.cache_us_per_cell,
+            r.break_even_us
+                .map_or_else(|| "-".into(), |b| format!("{b:.2} us")),
+            max,
+            mean,
+            if max > 0.0 { who } else { "-" }
+        );
+    }
+    for n in &m.notes {
+        let _ = writeln!(t, "note: {n}");
+    }
+    t
+}
+
+/// Decimal digits a grid agrees to: -log10 of the largest relative error,
+/// 16 where there is none (beyond a double's precision).
+pub fn agreement(err: f64) -> f64 {
+    if err <= 0.0 {
+        16.0
+    } else {
+        (-err.log10()).clamp(0.0, 16.0)
+    }
+}
+
+/// The charts of `rep`, one pair per solver cost: speed-up against the
+/// keys' rounding, and the digits the final grid agrees to, per variant;
+/// as (file name, SVG).
+pub fn charts(rep: &Report) -> Vec<(String, String)> {
+    let mut costs: Vec<u32> = rep.runs.iter().map(|r| r.substeps).collect();
+    costs.sort_unstable();
+    costs.dedup();
+    let mut out = Vec::new();
+    for s in costs {
+        let rows: Vec<&Row> = rep.runs.iter().filter(|r| r.substeps == s).collect();
+        let mut cats: Vec<String> = Vec::new();
+        let mut variants: Vec<String> = Vec::new();
+        for r in &rows {
+            if !cats.contains(&r.digits) {
+                cats.push(r.digits.clone());
+            }
+            if !variants.contains(&r.variant) {
+                variants.push(r.variant.clone());
+            }
+        }
+        let solve = rows.first().map_or(0.0, |r| r.solve_us);
+        let line = |v: &String, f: &dyn Fn(&Row) -> (f64, f64, f64)| fabkit_chart::Line {
+            label: v.clone(),
+            points: cats
+                .iter()
+                .map(|c| {
+                    rows.iter()
+                        .find(|r| &r.variant == v && &r.digits == c)
+                        .map(|r| f(r))
+                })
+                .collect(),
+        };
+        let speed: Vec<fabkit_chart::Line> = variants
+            .iter()
+            .map(|v| line(v, &|r| (r.speedup, r.speedup_min, r.speedup_max)))
+            .collect();
+        let agree: Vec<fabkit_chart::Line> = variants
+            .iter()
+            .map(|v| {
+                line(v, &|r| {
+                    let a = agreement(worst(&r.error.max).0);
+                    (a, a, a)
+                })
+            })
+            .collect();
+        let m = &rep.meta;
+        let title = format!(
+            "{} ({}), grid {}, solve {solve:.1} us",
+            m.provider, m.launch, m.grid
+        );
+        out.push((
+            format!("speedup-{s}.svg"),
+            fabkit_chart::lines(
+                &format!("Speed-up of the cache: {title}"),
+                "significant digits of the key",
+                "runtime without / with the cache",
+                &cats,
+                &speed,
+            ),
+        ));
+        out.push((
+            format!("error-{s}.svg"),
+            fabkit_chart::lines(
+                &format!("Accuracy with the cache (16: no error): {title}"),
+                "significant digits of the key",
+                "-log10 of the largest relative error",
+                &cats,
+                &agree,
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabkit_dht::Variant;
+
+    fn run(round: u32, variant: Option<Variant>, secs: f64, hits: u64) -> Run {
+        Run {
+            round,
+            variant,
+            transport: "t".into(),
+            digits: if variant.is_some() {
+                "4".into()
+            } else {
+                String::new()
+            },
+            substeps: 10,
+            ranks: 2,
+            secs,
+            cells: 100,
+            solves: 100 - hits,
+            solve_ns: (100 - hits) * 20_000,
+            cache_ns: 100 * 2_000,
+            hits,
+            misses: 100 - hits,
+            corrupt: 0,
+            stats: fabkit_dht::Stats::default(),
+            error: variant.map(|_| super::super::grid::Error {
+                max: vec![1e-3; 9],
+                mean: vec![1e-4; 9],
+            }),
+        }
+    }
+
+    #[test]
+    fn rows_pair_each_round_with_its_uncached_run() {
+        let runs = [
+            run(0, None, 2.0, 0),
+            run(0, Some(Variant::Lockfree), 1.0, 50),
+            run(1, None, 3.0, 0),
+            run(1, Some(Variant::Lockfree), 1.0, 50),
+        ];
+        let rows = rows(&runs);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(r.rounds.len(), 2);
+        assert_eq!((r.speedup_min, r.speedup_max, r.speedup), (2.0, 3.0, 2.5));
+        assert_eq!(r.hit_rate, 0.5);
+        assert_eq!(r.solve_us, 20.0);
+        assert_eq!(r.cache_us_per_cell, 2.0);
+        // 2 us of cache per cell pays where half the cells skip a solve
+        // of more than 4 us.
+        assert_eq!(r.break_even_us, Some(4.0));
+        assert_eq!(r.error.max[0], 1e-3);
+        assert!((r.error.mean[0] - 1e-4).abs() < 1e-18);
+    }
+
+    #[test]
+    fn agreement_is_the_digits_a_grid_keeps() {
+        assert_eq!(agreement(0.0), 16.0);
+        assert!((agreement(1e-3) - 3.0).abs() < 1e-12);
+        assert_eq!(agreement(10.0), 0.0);
+    }
+}
