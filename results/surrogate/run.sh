@@ -7,14 +7,14 @@
 # cached runs in rounds; the JSON, the table and the charts are written by
 # fabkit itself.
 #
-#   bash results/surrogate/run.sh            # about 15 minutes on 2 cores
+#   bash results/surrogate/run.sh            # about 20 minutes on 2 cores
 #   ROUNDS=5 bash results/surrogate/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=results/surrogate
 rounds=${ROUNDS:-3}
-[ -z "$(git status --porcelain -- tools dht fabric core Cargo.lock)" ] \
-  || { echo "run.sh: the code has uncommitted changes; commit them so the results name the code that ran" >&2; exit 1; }
+[ -z "$(git status --porcelain -- . ':!results/surrogate')" ] \
+  || { echo "run.sh: the tree has uncommitted changes; commit them so the results name the commit that ran" >&2; exit 1; }
 cargo build --release --quiet -p fabkit-tools
 fk=target/release/fabkit
 commit=$(git rev-parse HEAD)
@@ -23,7 +23,7 @@ commit=$(git rev-parse HEAD)
   echo "kernel: $(uname -srm)"
   echo "cpus: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
   echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
-  echo "libfabric: $(fi_info --version | sed -n 2p)"
+  echo "libfabric: $(fi_info --version | sed -n 's/^libfabric: //p')"
   echo "fabkit: $($fk --version) at $commit"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } > "$out/machine.txt"

@@ -360,12 +360,13 @@ pub fn digits(s: &str) -> Result<crate::surrogate::chem::Digits, String> {
     within(s, 1, MAX_DIGITS, "--digits", " (or `exact`: no rounding)").map(Digits::Sig)
 }
 
-/// The floor of `surrogate --floor`: a concentration, above 0 and at most 1.
+/// The floor of `surrogate --floor`: a fraction of a species' largest
+/// concentration, above 0 and at most 1.
 pub fn floor(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("`{s}` is not a number: give a concentration such as 1e-12"))?;
+        .map_err(|_| format!("`{s}` is not a number: give a fraction such as 1e-6"))?;
     if !(v.is_finite() && v > 0.0 && v <= 1.0) {
         return Err(format!(
             "`{s}` is out of range: give a number above 0, at most 1"

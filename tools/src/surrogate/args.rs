@@ -65,15 +65,20 @@ pub struct SurrogateArgs {
     #[arg(long, default_value = "3", value_parser = bounds::surrogate_rounds)]
     pub rounds: u32,
     /// Cells per cache lookup (read_into, then write_into for the misses).
+    /// Cells of one batch that share a key all miss (they are looked up
+    /// before any is written), so the hit rate falls as batches grow
+    /// toward a rank's whole share.
     #[arg(short, long, default_value = "64", value_parser = bounds::batch)]
     pub batch: usize,
     /// Buckets per rank (default: two per distinct input a rank could
     /// write, cells x steps / ranks, at most 2^20; more inputs evict).
     #[arg(long, value_parser = bounds::buckets)]
     pub buckets: Option<u64>,
-    /// Concentration below which a relative error is taken against this
-    /// floor instead (ahead of the front, Mg and Cl are zero), mol/kg.
-    #[arg(long, default_value = "1e-12", value_parser = bounds::floor)]
+    /// Relative errors are taken against max(|uncached|, FLOOR x the
+    /// species' largest uncached concentration): ahead of the front Mg, Cl
+    /// and dolomite are zero, and a difference there counts against the
+    /// species' own scale.
+    #[arg(long, default_value = "1e-6", value_parser = bounds::floor)]
     pub floor: f64,
     /// Seconds to wait for any one operation before giving up.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = bounds::secs)]
@@ -159,7 +164,7 @@ pub fn validate(a: &SurrogateArgs, ranks: usize, mpi: bool) -> Result<()> {
                     bounds::usage(format!(
                         "the {} variant needs remote atomics, which provider `{}` does not offer \
                          here; use -v lockfree (no atomics) or a provider with atomics (fabkit info)",
-                        format!("{v:?}").to_lowercase(),
+                        super::variant_name(v),
                         a.provider
                     ))
                 })?;

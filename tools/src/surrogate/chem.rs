@@ -25,6 +25,9 @@ pub const MOBILE: usize = 7;
 /// A cell's state.
 pub type State = [f64; 9];
 
+/// Bytes of a state sent between ranks.
+pub const STATE_BYTES: usize = std::mem::size_of::<State>();
+
 const C: usize = 3;
 const CA: usize = 4;
 const MG: usize = 6;
@@ -200,9 +203,16 @@ pub fn round_word(x: f64, d: Digits) -> u64 {
     if x == 0.0 || !x.is_finite() {
         return if x.is_finite() { 0 } else { x.to_bits() };
     }
-    // The exponent of x's leading digit, corrected where log10 rounds.
-    let mut e = x.abs().log10().floor() as i32;
-    if 10f64.powi(e) > x.abs() {
+    // The exponent of x's leading digit: from the binary exponent (no
+    // log10 per input: keys are made for every cell and step), corrected
+    // against the powers of ten.
+    let ax = x.abs();
+    let e2 = ((x.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let mut e = (f64::from(e2) * std::f64::consts::LOG10_2).floor() as i32;
+    while e < POW10_MAX && pow10(e + 1) <= ax {
+        e += 1;
+    }
+    while e > -POW10_MAX && pow10(e) > ax {
         e -= 1;
     }
     let mut m = scaled(x, d as i32 - 1 - e);
@@ -226,13 +236,25 @@ fn scaled(x: f64, shift: i32) -> f64 {
     }
 }
 
-/// 10^n, exact for the powers keys need (|n| up to about 330).
+/// The largest |n| of [`pow10`]'s table.
+const POW10_MAX: i32 = 340;
+
+/// 10^n for |n| up to [`POW10_MAX`] (beyond: the nearest in the table), from
+/// a table made once: the same values powi gives, without its loop per call.
 fn pow10(n: i32) -> f64 {
-    if n >= 0 {
-        10f64.powi(n)
-    } else {
-        1.0 / 10f64.powi(-n)
-    }
+    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        (-POW10_MAX..=POW10_MAX)
+            .map(|k| {
+                if k >= 0 {
+                    10f64.powi(k)
+                } else {
+                    1.0 / 10f64.powi(-k)
+                }
+            })
+            .collect()
+    });
+    t[(n.clamp(-POW10_MAX, POW10_MAX) + POW10_MAX) as usize]
 }
 
 /// The key of a cell's inputs: each species and the time step rounded.
@@ -242,8 +264,11 @@ pub fn key(s: &State, dt: f64, d: Digits, out: &mut [u8; KEY_LEN]) {
     }
 }
 
-/// The cached value: the exact new state, the two saturation ratios, the
-/// iterations and the time step it ran with (13 doubles).
+/// The cached value, 13 doubles as POET's: the exact new state (9), the two
+/// saturation ratios and the iterations the solver reports beside it, and
+/// the time step it ran with: of the input, what the key does not round
+/// (the species are in the key, rounded; storing them exactly too would
+/// take 9 more doubles than POET's value has).
 pub fn value(r: &Solved, dt: f64, out: &mut [u8]) {
     let words = r
         .state
@@ -260,7 +285,9 @@ pub fn value(r: &Solved, dt: f64, out: &mut [u8]) {
 pub fn state_of(value: &[u8]) -> State {
     let mut s = [0.0; 9];
     for (i, x) in s.iter_mut().enumerate() {
-        let w: [u8; 8] = value[i * 8..(i + 1) * 8].try_into().expect("8 bytes");
+        let w: [u8; 8] = value[i * 8..(i + 1) * 8]
+            .try_into()
+            .expect("a slice of 8 bytes");
         *x = f64::from_le_bytes(w);
     }
     s
@@ -295,6 +322,29 @@ mod tests {
         assert_ne!(round_word(x, Digits::Exact), round_word(y, Digits::Exact));
         assert_eq!(round_word(x, d(15)), round_word(y, d(15)));
         assert_ne!(round_word(1.00000000000001, d(15)), round_word(1.0, d(15)));
+    }
+
+    #[test]
+    fn a_rounded_word_keeps_exactly_the_digits_asked_for() {
+        // Every mantissa has d digits whatever the magnitude: the exponent
+        // found from the binary one is the leading digit's, also at the
+        // powers of ten and their neighbours.
+        let mut x = 1.0e-300f64;
+        let mut seen = 0;
+        while x < 1e300 {
+            for y in [x, x.next_up(), x.next_down(), -x, x * 3.7, x * 9.9999] {
+                for d in [1, 2, 5, 15] {
+                    let w = round_word(y, Digits::Sig(d));
+                    let z = (w & ((1 << 52) - 1)) as i64;
+                    let m = (z >> 1) ^ -(z & 1);
+                    let digits = m.unsigned_abs().to_string().len() as u32;
+                    assert_eq!(digits, d, "{y:e} to {d} digits: mantissa {m}");
+                    seen += 1;
+                }
+            }
+            x *= 10.0;
+        }
+        assert!(seen > 10_000);
     }
 
     #[test]

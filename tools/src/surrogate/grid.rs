@@ -73,7 +73,12 @@ pub fn share(g: &Grid, rank: usize, ranks: usize) -> Vec<usize> {
 }
 
 /// How far a grid is from the reference, per species: the largest and the
-/// mean of |got - want| / max(|want|, floor) over the cells.
+/// mean of |got - want| / max(|want|, floor x the species' largest |want|)
+/// over the cells. The floor keeps a cell where the reference is zero, or
+/// nearly (ahead of the front), from dividing by nothing: there the
+/// difference counts against the species' own scale. A species that is
+/// zero everywhere counts differences against the smallest positive
+/// double. NaN anywhere makes the species' figures NaN.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Error {
     /// Per species, in [`chem::SPECIES`] order.
@@ -82,17 +87,34 @@ pub struct Error {
     pub mean: Vec<f64>,
 }
 
-/// The error of `got` against `want` (grids of the same size).
+/// The error of `got` against `want` (grids of the same size), with
+/// `floor` a fraction of each species' largest |want|.
 pub fn error(got: &Grid, want: &Grid, floor: f64) -> Error {
+    let species = chem::SPECIES.len();
     let n = want.cells.len().max(1) as f64;
+    let mut scale = vec![0.0f64; species];
+    for w in &want.cells {
+        for s in 0..species {
+            scale[s] = scale[s].max(w[s].abs());
+        }
+    }
+    let floors: Vec<f64> = scale
+        .iter()
+        .map(|m| (m * floor).max(f64::MIN_POSITIVE))
+        .collect();
     let mut e = Error {
-        max: vec![0.0; chem::SPECIES.len()],
-        mean: vec![0.0; chem::SPECIES.len()],
+        max: vec![0.0; species],
+        mean: vec![0.0; species],
     };
     for (g, w) in got.cells.iter().zip(&want.cells) {
-        for s in 0..chem::SPECIES.len() {
-            let r = (g[s] - w[s]).abs() / w[s].abs().max(floor);
-            e.max[s] = e.max[s].max(r);
+        for s in 0..species {
+            let r = (g[s] - w[s]).abs() / w[s].abs().max(floors[s]);
+            // f64::max would drop a NaN: it is kept, and shows.
+            e.max[s] = if r.is_nan() || e.max[s].is_nan() {
+                f64::NAN
+            } else {
+                e.max[s].max(r)
+            };
             e.mean[s] += r / n;
         }
     }
@@ -133,14 +155,19 @@ mod tests {
 
     #[test]
     fn the_error_is_relative_with_a_floor_where_a_species_is_zero() {
-        let want = Grid::new(2, 1);
+        let mut want = Grid::new(3, 1);
+        want.cells[2][6] = 1e-3; // Mg: its scale
         let mut got = want.clone();
         got.cells[0][3] *= 1.01; // C, nonzero: 1 %
-        got.cells[1][6] = 1e-12; // Mg, zero: relative to the floor
-        let e = error(&got, &want, 1e-10);
+        got.cells[1][6] = 1e-11; // Mg, zero here: against 1e-6 x 1e-3
+        let e = error(&got, &want, 1e-6);
         assert!((e.max[3] - 0.01).abs() < 1e-12);
-        assert!((e.mean[3] - 0.005).abs() < 1e-12);
-        assert!((e.max[6] - 0.01).abs() < 1e-12);
+        assert!((e.mean[3] - 0.01 / 3.0).abs() < 1e-12);
+        assert!((e.max[6] - 0.01).abs() < 1e-9, "{}", e.max[6]);
         assert_eq!(e.max[0], 0.0);
+        // Charge is zero everywhere: no division by zero, no NaN.
+        assert_eq!(e.max[2], 0.0);
+        got.cells[0][0] = f64::NAN;
+        assert!(error(&got, &want, 1e-6).max[0].is_nan());
     }
 }

@@ -122,7 +122,8 @@ impl Batch {
 }
 
 /// Reacts `cells[..]` (the batch's cells) with the solver, or through the
-/// cache, counting into `n`.
+/// cache, counting into `n`. The cache's cost is the batch's time less its
+/// solves': making keys, the lookups, taking hits and writing the misses.
 fn react<T: Transport>(
     cells: &mut [chem::State],
     substeps: u32,
@@ -130,18 +131,14 @@ fn react<T: Transport>(
     b: &mut Batch,
     n: &mut Counts,
 ) -> Result<()> {
-    let solve = |s: &chem::State, n: &mut Counts| {
-        let t = Instant::now();
-        let r = chem::solve(s, DT, substeps);
-        n.solve_ns += t.elapsed().as_nanos() as u64;
-        n.solves += 1;
-        r
-    };
+    let start = Instant::now();
     n.cells += cells.len() as u64;
     let Some(c) = cache else {
         for s in cells.iter_mut() {
-            *s = solve(s, n).state;
+            *s = chem::solve(s, DT, substeps).state;
         }
+        n.solves += cells.len() as u64;
+        n.solve_ns += start.elapsed().as_nanos() as u64;
         return Ok(());
     };
     let k = cells.len();
@@ -149,11 +146,10 @@ fn react<T: Transport>(
         chem::key(s, DT, c.digits, key);
     }
     let keys: Vec<&[u8]> = b.keys[..k].iter().map(|k| &k[..]).collect();
-    let t = Instant::now();
     c.dht
         .read_into(&keys, &mut b.values[..k * VALUE_LEN], &mut b.found[..k])?;
-    n.cache_ns += t.elapsed().as_nanos() as u64;
     b.missed.clear();
+    let mut solving = std::time::Duration::ZERO;
     for (i, s) in cells.iter_mut().enumerate() {
         match b.found[i] {
             Found::Hit => {
@@ -166,7 +162,10 @@ fn react<T: Transport>(
                 } else {
                     n.misses += 1;
                 }
-                let r = solve(s, n);
+                let t = Instant::now();
+                let r = chem::solve(s, DT, substeps);
+                solving += t.elapsed();
+                n.solves += 1;
                 let m = b.missed.len();
                 chem::value(&r, DT, &mut b.solved[m * VALUE_LEN..(m + 1) * VALUE_LEN]);
                 b.missed.push(i);
@@ -178,10 +177,10 @@ fn react<T: Transport>(
     if m > 0 {
         let keys: Vec<&[u8]> = b.missed.iter().map(|&i| &b.keys[i][..]).collect();
         let values: Vec<&[u8]> = b.solved[..m * VALUE_LEN].chunks(VALUE_LEN).collect();
-        let t = Instant::now();
         c.dht.write_into(&keys, &values, &mut b.written[..m])?;
-        n.cache_ns += t.elapsed().as_nanos() as u64;
     }
+    n.solve_ns += solving.as_nanos() as u64;
+    n.cache_ns += start.elapsed().saturating_sub(solving).as_nanos() as u64;
     Ok(())
 }
 
@@ -202,7 +201,7 @@ fn simulate<T: Transport>(
     let mut b = Batch::new(per);
     let mut n = Counts::default();
     let mut cells: Vec<chem::State> = Vec::with_capacity(per);
-    let mut bytes = Vec::with_capacity(mine.len() * 72);
+    let mut bytes = Vec::with_capacity(mine.len() * chem::STATE_BYTES);
     boot.barrier()?;
     let t0 = Instant::now();
     for step in 0..a.steps {
@@ -225,12 +224,12 @@ fn simulate<T: Transport>(
         for (r, got) in all.iter().enumerate() {
             let theirs = &shares[r];
             anyhow::ensure!(
-                got.len() == theirs.len() * 72,
+                got.len() == theirs.len() * chem::STATE_BYTES,
                 "rank {r} sent {} B of cells at time step {step}, not {}",
                 got.len(),
-                theirs.len() * 72
+                theirs.len() * chem::STATE_BYTES
             );
-            for (&i, w) in theirs.iter().zip(got.chunks_exact(72)) {
+            for (&i, w) in theirs.iter().zip(got.chunks_exact(chem::STATE_BYTES)) {
                 g.cells[i] = chem::state_of(w);
             }
         }
@@ -262,21 +261,16 @@ fn combine(boot: &dyn Bootstrap, n: &Counts, mut run: Run) -> Result<Run> {
     Ok(run)
 }
 
-/// The rounds of runs on this rank over transports `make` builds.
-fn rounds<T: Transport>(
-    a: &SurrogateArgs,
-    boot: &dyn Bootstrap,
-    make: &dyn Fn(&Config) -> Result<T>,
-    finish: &dyn Fn(T) -> Result<()>,
-) -> Result<Vec<Run>> {
-    let size = boot.size();
-    let blank = |round, substeps| Run {
+/// A run of round `round` at `substeps` before it ran: the uncached run's
+/// fields, which a cached run's overwrite.
+fn blank(round: u32, substeps: u32, ranks: usize) -> Run {
+    Run {
         round,
         variant: None,
         transport: String::new(),
         digits: String::new(),
         substeps,
-        ranks: size,
+        ranks,
         secs: 0.0,
         cells: 0,
         solves: 0,
@@ -287,55 +281,95 @@ fn rounds<T: Transport>(
         corrupt: 0,
         stats: Stats::default(),
         error: None,
-    };
+    }
+}
+
+/// The uncached run of `round` at `sub`: checked against the first round's
+/// grid, which it must repeat bit for bit (it is the reference every error
+/// is measured against), or kept as that reference.
+fn uncached<T: Transport>(
+    a: &SurrogateArgs,
+    boot: &dyn Bootstrap,
+    (round, sub): (u32, u32),
+    refs: &mut Vec<(u32, Grid)>,
+) -> Result<Run> {
+    let (g, n) = simulate::<T>(a, boot, sub, None)?;
+    let run = combine(boot, &n, blank(round, sub, boot.size()))?;
+    match refs.iter().find(|(s, _)| *s == sub) {
+        Some((_, r)) if *r != g => anyhow::bail!(
+            "the uncached run at --substeps {sub} gave another grid in round {} than in round \
+             1: the simulation is not deterministic on this machine, so no error can be \
+             measured against it",
+            round + 1
+        ),
+        Some(_) => {}
+        None => refs.push((sub, g.clone())),
+    }
+    if round + 1 == a.rounds {
+        write_grid(a, boot, &g, &format!("uncached-{sub}"))?;
+    }
+    Ok(run)
+}
+
+/// The rounds of runs on this rank over transports `make` builds. Per
+/// round and cost, the uncached run comes first in even rounds and last in
+/// odd ones, with the cached runs in reverse order, so that no
+/// configuration always runs at the same distance from its baseline.
+fn rounds<T: Transport>(
+    a: &SurrogateArgs,
+    boot: &dyn Bootstrap,
+    make: &dyn Fn(&Config) -> Result<T>,
+    finish: &dyn Fn(T) -> Result<()>,
+) -> Result<Vec<Run>> {
+    let size = boot.size();
     let mut refs: Vec<(u32, Grid)> = Vec::new();
     let mut out = Vec::new();
+    let mut plan: Vec<(Variant, Digits)> = a
+        .variants()
+        .into_iter()
+        .flat_map(|v| a.digits.iter().map(move |&d| (v, d)))
+        .collect();
     for round in 0..a.rounds {
-        let last = round + 1 == a.rounds;
+        let (odd, last) = (round % 2 == 1, round + 1 == a.rounds);
+        if round > 0 {
+            plan.reverse();
+        }
         for &sub in &a.substeps {
-            let (g, n) = simulate::<T>(a, boot, sub, None)?;
-            out.push(combine(boot, &n, blank(round, sub))?);
-            // The uncached run is the reference: it must repeat itself.
-            match refs.iter().find(|(s, _)| *s == sub) {
-                Some((_, r)) if *r != g => anyhow::bail!(
-                    "the uncached run at --substeps {sub} gave another grid in round {} than in \
-                     round 1: the simulation is not deterministic on this machine, so no error \
-                     can be measured against it",
-                    round + 1
-                ),
-                Some(_) => {}
-                None => refs.push((sub, g.clone())),
+            if !odd {
+                out.push(uncached::<T>(a, boot, (round, sub), &mut refs)?);
             }
-            if last {
-                write_grid(a, boot, &g, &format!("uncached-{sub}"))?;
-            }
-            for v in a.variants() {
-                for &digits in &a.digits {
-                    let cfg = args::config(a, v, size)?;
-                    let t = make(&cfg)?;
-                    let transport = t.name();
-                    let d = Dht::create(t, cfg, boot)?;
-                    let cache = Cache { dht: &d, digits };
-                    let (got, n) = simulate(a, boot, sub, Some(&cache)).with_context(|| {
-                        format!("the {} cache, --digits {digits}", variant_name(v))
-                    })?;
-                    let stats = d.stats_all(boot)?;
-                    finish(d.free(boot)?)?;
-                    let mut run = Run {
-                        variant: Some(v),
-                        transport,
-                        digits: digits.to_string(),
-                        stats,
-                        error: Some(grid::error(&got, &g, a.floor)),
-                        ..blank(round, sub)
-                    };
-                    run = combine(boot, &n, run)?;
-                    if last {
-                        let name = format!("{}-d{digits}-{sub}", variant_name(v));
-                        write_grid(a, boot, &got, &name)?;
-                    }
-                    out.push(run);
+            for &(v, digits) in &plan {
+                let cfg = args::config(a, v, size)?;
+                let t = make(&cfg)?;
+                let transport = t.name();
+                let d = Dht::create(t, cfg, boot)?;
+                let cache = Cache { dht: &d, digits };
+                let (got, n) = simulate(a, boot, sub, Some(&cache))
+                    .with_context(|| format!("the {} cache, --digits {digits}", variant_name(v)))?;
+                let stats = d.stats_all(boot)?;
+                finish(d.free(boot)?)?;
+                // Even rounds made the reference before the cached runs;
+                // odd ones have the first round's.
+                let reference = match refs.iter().find(|(s, _)| *s == sub) {
+                    Some((_, g)) => g,
+                    None => anyhow::bail!("no uncached grid at --substeps {sub} to compare with"),
+                };
+                let run = Run {
+                    variant: Some(v),
+                    transport,
+                    digits: digits.to_string(),
+                    stats,
+                    error: Some(grid::error(&got, reference, a.floor)),
+                    ..blank(round, sub, size)
+                };
+                out.push(combine(boot, &n, run)?);
+                if last {
+                    let name = format!("{}-d{digits}-{sub}", variant_name(v));
+                    write_grid(a, boot, &got, &name)?;
                 }
+            }
+            if odd {
+                out.push(uncached::<T>(a, boot, (round, sub), &mut refs)?);
             }
         }
     }
@@ -415,38 +449,39 @@ pub fn run(a: &SurrogateArgs) -> Result<bool> {
     #[cfg(not(feature = "mpi"))]
     let mpi = false;
     validate(a, ranks, mpi)?;
-    for (flag, dir) in [("--charts", &a.charts), ("--grids", &a.grids)] {
-        if let Some(d) = dir {
-            std::fs::create_dir_all(d).map_err(|e| {
-                bounds::usage(format!(
-                    "{flag} {}: {e}; give a directory that can be made and written",
-                    d.display()
-                ))
-            })?;
-        }
+    #[cfg(feature = "mpi")]
+    if mpi && !matches!(launch, Launch::Mpi(_)) {
+        return Err(bounds::usage(
+            "--mpi runs under an MPI launcher: mpirun -n 2 fabkit surrogate --mpi allocate",
+        ));
     }
-    if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(p)
-            .map_err(|e| {
+    // Where the results go is checked before a run of minutes, and leaves
+    // nothing behind that was not there.
+    if launch.reports() {
+        if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
+            writable_file(p).map_err(|e| {
                 bounds::usage(format!(
                     "--json {}: {e}; give a file in a directory that exists and is writable",
                     p.display()
                 ))
             })?;
+        }
+        for (flag, dir) in [("--charts", &a.charts), ("--grids", &a.grids)] {
+            if let Some(d) = dir {
+                writable_dir(d).map_err(|e| {
+                    bounds::usage(format!(
+                        "{flag} {}: {e}; give a directory that can be made and written",
+                        d.display()
+                    ))
+                })?;
+            }
+        }
     }
     // Ranks wait for each other at every time step, and a slow one may be
     // a whole run behind at the round's barriers.
     let to = crate::dhtbench::MAX_PHASE_WAIT.max(a.timeout);
     #[cfg(feature = "mpi")]
-    if let Some(win) = a.mpi {
-        let Launch::Mpi(boot) = &launch else {
-            return Err(bounds::usage(
-                "--mpi runs under an MPI launcher: mpirun -n 2 fabkit surrogate --mpi allocate",
-            ));
-        };
+    if let (Some(win), Launch::Mpi(boot)) = (a.mpi, &launch) {
         let kind = match win {
             crate::mpiperf::WinArg::Allocate => fabkit_mpi::window::WindowKind::Allocate,
             crate::mpiperf::WinArg::Create => fabkit_mpi::window::WindowKind::Create,
@@ -473,6 +508,27 @@ pub fn run(a: &SurrogateArgs) -> Result<bool> {
     publish(a, &runs, &launch.describe(n), &provider)
 }
 
+/// Makes `d` if it is not there and writes and removes a file in it.
+fn writable_dir(d: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(d)?;
+    let probe = d.join(format!(".fabkit-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(probe)
+}
+
+/// Opens `p` for appending, and removes it again if it was not there.
+fn writable_file(p: &std::path::Path) -> std::io::Result<()> {
+    let existed = p.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(p)?;
+    if !existed {
+        std::fs::remove_file(p)?;
+    }
+    Ok(())
+}
+
 /// Prints the table and writes what was asked for.
 fn publish(a: &SurrogateArgs, runs: &[Run], launch: &str, provider: &str) -> Result<bool> {
     let rep = report::Report {
@@ -494,12 +550,15 @@ fn publish(a: &SurrogateArgs, runs: &[Run], launch: &str, provider: &str) -> Res
                  its time steps"
                     .into(),
                 format!(
-                    "error: |cached - uncached| / max(|uncached|, {:e}) per cell and species \
-                     of the final grid; mean over the cells, largest over the rounds",
+                    "error: |cached - uncached| / max(|uncached|, {:e} x the species' largest \
+                     uncached value) per cell and species of the final grid; the largest and \
+                     the mean over the cells (of the rounds: the largest, and the mean)",
                     a.floor
                 ),
-                "break-even: the cache's time per cell over the hit rate, the solver cost \
-                 below which looking up costs more than the solves it saves"
+                "break-even: the solver cost below which the cache does not pay; model: the \
+                 cache's time per cell (keys, lookups, hits taken, misses written) over the \
+                 hit rate; measured: where the speed-up crosses 1 between the --substeps \
+                 tried (-: it does not cross)"
                     .into(),
             ],
         },

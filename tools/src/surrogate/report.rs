@@ -107,6 +107,11 @@ pub struct Row {
     /// saves: `cache_us_per_cell / hit_rate`. Below it the cache does not
     /// pay (none when nothing hit).
     pub break_even_us: Option<f64>,
+    /// The same, measured: the solve time at which the median speed-up of
+    /// this variant and rounding crosses 1, interpolated between the two
+    /// solver costs tried on either side (none with one cost, or when it
+    /// does not cross).
+    pub break_even_measured_us: Option<f64>,
     /// Error against the uncached run.
     pub error: Error,
 }
@@ -128,8 +133,9 @@ fn ratio(num: u64, den: u64) -> f64 {
     }
 }
 
-/// The rows of `runs`, in the order the cached runs first ran.
-pub fn rows(runs: &[Run]) -> Vec<Row> {
+/// One row per variant, rounding and cost of `runs`, in the order the
+/// cached runs first ran.
+fn by_configuration(runs: &[Run]) -> Vec<Row> {
     let mut keys: Vec<(String, String, u32)> = Vec::new();
     for r in runs {
         if let Some(v) = r.variant {
@@ -209,10 +215,46 @@ pub fn rows(runs: &[Run]) -> Vec<Row> {
                 solve_us: ratio(solve_ns, solves) / 1e3,
                 cache_us_per_cell: cache_us,
                 break_even_us: (hit_rate > 0.0).then(|| cache_us / hit_rate),
+                break_even_measured_us: None,
                 error,
             })
         })
         .collect()
+}
+
+/// The rows of `runs`, in the order the cached runs first ran, each with
+/// the measured break-even of its variant and rounding.
+pub fn rows(runs: &[Run]) -> Vec<Row> {
+    let mut rows = by_configuration(runs);
+    let crossings: Vec<Option<f64>> = rows
+        .iter()
+        .map(|r| {
+            let mut same: Vec<&Row> = rows
+                .iter()
+                .filter(|o| o.variant == r.variant && o.digits == r.digits)
+                .collect();
+            same.sort_by(|x, y| x.solve_us.total_cmp(&y.solve_us));
+            crossing(&same)
+        })
+        .collect();
+    for (r, c) in rows.iter_mut().zip(crossings) {
+        r.break_even_measured_us = c;
+    }
+    rows
+}
+
+/// Where the speed-up crosses 1 along `rows` (by solve time), linearly
+/// between the first pair on either side.
+fn crossing(rows: &[&Row]) -> Option<f64> {
+    rows.windows(2).find_map(|w| {
+        let (a, b) = (w[0], w[1]);
+        let (sa, sb) = (a.speedup - 1.0, b.speedup - 1.0);
+        if sa == 0.0 {
+            return Some(a.solve_us);
+        }
+        (sa < 0.0 && sb >= 0.0 || sa > 0.0 && sb <= 0.0)
+            .then(|| a.solve_us + (b.solve_us - a.solve_us) * sa / (sa - sb))
+    })
 }
 
 /// A report: how it was measured, and its rows.
@@ -259,7 +301,7 @@ pub fn table(rep: &Report) -> String {
     );
     let _ = writeln!(
         t,
-        "{:<8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>16} {:>6} {:>8} {:>8} {:>9} {:>9} {:>9} {:<8}",
+        "{:<8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>16} {:>6} {:>8} {:>8} {:>18} {:>18} {:>18}",
         "variant",
         "digits",
         "substeps",
@@ -270,17 +312,22 @@ pub fn table(rep: &Report) -> String {
         "hit %",
         "mismatch",
         "cache us",
-        "break-even",
+        "break-even us",
         "max err",
-        "mean err",
-        "(species)"
+        "mean err"
     );
+    let us = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |b| format!("{b:.2}"));
+    let err = |(v, who): (f64, &str)| {
+        if v == 0.0 {
+            "0".to_string()
+        } else {
+            format!("{v:.1e} {who}")
+        }
+    };
     for r in &rep.runs {
-        let (max, who) = worst(&r.error.max);
-        let (mean, _) = worst(&r.error.mean);
         let _ = writeln!(
             t,
-            "{:<8} {:>6} {:>8} {:>8.2} {:>8.3} {:>8.3} {:>16} {:>6.1} {:>8} {:>8.2} {:>9} {:>9.1e} {:>9.1e} {:<8}",
+            "{:<8} {:>6} {:>8} {:>8.2} {:>8.3} {:>8.3} {:>16} {:>6.1} {:>8} {:>8.2} {:>18} {:>18} {:>18}",
             r.variant,
             r.digits,
             r.substeps,
@@ -294,13 +341,19 @@ pub fn table(rep: &Report) -> String {
             r.hit_rate * 100.0,
             r.checksum_mismatches,
             r.cache_us_per_cell,
-            r.break_even_us
-                .map_or_else(|| "-".into(), |b| format!("{b:.2} us")),
-            max,
-            mean,
-            if max > 0.0 { who } else { "-" }
+            format!(
+                "{} / {}",
+                us(r.break_even_us),
+                us(r.break_even_measured_us)
+            ),
+            err(worst(&r.error.max)),
+            err(worst(&r.error.mean))
         );
     }
+    let _ = writeln!(
+        t,
+        "break-even us: model / measured; errors: the worst species, relative (see the notes)"
+    );
     for n in &m.notes {
         let _ = writeln!(t, "note: {n}");
     }
