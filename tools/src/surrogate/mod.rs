@@ -558,7 +558,7 @@ fn publish(a: &SurrogateArgs, runs: &[Run], launch: &str, provider: &str) -> Res
                 "break-even: the solver cost below which the cache does not pay; model: the \
                  cache's time per cell (keys, lookups, hits taken, misses written) over the \
                  hit rate; measured: where the speed-up crosses 1 between the --substeps \
-                 tried (-: it does not cross)"
+                 tried"
                     .into(),
             ],
         },

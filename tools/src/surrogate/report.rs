@@ -112,6 +112,9 @@ pub struct Row {
     /// solver costs tried on either side (none with one cost, or when it
     /// does not cross).
     pub break_even_measured_us: Option<f64>,
+    /// Where it does not cross: `below` the cheapest cost tried (the
+    /// cache paid at every cost) or `above` the dearest (it paid at none).
+    pub break_even_outside: Option<String>,
     /// Error against the uncached run.
     pub error: Error,
 }
@@ -216,6 +219,7 @@ fn by_configuration(runs: &[Run]) -> Vec<Row> {
                 cache_us_per_cell: cache_us,
                 break_even_us: (hit_rate > 0.0).then(|| cache_us / hit_rate),
                 break_even_measured_us: None,
+                break_even_outside: None,
                 error,
             })
         })
@@ -226,7 +230,7 @@ fn by_configuration(runs: &[Run]) -> Vec<Row> {
 /// the measured break-even of its variant and rounding.
 pub fn rows(runs: &[Run]) -> Vec<Row> {
     let mut rows = by_configuration(runs);
-    let crossings: Vec<Option<f64>> = rows
+    let crossings: Vec<(Option<f64>, Option<String>)> = rows
         .iter()
         .map(|r| {
             let mut same: Vec<&Row> = rows
@@ -234,11 +238,19 @@ pub fn rows(runs: &[Run]) -> Vec<Row> {
                 .filter(|o| o.variant == r.variant && o.digits == r.digits)
                 .collect();
             same.sort_by(|x, y| x.solve_us.total_cmp(&y.solve_us));
-            crossing(&same)
+            let at = crossing(&same);
+            let outside = match at {
+                Some(_) => None,
+                None if same.iter().all(|o| o.speedup > 1.0) => Some("below".to_string()),
+                None if same.iter().all(|o| o.speedup < 1.0) => Some("above".to_string()),
+                None => None,
+            };
+            (at, outside)
         })
         .collect();
-    for (r, c) in rows.iter_mut().zip(crossings) {
-        r.break_even_measured_us = c;
+    for (r, (at, outside)) in rows.iter_mut().zip(crossings) {
+        r.break_even_measured_us = at;
+        r.break_even_outside = outside;
     }
     rows
 }
@@ -317,6 +329,20 @@ pub fn table(rep: &Report) -> String {
         "mean err"
     );
     let us = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |b| format!("{b:.2}"));
+    // Outside the costs tried: below the cheapest, or above the dearest.
+    let cost = |pick: fn(f64, f64) -> f64, r: &Row| {
+        rep.runs
+            .iter()
+            .filter(|o| o.variant == r.variant && o.digits == r.digits)
+            .map(|o| o.solve_us)
+            .fold(r.solve_us, pick)
+    };
+    let measured = |r: &Row| match (r.break_even_measured_us, r.break_even_outside.as_deref()) {
+        (Some(b), _) => format!("{b:.2}"),
+        (None, Some("below")) => format!("<{:.2}", cost(f64::min, r)),
+        (None, Some(_)) => format!(">{:.2}", cost(f64::max, r)),
+        (None, None) => "-".into(),
+    };
     let err = |(v, who): (f64, &str)| {
         if v == 0.0 {
             "0".to_string()
@@ -341,18 +367,15 @@ pub fn table(rep: &Report) -> String {
             r.hit_rate * 100.0,
             r.checksum_mismatches,
             r.cache_us_per_cell,
-            format!(
-                "{} / {}",
-                us(r.break_even_us),
-                us(r.break_even_measured_us)
-            ),
+            format!("{} / {}", us(r.break_even_us), measured(r)),
             err(worst(&r.error.max)),
             err(worst(&r.error.mean))
         );
     }
     let _ = writeln!(
         t,
-        "break-even us: model / measured; errors: the worst species, relative (see the notes)"
+        "break-even us: model / measured (<: paid at every cost tried, >: at none); errors: the \
+         worst species, relative (see the notes)"
     );
     for n in &m.notes {
         let _ = writeln!(t, "note: {n}");
@@ -415,15 +438,12 @@ pub fn charts(rep: &Report) -> Vec<(String, String)> {
                 })
             })
             .collect();
-        let m = &rep.meta;
-        let title = format!(
-            "{} ({}), grid {}, solve {solve:.1} us",
-            m.provider, m.launch, m.grid
-        );
+        let ranks = rows.first().map_or(0, |r| r.ranks);
+        let title = format!("{ranks} ranks, grid {}, solve {solve:.1} us", rep.meta.grid);
         out.push((
             format!("speedup-{s}.svg"),
             fabkit_chart::lines(
-                &format!("Speed-up of the cache: {title}"),
+                &format!("Speed-up by the cache: {title}"),
                 "significant digits of the key",
                 "runtime without / with the cache",
                 &cats,
@@ -433,9 +453,9 @@ pub fn charts(rep: &Report) -> Vec<(String, String)> {
         out.push((
             format!("error-{s}.svg"),
             fabkit_chart::lines(
-                &format!("Accuracy with the cache (16: no error): {title}"),
+                &format!("Accuracy with the cache: {title}"),
                 "significant digits of the key",
-                "-log10 of the largest relative error",
+                "-log10 of the largest relative error (16: none)",
                 &cats,
                 &agree,
             ),
