@@ -14,6 +14,7 @@
 # servers, sysctls) is undone on exit, also on Ctrl-C or failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. results/machine.sh
 out=results/ipoib
 reps=${REPS:-3}
 secs=${SECS:-3}
@@ -65,10 +66,7 @@ done
 [ $ready = yes ] || { echo "run-ipoib.sh: iperf3 server did not answer: $(cat "$tmp/iperf3.log")" >&2; exit 1; }
 
 {
-  echo "host: $(hostname)"
-  echo "kernel: $(uname -srm)"
-  echo "cpus: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-  echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+  machine_lines
   echo "iperf3: $(iperf3 --version | head -1)"
   echo "ipoib-eval: $($ie --version) at $commit"
   echo "testbed: 2 namespaces, veth va<->vb, 4 TX/RX queues, MTU 1500, IPv6 off, qdisc default"

@@ -10,6 +10,7 @@
 # libfabric and MPI are measured the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. results/machine.sh
 out=results/perf
 secs=${SECS:-0.2}
 # Build first: deleting the old (tracked) results would make the tree,
@@ -24,10 +25,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi() { mpirun --oversubscribe -n 2 "$@"; }
 
 {
-  echo "host: $(hostname)"
-  echo "kernel: $(uname -srm)"
-  echo "cpus: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-  echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+  machine_lines
   echo "libfabric: $(fi_info --version | sed -n 2p)"
   echo "mpi: $(mpirun --version | head -1)"
   echo "fabkit: $($fk --version) at $commit"

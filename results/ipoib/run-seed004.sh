@@ -12,6 +12,7 @@
 # testbeds, also on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. results/machine.sh
 out=results/ipoib
 command -v iperf3 >/dev/null || { echo "run-seed004.sh: iperf3 is missing (apt-get install iperf3)" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "run-seed004.sh: run as root (network namespaces)" >&2; exit 1; }
@@ -22,10 +23,7 @@ cargo build --release --quiet -p ipoib-eval
 ie=target/release/ipoib-eval
 commit=$(git rev-parse HEAD)
 {
-  echo "host: $(hostname)"
-  echo "kernel: $(uname -srm)"
-  echo "cpus: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-  echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+  machine_lines
   echo "iperf3: $(iperf3 --version | head -1)"
   echo "ipoib-eval: $($ie --version) at $commit"
   echo "command: ipoib-eval sweep $out/seed004.toml -o $out/seed004.csv"
