@@ -11,6 +11,7 @@
 #   ROUNDS=5 bash results/surrogate/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. results/machine.sh
 out=results/surrogate
 rounds=${ROUNDS:-3}
 [ -z "$(git status --porcelain -- . ':!results/surrogate')" ] \
@@ -19,10 +20,7 @@ cargo build --release --quiet -p fabkit-tools
 fk=target/release/fabkit
 commit=$(git rev-parse HEAD)
 {
-  echo "host: $(hostname)"
-  echo "kernel: $(uname -srm)"
-  echo "cpus: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-  echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+  machine_lines
   echo "libfabric: $(fi_info --version | sed -n 's/^libfabric: //p')"
   echo "fabkit: $($fk --version) at $commit"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
