@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates results/ipoib/seed004.csv, its charts (seed004/) and
 # seed004-machine.txt from scratch: the whole sweep of seed004.toml (288
-# runs, about 29 minutes on 2 cores), with the release binary of this
+# runs, 22 minutes on 2 cores), with the release binary of this
 # commit. Nothing in the CSV is edited afterwards; to redo a run, rerun
 # this script. Keep the machine otherwise idle while it runs: a compile
 # beside it moves the figures.

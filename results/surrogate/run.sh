@@ -7,7 +7,7 @@
 # cached runs in rounds; the JSON, the table and the charts are written by
 # fabkit itself.
 #
-#   bash results/surrogate/run.sh            # about 20 minutes on 2 cores
+#   bash results/surrogate/run.sh            # about 10 minutes on 2 cores
 #   ROUNDS=5 bash results/surrogate/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -61,7 +61,8 @@ pub struct SurrogateArgs {
     #[arg(long, value_delimiter = ',', default_value = "400", value_parser = bounds::substeps)]
     pub substeps: Vec<u32>,
     /// Rounds: in each, per cost, the run without the cache, then every
-    /// variant and rounding with it; speed-ups are per round.
+    /// variant and rounding with it (odd rounds: the cached runs in reverse,
+    /// then the uncached one); speed-ups are per round.
     #[arg(long, default_value = "3", value_parser = bounds::surrogate_rounds)]
     pub rounds: u32,
     /// Cells per cache lookup (read_into, then write_into for the misses).
@@ -85,10 +86,11 @@ pub struct SurrogateArgs {
     pub timeout: Duration,
     /// Also write the results as JSON to FILE (`-` for stdout): `{meta:
     /// {command, commit, host, machine, launch, provider, grid, steps, dt,
-    /// floor, notes}, runs: [{variant, transport, digits, substeps, ranks,
-    /// rounds: [{secs, uncached_secs, speedup}], speedup, hit_rate,
-    /// checksum_mismatches, solve_us, cache_us_per_cell, break_even_us,
-    /// error: {max, mean}, ...}]}`.
+    /// batch, floor, notes}, runs: [{variant, transport, digits, substeps,
+    /// ranks, rounds: [{secs, uncached_secs, speedup}], speedup, hit_rate,
+    /// checksum_mismatches, evictions, solve_us, cache_us_per_cell,
+    /// break_even_us, break_even_measured_us, break_even_outside, error:
+    /// {max, mean, species}, ...}]}`.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
     /// Write speed-up and error against rounding as SVG charts into DIR

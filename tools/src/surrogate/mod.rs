@@ -13,7 +13,8 @@
 //! from any rank's solves.
 //!
 //! Per round and solver cost: the run without the cache, then each
-//! variant and rounding with it, each on a fresh table. Reported: runtime
+//! variant and rounding with it, each on a fresh table (odd rounds reverse
+//! the order). Reported: runtime
 //! and speed-up (per round, so that the machine's drift cancels), hit rate,
 //! checksum mismatches, the solver's and the cache's time per cell and the
 //! break-even solver cost below which the cache does not pay, and the error

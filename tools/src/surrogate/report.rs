@@ -33,7 +33,8 @@ pub struct Meta {
     pub dt: f64,
     /// Cells per cache lookup.
     pub batch: usize,
-    /// The floor of relative errors, mol/kg.
+    /// The floor of relative errors, as a fraction of each species'
+    /// largest uncached value.
     pub floor: f64,
     /// What the reader needs to know about the figures.
     pub notes: Vec<String>,
