@@ -270,30 +270,41 @@ fn load_dht(inputs: &[PathBuf]) -> Result<Option<Vec<crate::dhtbench::report::Re
     Ok(Some(out))
 }
 
-/// A markdown table of `fabkit dht` runs: one row each, with its source.
-fn dht_markdown(reports: &[crate::dhtbench::report::Report]) -> String {
+/// A markdown table of `fabkit dht` runs: one row each, with what tells
+/// two alike apart (record, depth, how the ranks were launched) and its
+/// source, the input file `files` names in the same order as `reports`.
+fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) -> String {
     let mut t = String::from(
-        "| system | variant | transport | workload | dist | phase | ranks | batch | Mops/s | min-max | p50 us | p99 us | commit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| system | variant | transport | workload | dist | phase | record | ranks | launch | batch | depth | Mops/s | min-max | p50 us | p99 us | commit | file |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
-    for rep in reports {
+    for (rep, file) in reports.iter().zip(files) {
+        let name = file.file_name().map_or_else(
+            || file.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         for r in &rep.runs {
             let _ = writeln!(
                 t,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {:.3}-{:.3} | {:.2} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {},{} | {} | {} | {} | {} | {:.3} | {:.3}-{:.3} | {:.2} | {} | {} | {} |",
                 r.system,
                 r.variant.as_deref().unwrap_or("-"),
                 r.transport,
                 r.workload,
                 r.distribution,
                 r.phase,
+                r.record.key,
+                r.record.value,
                 r.ranks,
+                rep.meta.launch,
                 r.batch,
+                r.depth,
                 r.ops_per_sec / 1e6,
                 r.ops_per_sec_min / 1e6,
                 r.ops_per_sec_max / 1e6,
                 r.latency_us.p50,
                 crate::dhtbench::report::us(r.latency_us.p99),
-                rep.meta.commit
+                rep.meta.commit,
+                name
             );
         }
     }
@@ -319,7 +330,7 @@ pub fn run(a: &PlotArgs) -> Result<()> {
             let svg = crate::dhtbench::report::ranks_chart(&reports, &a.title)?;
             write(out, &svg)?;
         }
-        let md = dht_markdown(&reports);
+        let md = dht_markdown(&reports, &a.inputs);
         if let Some(p) = &a.markdown {
             write(p, &md)?;
         } else if a.output.is_none() {

@@ -1412,6 +1412,57 @@ fn plot_writes_its_markdown_table_to_stdout_for_dash() {
 }
 
 #[test]
+fn plot_tells_alike_dht_rows_apart_by_record_launch_depth_and_file() {
+    // runs.md had rows of different runs that read the same: two files of
+    // other record sizes now differ in their columns and name their file.
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (name, record) in [("small.json", "24,9"), ("poet.json", "80,104")] {
+        let f = dir.path().join(name);
+        let out = run(fabkit()
+            .args([
+                "dht",
+                "-n",
+                "2",
+                "-v",
+                "lockfree",
+                "-k",
+                "200",
+                "--no-redis",
+                "--hot-rounds",
+                "0",
+                "--latency-ops",
+                "0",
+                "--record",
+                record,
+                "--json",
+            ])
+            .arg(&f));
+        assert!(out.status.success());
+        files.push(f);
+    }
+    let out = run(fabkit().arg("plot").args(&files).args(["--markdown", "-"]));
+    assert!(out.status.success());
+    let text = stdout(&out);
+    let header = text.lines().next().unwrap();
+    for col in ["record", "launch", "depth", "file"] {
+        assert!(header.contains(&format!("| {col} |")), "{header}");
+    }
+    for (name, record) in [("small.json", "24,9"), ("poet.json", "80,104")] {
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.ends_with(&format!("| {name} |")))
+            .collect();
+        assert!(!rows.is_empty(), "{text}");
+        assert!(
+            rows.iter().all(|r| r.contains(&format!("| {record} |"))),
+            "{rows:?}"
+        );
+        assert!(rows.iter().all(|r| r.contains("in-process")), "{rows:?}");
+    }
+}
+
+#[test]
 fn info_for_an_unknown_provider_prints_nothing_before_its_error() {
     // An empty table went to stdout before the error.
     for args in [

@@ -109,15 +109,25 @@ pub struct Counters {
     pub remote_ops_per_op: f64,
     /// Post/complete cycles.
     pub batches: u64,
-    /// Of `remote_ops`: the ones a rank aimed at itself.
+    /// Of `remote_ops`: the ones a rank aimed at itself (0 in reports
+    /// written before fabkit counted them; `fabkit model` refuses those).
+    #[serde(default)]
     pub self_ops: u64,
     /// Of `remote_ops`: reads, writes and atomics aimed at another rank,
     /// what the fabric's own rates bound.
+    #[serde(default)]
     pub cross_reads: u64,
     /// See `cross_reads`.
+    #[serde(default)]
     pub cross_writes: u64,
     /// See `cross_reads`.
+    #[serde(default)]
     pub cross_atomics: u64,
+}
+
+/// The depth of a report from before lanes.
+fn one() -> usize {
+    1
 }
 
 /// One row: a system, variant, workload and phase over its repetitions.
@@ -140,7 +150,9 @@ pub struct Run {
     /// Operations per batch.
     pub batch: usize,
     /// Batches in flight an operation of a batch used (lanes), each
-    /// serving a part of its keys; 1 for Redis.
+    /// serving a part of its keys; 1 for Redis, and in reports written
+    /// before lanes existed (one batch was all a rank had in flight).
+    #[serde(default = "one")]
     pub depth: usize,
     /// Phase.
     pub phase: String,
