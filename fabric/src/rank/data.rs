@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use fabric_sys as ffi;
 
-use super::plan::{plan_posts, posting_pass, Piece, Post};
+use super::plan::{plan_posts, posting_pass, Piece, Post, MAX_SCATTER};
 use super::Rank;
 use crate::cq::{Outcome, Ticket};
 use crate::ep::{Attempt, Room};
@@ -46,10 +46,6 @@ pub(super) const ATOMIC_STAGE: usize = 24;
 /// us, 50-54 with it). Every post would serve sooner and cost a CQ read
 /// each; four measured as fast.
 const SERVE_EVERY: usize = 4;
-
-/// Most writes one scatter write carries (the provider's `rma_iov_limit`
-/// and `iov_limit` may allow fewer; `shm` allows 4).
-pub(super) const MAX_SCATTER: usize = 4;
 
 impl Rank {
     fn validate(&self, op: &Op<'_>, staging_len: usize) -> Result<()> {

@@ -2,9 +2,12 @@
 //! transfer, and delivery-complete writes to one peer grouped into scatter
 //! writes of up to [`MAX_SCATTER`] segments. Pure: it posts nothing.
 
-use super::data::MAX_SCATTER;
 use crate::error::Result;
 use fabkit_core::OpKind;
+
+/// Most writes one scatter write carries (the provider's `rma_iov_limit`
+/// and `iov_limit` may allow fewer; `shm` allows 4).
+pub(super) const MAX_SCATTER: usize = 4;
 
 /// One piece of an op as posted: RMA ops larger than a transfer are split.
 #[derive(Clone, Copy, Debug)]
