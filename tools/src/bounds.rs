@@ -313,6 +313,50 @@ pub fn cpu_ns(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// Refuses, before a run of minutes, an output file `flag` names that
+/// cannot be written (`-`, standard output, always can). The probe opens
+/// it for appending and removes it again if it was not there, so a run
+/// refused or failed later leaves no empty file behind.
+pub fn check_output_file(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    if path.as_os_str() == "-" {
+        return Ok(());
+    }
+    let probe = || -> std::io::Result<()> {
+        let existed = path.exists();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)?;
+        if !existed {
+            std::fs::remove_file(path)?;
+        }
+        Ok(())
+    };
+    probe().map_err(|e| {
+        usage(format!(
+            "{flag} {}: {e}; give a file in a directory that exists and is writable",
+            path.display()
+        ))
+    })
+}
+
+/// Makes the output directory `flag` names if it is not there, and
+/// refuses it unless a file can be written and removed in it.
+pub fn check_output_dir(flag: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    let probe = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let file = dir.join(format!(".fabkit-probe-{}", std::process::id()));
+        std::fs::write(&file, b"")?;
+        std::fs::remove_file(file)
+    };
+    probe().map_err(|e| {
+        usage(format!(
+            "{flag} {}: {e}; give a directory that can be made and written",
+            dir.display()
+        ))
+    })
+}
+
 /// The most cells `surrogate --grid` takes: 2^20 (72 MiB of state per
 /// grid, and every rank holds the whole grid).
 pub const MAX_CELLS: usize = 1 << 20;

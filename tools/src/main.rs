@@ -500,17 +500,8 @@ fn run_dht(args: &dhtbench::DhtArgs) -> Result<bool> {
         .transpose()?;
     // Output files are checked before a run of minutes, not after it.
     for (flag, path) in [("--json", &args.json), ("--csv", &args.csv)] {
-        if let Some(p) = path.as_ref().filter(|p| p.as_os_str() != "-") {
-            std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(p)
-                .map_err(|e| {
-                    bounds::usage(format!(
-                        "{flag} {}: {e}; give a file in a directory that exists and is writable",
-                        p.display()
-                    ))
-                })?;
+        if let Some(p) = path {
+            bounds::check_output_file(flag, p)?;
         }
     }
     // The bootstrap's waits are phase barriers: bounded by a phase, not by

@@ -459,22 +459,12 @@ pub fn run(a: &SurrogateArgs) -> Result<bool> {
     // Where the results go is checked before a run of minutes, and leaves
     // nothing behind that was not there.
     if launch.reports() {
-        if let Some(p) = a.json.as_ref().filter(|p| p.as_os_str() != "-") {
-            writable_file(p).map_err(|e| {
-                bounds::usage(format!(
-                    "--json {}: {e}; give a file in a directory that exists and is writable",
-                    p.display()
-                ))
-            })?;
+        if let Some(p) = &a.json {
+            bounds::check_output_file("--json", p)?;
         }
         for (flag, dir) in [("--charts", &a.charts), ("--grids", &a.grids)] {
             if let Some(d) = dir {
-                writable_dir(d).map_err(|e| {
-                    bounds::usage(format!(
-                        "{flag} {}: {e}; give a directory that can be made and written",
-                        d.display()
-                    ))
-                })?;
+                bounds::check_output_dir(flag, d)?;
             }
         }
     }
@@ -507,27 +497,6 @@ pub fn run(a: &SurrogateArgs) -> Result<bool> {
         None => format!("libfabric {}", a.provider),
     };
     publish(a, &runs, &launch.describe(n), &provider)
-}
-
-/// Makes `d` if it is not there and writes and removes a file in it.
-fn writable_dir(d: &std::path::Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(d)?;
-    let probe = d.join(format!(".fabkit-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"")?;
-    std::fs::remove_file(probe)
-}
-
-/// Opens `p` for appending, and removes it again if it was not there.
-fn writable_file(p: &std::path::Path) -> std::io::Result<()> {
-    let existed = p.exists();
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(p)?;
-    if !existed {
-        std::fs::remove_file(p)?;
-    }
-    Ok(())
 }
 
 /// Prints the table and writes what was asked for.
