@@ -5,17 +5,11 @@
 use std::process::{Command, Output};
 
 mod common;
-use common::{fabkit, mpirun};
+use common::{fabkit, mpirun, output as run};
 
 use serde_json::{json, Value};
 
 const PROVIDERS: &[&str] = &["shm", "tcp;ofi_rxm", "sockets"];
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("running fabkit");
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    out
-}
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -9,14 +9,12 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
-use common::{fabkit, mpirun};
+use common::{fabkit, mpirun, output};
 
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Output {
-    let out = fabkit().args(args).output().expect("running fabkit");
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    out
+    output(fabkit().args(args))
 }
 
 /// A small model: 16x8 cells, 24 steps, a cheap solver, and batches
@@ -57,8 +55,7 @@ fn report_with(launcher: Command, dir: &Path, extra: &[&str]) -> Value {
     args.extend(["--json", j, "--grids", g]);
     args.extend(extra);
     let mut cmd = launcher;
-    let out = cmd.args(&args).output().expect("running fabkit");
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let out = output(cmd.args(&args));
     assert!(out.status.success(), "{cmd:?}");
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
 }

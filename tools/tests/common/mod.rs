@@ -1,7 +1,7 @@
 //! What every test of the `fabkit` binary starts from.
 #![allow(dead_code)]
 
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The binary under test.
 pub fn fabkit() -> Command {
@@ -22,4 +22,11 @@ pub fn mpirun(n: usize) -> Command {
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .arg(env!("CARGO_BIN_EXE_fabkit"));
     c
+}
+
+/// Runs `cmd` to its end, showing its standard error in the test's output.
+pub fn output(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("running fabkit");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    out
 }
