@@ -328,7 +328,12 @@ pub fn check_output_file(flag: &str, path: &std::path::Path) -> anyhow::Result<(
             .create(true)
             .open(path)?;
         if !existed {
-            std::fs::remove_file(path)?;
+            // Processes probing the same path at once: another's removal
+            // of the file this one created is no failure.
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
         }
         Ok(())
     };
