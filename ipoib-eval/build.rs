@@ -1,2 +1,2 @@
 // The same commit stamp as the fabkit command (FABKIT_COMMIT), one source.
-include!("../tools/build.rs");
+include!("../bench/build.rs");

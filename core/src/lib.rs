@@ -14,7 +14,10 @@
 //! - [`time`]: a clock cheap enough for every step of an operation, the
 //!   timeout scale every wait honours, and the CPU clock rate that turns
 //!   CPU seconds into cycles.
-//! - [`host`]: this host's memory, which sizes are checked against.
+//! - [`host`]: this host's memory, which sizes are checked against, its
+//!   cores and a one-line description of the machine.
+//! - [`provenance`]: where a report was made, by what and how, as every
+//!   report's `meta` carries it.
 //! - [`notice`]: what a layer says that is no error of the call at hand;
 //!   printed by the tools, taken by a library that embeds fabkit.
 //! - [`net`]: the addresses of this host's interfaces (one `getifaddrs`
@@ -38,8 +41,8 @@
 //! assert_eq!(all[1], vec![vec![0u8], vec![1u8]]);
 //! ```
 #![deny(missing_docs)]
-// The only unsafe code: four system calls and a CPU hint, each allowed
-// where it is (hostname, the coarse clock, getifaddrs, prefetch).
+// The only unsafe code: five system calls and a CPU hint, each allowed
+// where it is (hostname, the coarse clock, getifaddrs, sysconf, prefetch).
 #![deny(unsafe_code)]
 
 pub mod bootstrap;
@@ -48,6 +51,7 @@ pub mod host;
 pub mod net;
 pub mod notice;
 pub mod op;
+pub mod provenance;
 pub mod time;
 pub mod words;
 

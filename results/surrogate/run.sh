@@ -16,7 +16,7 @@ out=results/surrogate
 rounds=${ROUNDS:-3}
 [ -z "$(git status --porcelain -- . ':!results/surrogate')" ] \
   || { echo "run.sh: the tree has uncommitted changes; commit them so the results name the commit that ran" >&2; exit 1; }
-cargo build --release --quiet -p fabkit-tools
+cargo build --release --quiet -p fabkit-bench
 fk=target/release/fabkit
 commit=$(git rev-parse HEAD)
 {

@@ -13,16 +13,9 @@ use super::{variant_name, Run};
 /// Where, what and how a report was measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Meta {
-    /// The command line.
-    pub command: String,
-    /// fabkit's commit.
-    pub commit: String,
-    /// The reporting rank's host.
-    pub host: String,
-    /// CPU, cores, memory, kernel.
-    pub machine: String,
-    /// How the ranks were started.
-    pub launch: String,
+    /// Command, commit, host, machine, cores, launch and fabkit version.
+    #[serde(flatten)]
+    pub provenance: fabkit_core::provenance::Provenance,
     /// What carried the cache's operations.
     pub provider: String,
     /// Columns x rows.
@@ -305,7 +298,7 @@ pub fn table(rep: &Report) -> String {
         "fabkit surrogate: {} | {} | grid {}, {} steps of {} s | batch {} | {} round(s), \
          speed-up median (min-max)",
         m.provider,
-        m.launch,
+        m.provenance.launch.as_deref().unwrap_or("-"),
         m.grid,
         m.steps,
         m.dt,

@@ -29,22 +29,16 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::{HotKey, Sample};
-use crate::bounds::Record;
+use crate::flags::Record;
 use crate::hist::Hist;
+use fabkit_core::provenance::Provenance;
 
 /// Where and how the run was made.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Meta {
-    /// The command line.
-    pub command: String,
-    /// fabkit's commit.
-    pub commit: String,
-    /// Host name.
-    pub host: String,
-    /// CPU model, cores, memory and kernel.
-    pub machine: String,
-    /// How ranks were started.
-    pub launch: String,
+    /// Command, commit, host, machine, cores, launch and fabkit version.
+    #[serde(flatten)]
+    pub provenance: Provenance,
     /// The libfabric provider (or MPI).
     pub provider: String,
     /// What a reader must know to read the figures.
@@ -416,7 +410,7 @@ pub fn table(rep: &Report) -> String {
         t,
         "fabkit dht: {} | {} | record {},{} | batch {} | {} repetition(s), median (min-max)",
         rep.meta.provider,
-        rep.meta.launch,
+        rep.meta.provenance.launch.as_deref().unwrap_or("-"),
         first.record.key,
         first.record.value,
         first.batch,
@@ -627,8 +621,8 @@ pub fn csv(rep: &Report) -> Result<String> {
             lock_retries: r.counters.lock_retries,
             evictions: r.counters.evictions,
             remote_ops_per_op: r.counters.remote_ops_per_op,
-            commit: &rep.meta.commit,
-            host: &rep.meta.host,
+            commit: &rep.meta.provenance.commit,
+            host: &rep.meta.provenance.host,
         })?;
     }
     Ok(String::from_utf8(
@@ -638,14 +632,6 @@ pub fn csv(rep: &Report) -> Result<String> {
 
 /// Lowest, median and highest of a point's repetitions.
 type Whisker = (f64, f64, f64);
-
-/// The cores of the machine a report was measured on, from its
-/// `meta.machine` ("..., 2 cores, ...").
-fn cores_of(meta: &Meta) -> Option<usize> {
-    meta.machine
-        .split(", ")
-        .find_map(|p| p.strip_suffix(" cores")?.parse().ok())
-}
 
 /// A chart of throughput against the rank count from several reports (one
 /// per rank count): a line per system, variant, transport, workload,
@@ -663,7 +649,7 @@ pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
     let mut over = std::collections::BTreeSet::new();
     let mut lines: BTreeMap<String, Vec<Option<Whisker>>> = BTreeMap::new();
     for rep in reports {
-        let cores = cores_of(&rep.meta);
+        let cores = rep.meta.provenance.cores;
         for r in &rep.runs {
             if cores.is_some_and(|c| r.ranks > c) {
                 over.insert(r.ranks);
@@ -684,7 +670,7 @@ pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
                 .or_insert_with(|| vec![None; ranks.len()]);
             let i = ranks.iter().position(|&n| n == r.ranks).expect("collected");
             if pts[i].is_some() {
-                return Err(crate::bounds::usage(format!(
+                return Err(crate::exit::usage(format!(
                     "two runs of `{label}` at {} ranks: give one report per rank count",
                     r.ranks
                 )));
@@ -807,11 +793,15 @@ mod tests {
         r[0].transport = "tcp;ofi_rxm, \"x\"".into();
         let rep = Report {
             meta: Meta {
-                command: "fabkit dht".into(),
-                commit: "abc".into(),
-                host: "h".into(),
-                machine: "m".into(),
-                launch: "l".into(),
+                provenance: Provenance {
+                    command: "fabkit dht".into(),
+                    commit: "abc".into(),
+                    host: "h".into(),
+                    machine: Some("m".into()),
+                    cores: Some(2),
+                    launch: Some("l".into()),
+                    fabkit: Some("0.1.0".into()),
+                },
                 provider: "p".into(),
                 notes: vec![],
             },
@@ -837,11 +827,11 @@ mod tests {
             s.ranks = ranks;
             Report {
                 meta: Meta {
-                    command: String::new(),
-                    commit: String::new(),
-                    host: String::new(),
-                    machine: "some CPU, 2 cores, 8 GiB, Linux 6".into(),
-                    launch: String::new(),
+                    provenance: Provenance {
+                        machine: Some("some CPU, 2 cores, 8 GiB, Linux 6".into()),
+                        cores: Some(2),
+                        ..Provenance::default()
+                    },
                     provider: String::new(),
                     notes: vec![],
                 },

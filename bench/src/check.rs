@@ -2,12 +2,15 @@
 //! this provider? Each rank checks every peer byte for byte and value for
 //! value, then all ranks race on shared words.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use fabkit_core::{Bootstrap, Completion, Op, Remote};
 use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
+
+use crate::launch::Launch;
 
 /// What the checks run against: anything that executes batches of one-sided
 /// operations on a job's ranks (a fabric [`Rank`], or an MPI window).
@@ -80,6 +83,9 @@ const ADDS_PER_RANK: u64 = 500;
 pub struct RankReport {
     /// Rank number.
     pub rank: usize,
+    /// What carried the operations: libfabric or an MPI window.
+    #[serde(default)]
+    pub over: Over,
     /// Provider in use.
     pub provider: String,
     /// Domain in use.
@@ -90,6 +96,18 @@ pub struct RankReport {
     pub waits_block: bool,
     /// Checks with their outcome.
     pub checks: Vec<CheckOutcome>,
+}
+
+/// What a check's operations went through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Over {
+    /// A libfabric provider (what a file written before this field was
+    /// recorded reads as).
+    #[default]
+    Fabric,
+    /// An MPI one-sided window.
+    Mpi,
 }
 
 /// One named check.
@@ -268,6 +286,7 @@ pub fn run_rank(cfg: RankConfig, boot: &dyn Bootstrap) -> Result<RankReport> {
     let checks = run_checks(&r, boot)?;
     let report = RankReport {
         rank: r.rank(),
+        over: Over::Fabric,
         provider: r.info().provider(),
         domain: r.info().domain_name(),
         progress_thread: r.has_progress_thread(),
@@ -319,6 +338,7 @@ mod over_mpi {
         r.win.into_inner().free()?;
         Ok(RankReport {
             rank,
+            over: Over::Mpi,
             provider: format!("mpi osc={}", crate::mpiperf::osc_in_force()),
             domain: format!("{kind:?} window").to_lowercase(),
             progress_thread: false,
@@ -348,7 +368,7 @@ pub fn config(
 /// Prints the human summary; returns whether everything passed.
 pub fn print_summary(reports: &[RankReport], launch: &str) -> bool {
     let first = &reports[0];
-    let how = if first.provider.starts_with("mpi") {
+    let how = if first.over == Over::Mpi {
         String::new()
     } else {
         format!(
@@ -388,4 +408,94 @@ pub fn print_summary(reports: &[RankReport], launch: &str) -> bool {
     }
     println!("{}", if all_ok { "PASS" } else { "FAIL" });
     all_ok
+}
+
+/// `fabkit check`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// libfabric provider; repeat to check several. See `fabkit info`.
+    #[arg(short, long = "provider", default_value = "shm")]
+    pub providers: Vec<String>,
+    /// Domain: interface (lo, eth0) for socket providers, device (mlx5_0)
+    /// for verbs, or a network the ranks share (10.77.1.0/24: the interface
+    /// with an address in it). Default: chosen, `lo` when all ranks share a host.
+    #[arg(short, long)]
+    pub domain: Option<String>,
+    /// In-process ranks (ignored under mpirun/srun, where each process is one).
+    #[arg(short = 'n', long, default_value = "2", value_parser = crate::flags::ranks)]
+    pub ranks: usize,
+    /// Seconds to wait for any one operation or peer before giving up.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::flags::secs)]
+    pub timeout: Duration,
+    /// Also write the full per-rank report as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Check MPI one-sided RMA (MPI_Put/Get/Compare_and_swap/Fetch_and_op on
+    /// a window of this kind, lock_all + flush) instead of libfabric. Under
+    /// mpirun only.
+    #[cfg(feature = "mpi")]
+    #[arg(long, value_name = "KIND", value_enum)]
+    pub mpi: Option<crate::mpiperf::WinArg>,
+}
+
+/// `fabkit check`: every check on every provider asked for (or over MPI
+/// windows); whether every check passed.
+pub fn command(args: &CheckArgs) -> Result<bool> {
+    let launch = Launch::detect(args.ranks)?;
+    let to = args.timeout;
+    let mut all_ok = true;
+    let mut json = Vec::new();
+    #[cfg(feature = "mpi")]
+    let mpi_kind = args.mpi.map(|w| match w {
+        crate::mpiperf::WinArg::Allocate => fabkit_mpi::window::WindowKind::Allocate,
+        crate::mpiperf::WinArg::Create => fabkit_mpi::window::WindowKind::Create,
+    });
+    #[cfg(not(feature = "mpi"))]
+    let mpi_kind: Option<()> = None;
+    let providers = if mpi_kind.is_some() {
+        vec!["mpi".to_string()]
+    } else {
+        args.providers.clone()
+    };
+    // Every provider and domain is checked before any runs, so a bad one
+    // does not end the command after others' results were measured.
+    if mpi_kind.is_none() {
+        for prov in &providers {
+            let caps = fabkit_fabric::Caps::RMA;
+            crate::flags::check_domain(prov, args.domain.as_deref(), caps)?;
+        }
+    }
+    for prov in &providers {
+        let provider = prov.clone();
+        let domain = args.domain.clone();
+        let reports = match (&launch, mpi_kind) {
+            #[cfg(feature = "mpi")]
+            (Launch::Mpi(boot), Some(kind)) => {
+                boot.set_timeout(to);
+                crate::launch::run_mpi(boot, |b| run_rank_mpi(kind, b))?
+            }
+            (_, Some(_)) => {
+                return Err(crate::exit::usage(
+                    "--mpi checks MPI one-sided RMA and runs under an MPI launcher: \
+                     mpirun -n 2 fabkit check --mpi allocate",
+                ))
+            }
+            (_, None) => launch.run(to, |boot| {
+                let cfg = config(&provider, domain.clone(), boot.size(), to);
+                run_rank(cfg, boot)
+            })?,
+        };
+        let Some(reports) = reports else { continue };
+        all_ok &= print_summary(&reports, &launch.describe(reports.len()));
+        json.push(serde_json::json!({
+            "provider": prov,
+            "ranks": reports.len(),
+            "ok": reports.iter().all(|r| r.checks.iter().all(|c| c.ok)),
+            "reports": reports,
+        }));
+    }
+    if let (Some(path), false) = (&args.json, json.is_empty()) {
+        crate::output::write_out(path, &(serde_json::to_string_pretty(&json)? + "\n"))?;
+    }
+    Ok(all_ok)
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::bounds::usage;
+use crate::exit::usage;
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
@@ -295,7 +295,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
                 r.record.key,
                 r.record.value,
                 r.ranks,
-                rep.meta.launch,
+                rep.meta.provenance.launch.as_deref().unwrap_or("-"),
                 r.batch,
                 r.depth,
                 r.ops_per_sec / 1e6,
@@ -303,7 +303,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
                 r.ops_per_sec_max / 1e6,
                 r.latency_us.p50,
                 crate::dhtbench::report::us(r.latency_us.p99),
-                rep.meta.commit,
+                rep.meta.provenance.commit,
                 name
             );
         }
@@ -314,7 +314,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
 /// Runs `fabkit plot`: perf and mpi-perf results against the transfer
 /// size (`--metric` chooses the y axis), or dht reports as M operations/s
 /// against the rank count.
-pub fn run(a: &PlotArgs) -> Result<()> {
+pub fn command(a: &PlotArgs) -> Result<bool> {
     if let Some(mut reports) = load_dht(&a.inputs)? {
         // fabkit dht reports: throughput against the rank count.
         for r in &mut reports {
@@ -336,7 +336,7 @@ pub fn run(a: &PlotArgs) -> Result<()> {
         } else if a.output.is_none() {
             print!("{md}");
         }
-        return Ok(());
+        return Ok(true);
     }
     let (series, docs) = load(&a.inputs, a.metric)?;
     if let Some(out) = &a.output {
@@ -348,7 +348,7 @@ pub fn run(a: &PlotArgs) -> Result<()> {
     if a.output.is_none() && a.markdown.is_none() {
         print!("{}", markdown(&docs));
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use fabkit_fabric::Completion;
 use serde::{Deserialize, Serialize};
 
-use crate::bounds;
+use crate::{exit, flags};
 
 /// Operation measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -58,33 +58,33 @@ pub struct SweepArgs {
     #[arg(long, value_enum, default_value = "bw")]
     pub pattern: Pattern,
     /// One transfer size in bytes (atomics are always 8 B), at most 1 GiB.
-    #[arg(short, long, conflicts_with_all = ["all", "sizes"], value_parser = bounds::size)]
+    #[arg(short, long, conflicts_with_all = ["all", "sizes"], value_parser = flags::size)]
     pub size: Option<usize>,
     /// Sweep powers of two from 8 B to 4 MiB.
     #[arg(short, long)]
     pub all: bool,
     /// Comma-separated sizes, e.g. 184,189 (the DHT's records).
-    #[arg(long, value_delimiter = ',', value_parser = bounds::size)]
+    #[arg(long, value_delimiter = ',', value_parser = flags::size)]
     pub sizes: Vec<usize>,
     /// Iterations per size (timed transfers per thread), at most 10^9
     /// [default: 10000].
-    #[arg(short = 'n', long, value_parser = bounds::iters)]
+    #[arg(short = 'n', long, value_parser = flags::iters)]
     pub iters: Option<u64>,
     /// Run each size for about this many seconds instead of -n iterations
     /// (calibrated on short runs first), at most a day.
-    #[arg(short = 't', long, value_name = "SECS", conflicts_with = "iters", value_parser = bounds::secs)]
+    #[arg(short = 't', long, value_name = "SECS", conflicts_with = "iters", value_parser = flags::secs)]
     pub duration: Option<Duration>,
     /// Untimed transfers before each size.
-    #[arg(long, default_value = "100", value_parser = bounds::warmup)]
+    #[arg(long, default_value = "100", value_parser = flags::warmup)]
     pub warmup: u64,
     /// Operations in flight for --pattern bw.
-    #[arg(short, long, default_value = "64", value_parser = bounds::window)]
+    #[arg(short, long, default_value = "64", value_parser = flags::window)]
     pub window: usize,
     /// Bidirectional: both ranks initiate at once; results are summed.
     #[arg(short, long)]
     pub bidir: bool,
     /// Seconds to wait for any one operation before giving up.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = bounds::secs)]
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = flags::secs)]
     pub timeout: Duration,
     /// Write results as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
@@ -108,7 +108,7 @@ pub struct PerfArgs {
     #[command(flatten)]
     pub sweep: SweepArgs,
     /// Initiating threads per rank (the multithreaded RMA question).
-    #[arg(short = 'T', long, default_value = "1", value_parser = bounds::threads)]
+    #[arg(short = 'T', long, default_value = "1", value_parser = flags::threads)]
     pub threads: usize,
     /// With -T: give each thread its own endpoint (and peer endpoint)
     /// instead of sharing one.
@@ -173,10 +173,10 @@ impl SweepArgs {
         } else {
             vec![self.size.unwrap_or(184)]
         };
-        if let Some(&z) = sizes.iter().find(|&&s| s == 0 || s > bounds::MAX_SIZE) {
-            return Err(bounds::usage(format!(
+        if let Some(&z) = sizes.iter().find(|&&s| s == 0 || s > flags::MAX_SIZE) {
+            return Err(exit::usage(format!(
                 "size {z} B: transfers must be at least 1 byte and at most {} B",
-                bounds::MAX_SIZE
+                flags::MAX_SIZE
             )));
         }
         Ok(sizes)
@@ -185,20 +185,20 @@ impl SweepArgs {
     /// Checks the numbers a user can get wrong (the parsers bound each
     /// flag; this guards values built in code).
     pub fn validate(&self) -> Result<()> {
-        bounds::ensure_usage!(
-            (1..=bounds::MAX_ITERS).contains(&self.iters.unwrap_or(DEFAULT_ITERS)),
+        exit::ensure_usage!(
+            (1..=flags::MAX_ITERS).contains(&self.iters.unwrap_or(DEFAULT_ITERS)),
             "-n/--iters must be at least 1 and at most {}",
-            bounds::MAX_ITERS
+            flags::MAX_ITERS
         );
-        bounds::ensure_usage!(
-            self.warmup <= bounds::MAX_ITERS,
+        exit::ensure_usage!(
+            self.warmup <= flags::MAX_ITERS,
             "--warmup must be at most {}",
-            bounds::MAX_ITERS
+            flags::MAX_ITERS
         );
-        bounds::ensure_usage!(
-            (1..=bounds::MAX_WINDOW).contains(&self.window),
+        exit::ensure_usage!(
+            (1..=flags::MAX_WINDOW).contains(&self.window),
             "-w/--window must be at least 1 and at most {}",
-            bounds::MAX_WINDOW
+            flags::MAX_WINDOW
         );
         Ok(())
     }
@@ -217,12 +217,12 @@ impl SweepArgs {
 impl PerfArgs {
     pub(super) fn validate_all(&self) -> Result<()> {
         self.sweep.validate()?;
-        bounds::ensure_usage!(
-            (1..=bounds::MAX_RANKS).contains(&self.threads),
+        exit::ensure_usage!(
+            (1..=flags::MAX_RANKS).contains(&self.threads),
             "-T/--threads must be at least 1 and at most {}",
-            bounds::MAX_RANKS
+            flags::MAX_RANKS
         );
-        bounds::ensure_usage!(
+        exit::ensure_usage!(
             self.completion == WriteCompletion::Transmit || self.op == PerfOp::Write,
             "--completion delivery is for writes (-o write): reads and atomics return \
              data, so they complete at the target already"

@@ -23,6 +23,7 @@
 
 mod args;
 pub mod bound;
+mod command;
 pub mod phase;
 pub mod progress;
 pub mod redis;
@@ -38,10 +39,11 @@ use fabkit_core::bootstrap::Bootstrap;
 use fabkit_dht::{Config, Dht, Read, Stats, Transport, Variant};
 use serde::{Deserialize, Serialize};
 
-use crate::bounds;
+use crate::exit;
 use crate::hist::Hist;
 use args::{config, dist_of, spec};
 pub use args::{validate, variants, DhtArgs, VariantArg};
+pub use command::{command, demo};
 use phase::{Checks, DhtStore, Prepared, RedisStore, Shape, Store};
 use progress::Progress;
 use workload::{Dist, Workload};
@@ -237,7 +239,7 @@ fn drawn(
         return Ok(out);
     }
     for r in 0..ranks {
-        let phases = workload::phases(&spec(a, w, ranks, r, rep)).map_err(bounds::usage)?;
+        let phases = workload::phases(&spec(a, w, ranks, r, rep)).map_err(exit::usage)?;
         if let Some(write) = phases.iter().find(|p| p.name == "write") {
             out.extend(write.ops.iter().map(|o| o.key));
         }
@@ -420,7 +422,7 @@ fn bench_rank<T: Transport>(
         for (wi, &w) in a.workload.iter().enumerate() {
             for rep in 0..a.reps {
                 let s = spec(a, w, n, me, rep);
-                let phases = workload::phases(&s).map_err(bounds::usage)?;
+                let phases = workload::phases(&s).map_err(exit::usage)?;
                 let written = drawn(a, w, n, rep)?;
                 let t = make(&cfg)?;
                 let transport = t.name();
@@ -595,7 +597,7 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
             }
             boot.barrier()?;
             let s = spec(a, w, n, me, rep);
-            let phases = workload::phases(&s).map_err(bounds::usage)?;
+            let phases = workload::phases(&s).map_err(exit::usage)?;
             let written = drawn(a, w, n, rep)?;
             let mut store = RedisStore {
                 client: &mut client,

@@ -325,7 +325,7 @@ fn calibrate(
 /// `-o send` is two-sided: refused, before MPI starts, naming what
 /// measures it.
 pub fn refuse_send(a: &MpiPerfArgs) -> Result<()> {
-    crate::bounds::ensure_usage!(
+    crate::exit::ensure_usage!(
         a.op != PerfOp::Send,
         "mpi-perf measures MPI one-sided RMA (-o write, read, cas or fadd); for two-sided \
          messages use `fabkit perf -o send` (libfabric) or OSU's osu_latency/osu_bw (MPI)"
@@ -402,4 +402,58 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     boot.set_timeout(a.timeout);
     win.free()?; // collective: every rank is here
     Ok(out.into_iter().filter(|r| r.iters > 0).collect())
+}
+
+/// `fabkit mpi-perf`: the sweep through MPI one-sided RMA, under an MPI
+/// launcher.
+pub fn command(args: &MpiPerfArgs) -> Result<bool> {
+    refuse_send(args)?;
+    let launch = crate::launch::Launch::detect(2)?;
+    let crate::launch::Launch::Mpi(boot) = &launch else {
+        return Err(crate::exit::usage(
+            "mpi-perf runs under an MPI launcher: mpirun -n 2 fabkit mpi-perf ... \
+             (as root add --allow-run-as-root; on few cores --oversubscribe)",
+        ));
+    };
+    let Some(per_rank) = crate::launch::run_mpi(boot, |b| run_rank(args, b))? else {
+        return Ok(true);
+    };
+    let points = crate::perf::combine(args, 1, &per_rank);
+    let osc = osc_in_force();
+    // How idle ranks wait is part of the method: under osc pt2pt the
+    // origin's latencies include the target's progress (run_rank).
+    let method = format!(
+        "MPI one-sided, osc {osc}, window {:?}, sync {:?}",
+        args.win, args.sync
+    )
+    .to_lowercase()
+        + &format!(
+            "; idle ranks poll MPI_Test back to back, yielding every {} polls",
+            fabkit_mpi::SPIN_TESTS
+        )
+        + &if args.pattern == Pattern::Lat {
+            format!(
+                "; usec/xfer times the whole loop (as OSU does), min/p50/p99/max up to {} \
+                 more operations timed one by one after it",
+                LAT_SAMPLES
+            )
+        } else {
+            String::new()
+        };
+    // The names the command line takes (--win, --sync).
+    let name = |v: Option<clap::builder::PossibleValue>| {
+        v.map_or_else(|| "?".to_string(), |v| v.get_name().to_string())
+    };
+    let label = format!(
+        "MPI {osc} {} {}",
+        name(clap::ValueEnum::to_possible_value(&args.win)),
+        name(clap::ValueEnum::to_possible_value(&args.sync))
+    );
+    crate::perf::report::emit(
+        &args.sweep,
+        &launch.describe(per_rank.len()),
+        &format!("mpi osc={osc}"),
+        (&method, &label),
+        points,
+    )
 }

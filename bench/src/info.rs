@@ -271,3 +271,22 @@ pub fn print(r: &Report) {
         }
     }
 }
+
+/// `fabkit info`: every provider (or only `provider`) and RDMA device,
+/// as a table or JSON. A provider not available here is a usage error,
+/// refused before anything is printed: an empty table on stdout read as
+/// "this provider has nothing".
+pub fn command(provider: Option<&str>, json: bool) -> Result<bool> {
+    let r = gather(provider)?;
+    if let (Some(p), true) = (provider, r.providers.is_empty()) {
+        return Err(crate::exit::usage(format!(
+            "provider `{p}` is not available here (run `fabkit info` for the list)"
+        )));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print(&r);
+    }
+    Ok(true)
+}

@@ -25,7 +25,8 @@ use anyhow::Result;
 use fabkit_dht::{Config, Variant};
 use serde::{Deserialize, Serialize};
 
-use crate::bounds::{self, Record};
+use crate::exit;
+use crate::flags::Record;
 
 /// A fabric rate the bound may use, and where it came from.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -87,13 +88,13 @@ pub fn check(files: &[PathBuf], ranks: usize, mpi: bool) -> Result<()> {
         return Ok(());
     }
     if mpi {
-        return Err(bounds::usage(
+        return Err(exit::usage(
             "--bound takes libfabric's rates (fabkit perf); an MPI run has no bound here: drop \
              --bound or --mpi",
         ));
     }
     if ranks != 2 {
-        return Err(bounds::usage(format!(
+        return Err(exit::usage(format!(
             "--bound is for 2 ranks, one per host (its anchor measures one pair), not {ranks}: \
              run -n 2 (fabkit launch --netns A,B)"
         )));
@@ -106,7 +107,7 @@ pub fn check(files: &[PathBuf], ranks: usize, mpi: bool) -> Result<()> {
 /// is not JSON is a usage error naming the flag, the file and the writer.
 pub fn read_json(path: &Path, flag: &str, writer: &str) -> Result<serde_json::Value> {
     let bad = |why: String| {
-        bounds::usage(format!(
+        exit::usage(format!(
             "{flag} {}: {why}; give a file `{writer}` wrote",
             path.display()
         ))
@@ -134,7 +135,7 @@ pub fn load(
     let mut want: Option<(String, &str)> = provider.map(|p| (p.to_string(), "this run is on"));
     for f in files {
         let name = f.display();
-        let bad = |what: String| bounds::usage(format!("{flag} {name}: {what}"));
+        let bad = |what: String| exit::usage(format!("{flag} {name}: {what}"));
         let doc = read_json(f, flag, "fabkit perf --json")?;
         let points = doc["points"]
             .as_array()
@@ -204,7 +205,7 @@ pub fn load(
     }
     if let Some(v) = variants.iter().find(|v| v.needs_atomics()) {
         if rates.atomic.is_none() {
-            return Err(bounds::usage(format!(
+            return Err(exit::usage(format!(
                 "{flag}: the {} variant sends atomics across and no file gives an atomic rate: \
                  add {flag} FILE from fabkit perf -b -o cas --json FILE",
                 format!("{v:?}").to_lowercase()

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::bounds;
 use crate::hist::Hist;
+use crate::{exit, flags};
 use fabkit_core::bootstrap::Bootstrap;
 use fabkit_fabric::{Completion, Initiator, Op, OrderingStats, Rank, RankConfig, Remote};
 use serde::{Deserialize, Serialize};
@@ -440,7 +440,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
     } else {
         fabkit_fabric::Caps::RMA
     };
-    bounds::check_domain(&a.provider, a.domain.as_deref(), caps)?;
+    flags::check_domain(&a.provider, a.domain.as_deref(), caps)?;
     check_memory(a, &sizes, cfg.staging_len, boot)?;
     // Every endpoint is established collectively, in the same order on all
     // ranks, so thread t's endpoint pairs with the peer's endpoint t.
@@ -451,7 +451,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
         .with_context(|| format!("setting up `{}`", a.provider))?;
     let tx = eps[0].info().tx_size();
     if a.pattern == Pattern::Bw && tx > 0 && a.window > tx {
-        return Err(bounds::usage(format!(
+        return Err(exit::usage(format!(
             "window {} exceeds provider `{}`'s transmit queue depth (tx_size {tx}); \
              use -w {tx} or less",
             a.window, a.provider
@@ -462,7 +462,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
     let per_thread = sizes.iter().map(|&b| a.window_for(b)).max().unwrap_or(1);
     let shared = a.threads.saturating_mul(per_thread);
     if !a.ep_per_thread && a.threads > 1 && tx > 0 && shared > tx {
-        return Err(bounds::usage(format!(
+        return Err(exit::usage(format!(
             "-T {} threads x window {per_thread} = {shared} operations in flight on one shared \
              endpoint exceed provider `{}`'s transmit queue depth (tx_size {tx}); use \
              --ep-per-thread, -T {} or fewer, or -w {} or less",
@@ -474,7 +474,7 @@ pub fn run_rank(a: &PerfArgs, boot: &dyn Bootstrap) -> Result<Vec<Raw>> {
     }
     let max_msg = eps[0].info().max_msg_size();
     if let Some(&s) = sizes.iter().find(|&&s| s > max_msg) {
-        return Err(bounds::usage(format!(
+        return Err(exit::usage(format!(
             "size {s} B exceeds provider `{}`'s max_msg_size of {max_msg} B; use smaller sizes",
             a.provider
         )));
@@ -566,7 +566,7 @@ fn agree<T>(boot: &dyn Bootstrap, mine: Result<T>) -> Result<T> {
     // empty contribution, which an MPI allgather of nothing refuses).
     let word = match &mine {
         Ok(_) => vec![0],
-        Err(e) => [&[1][..], bounds::one_line(e).as_bytes()].concat(),
+        Err(e) => [&[1][..], exit::one_line(e).as_bytes()].concat(),
     };
     let all = boot.allgather(&word);
     let v = mine?;
@@ -586,7 +586,7 @@ fn check_memory(a: &PerfArgs, sizes: &[usize], staging: usize, boot: &dyn Bootst
     let me = fabkit_core::bootstrap::host_id();
     let here = boot.allgather(me.as_bytes())?;
     let local = here.iter().filter(|h| **h == me.as_bytes()).count() as u128;
-    let Some(mem) = bounds::physical_memory() else {
+    let Some(mem) = flags::physical_memory() else {
         return Ok(());
     };
     let bufs = sizes
@@ -600,7 +600,7 @@ fn check_memory(a: &PerfArgs, sizes: &[usize], staging: usize, boot: &dyn Bootst
         + eps * (max.next_multiple_of(4096) + staging as u128);
     let need = per_rank * local;
     if need > u128::from(mem) {
-        return Err(bounds::usage(format!(
+        return Err(exit::usage(format!(
             "-T {} with sizes up to {max} B needs about {need} B for {local} rank(s) on this \
              host, more than its {mem} B of memory; use fewer threads, smaller sizes or a \
              smaller -w",
@@ -707,4 +707,65 @@ pub fn combine(a: &SweepArgs, threads: usize, per_rank: &[Vec<Raw>]) -> Vec<Poin
             }
         })
         .collect()
+}
+
+/// `fabkit perf`: the sweep between two ranks (in-process, or the job's
+/// processes), printed and written as asked.
+pub fn command(args: &PerfArgs) -> Result<bool> {
+    let launch = crate::launch::Launch::detect(2)?;
+    let to = args.timeout;
+    // Passive ranks wait at a barrier for a whole size: allow for slow sweeps.
+    let barrier_timeout = to.max(std::time::Duration::from_secs(3600));
+    let per_rank = launch.run(barrier_timeout, |boot| run_rank(args, boot))?;
+    let Some(per_rank) = per_rank else {
+        return Ok(true);
+    };
+    let mut points = combine(args, args.threads, &per_rank);
+    for p in &mut points {
+        p.completion = Some(args.completion);
+    }
+    // The interface really used (a network given with -d names one).
+    let mut hints = fabkit_fabric::Hints::new(args.provider.clone(), fabkit_fabric::Caps::RMA);
+    hints.domain = args.domain.clone();
+    let domain = fabkit_fabric::info::find(&hints, true)
+        .map(|i| i.domain_name())
+        .unwrap_or_else(|_| args.domain.clone().unwrap_or_default());
+    let method = format!(
+        "libfabric {} on {domain}, threads {}{}{}{}",
+        args.provider,
+        args.threads,
+        if args.ep_per_thread {
+            " (endpoint per thread)"
+        } else {
+            ""
+        },
+        if args.busy_poll { ", busy-poll" } else { "" },
+        match args.completion {
+            WriteCompletion::Delivery => ", delivery-complete writes",
+            WriteCompletion::Transmit => "",
+        }
+    );
+    let mut label = args.provider.clone();
+    if let Some(d) = &args.domain {
+        label += &format!(" on {d}");
+    }
+    if args.completion == WriteCompletion::Delivery {
+        label += " delivery-complete";
+    }
+    if args.threads > 1 {
+        label += &format!(" x{}", args.threads);
+    }
+    if args.ep_per_thread {
+        label += " (endpoint per thread)";
+    }
+    if args.busy_poll {
+        label += " (busy-poll)";
+    }
+    report::emit(
+        &args.sweep,
+        &launch.describe(per_rank.len()),
+        &args.provider,
+        (&method, &label),
+        points,
+    )
 }

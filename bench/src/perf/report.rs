@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use anyhow::Result;
+use fabkit_core::provenance::Provenance;
 use serde::Serialize;
 
 use super::stats::{knee, Knee};
@@ -20,18 +22,9 @@ pub struct Meta {
     /// or MPI component, window and synchronisation, busy-poll, threads),
     /// not parsed from `method`.
     pub label: String,
-    /// The machine: CPU, cores, memory, kernel.
-    pub machine: String,
-    /// How ranks were launched.
-    pub launch: String,
-    /// Host name.
-    pub host: String,
-    /// The command line.
-    pub command: String,
-    /// The git commit fabkit was built from.
-    pub commit: String,
-    /// fabkit version.
-    pub fabkit: String,
+    /// Command, commit, host, machine, launch and fabkit version.
+    #[serde(flatten)]
+    pub provenance: Provenance,
 }
 
 /// A whole run.
@@ -172,6 +165,38 @@ pub fn human(b: usize) -> String {
     }
 }
 
+/// Prints the table and writes JSON/CSV for a perf or mpi-perf run.
+pub fn emit(
+    sweep: &super::SweepArgs,
+    launch: &str,
+    provider: &str,
+    (method, label): (&str, &str),
+    points: Vec<Point>,
+) -> Result<bool> {
+    let meta = Meta {
+        provider: provider.to_string(),
+        method: method.to_string(),
+        label: label.to_string(),
+        provenance: crate::provenance(Some(launch.to_string())),
+    };
+    let report = Report::new(meta, points);
+    println!(
+        "# fabkit: {:?} {:?}{} | {} | {launch}",
+        sweep.op,
+        sweep.pattern,
+        if sweep.bidir { " bidirectional" } else { "" },
+        method
+    );
+    print!("{}", report.table());
+    if let Some(p) = &sweep.json {
+        crate::output::write_out(p, &(serde_json::to_string_pretty(&report)? + "\n"))?;
+    }
+    if let Some(p) = &sweep.csv {
+        crate::output::write_out(p, &report.csv())?;
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::stats::{Latency, Rates};
@@ -183,12 +208,15 @@ mod tests {
             provider: "tcp;ofi_rxm".into(),
             method: "libfabric tcp;ofi_rxm on lo".into(),
             label: "tcp;ofi_rxm".into(),
-            machine: "test".into(),
-            launch: "threads".into(),
-            host: "h".into(),
-            command: "fabkit perf".into(),
-            commit: "abc".into(),
-            fabkit: "0.1.0".into(),
+            provenance: Provenance {
+                command: "fabkit perf".into(),
+                commit: "abc".into(),
+                host: "h".into(),
+                machine: Some("test".into()),
+                cores: Some(2),
+                launch: Some("threads".into()),
+                fabkit: Some("0.1.0".into()),
+            },
         }
     }
 

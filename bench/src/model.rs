@@ -36,8 +36,9 @@ use clap::{Args, ValueEnum};
 use fabkit_dht::Variant;
 use serde::Serialize;
 
-use crate::bounds::{self, Record};
 use crate::dhtbench::bound::{self, Rate, Rates};
+use crate::exit;
+use crate::flags::{self, Record};
 
 /// `fabkit model`'s arguments.
 #[derive(Args, Debug, Clone)]
@@ -56,15 +57,15 @@ pub struct ModelArgs {
     /// Instead of perf files, a NIC: the operations per second a pair of
     /// them carries, both directions together, in packets per second
     /// (the RoCE NIC of RED-SEA's D2.3 report: 15e6).
-    #[arg(long, value_name = "PPS", value_parser = bounds::positive_rate)]
+    #[arg(long, value_name = "PPS", value_parser = flags::positive_rate)]
     pub pps: Option<f64>,
     /// With --pps: packets per RMA operation (request and response, or
     /// write and acknowledgement).
-    #[arg(long, value_name = "N", default_value = "2", requires = "pps", value_parser = bounds::positive_rate)]
+    #[arg(long, value_name = "N", default_value = "2", requires = "pps", value_parser = flags::positive_rate)]
     pub packets: f64,
     /// With --pps: the host's busy CPU per transfer, ns (posting it and
     /// reading its completion; the NIC does the rest).
-    #[arg(long, value_name = "NS", default_value = "0", requires = "pps", value_parser = bounds::cpu_ns)]
+    #[arg(long, value_name = "NS", default_value = "0", requires = "pps", value_parser = flags::cpu_ns)]
     pub xfer_ns: f64,
     /// Where a rank's operations on its own region go: through the
     /// fabric (the plain path) or, reads and writes, to memory (`fabkit
@@ -74,7 +75,7 @@ pub struct ModelArgs {
     /// Cores of all the job's hosts together, which perf's CPU per
     /// transfer is spent on (default: this machine's, which the testbed's
     /// namespaces share; on two real hosts, both hosts' cores).
-    #[arg(long, value_parser = bounds::positive_rate)]
+    #[arg(long, value_parser = flags::positive_rate)]
     pub cores: Option<f64>,
     /// A `fabkit dht --json` file measured on the fabric modelled: each
     /// prediction is put beside the row of the same variant, workload and
@@ -225,7 +226,7 @@ pub fn predict(ph: &Phase, fabric: &Fabric, itself: Itself, cores: f64) -> Optio
 
 /// Reads a `fabkit dht --json` file's fabkit rows.
 fn dht_rows(path: &Path, flag: &str) -> Result<Vec<serde_json::Value>> {
-    let bad = |why: String| bounds::usage(format!("{flag} {}: {why}", path.display()));
+    let bad = |why: String| exit::usage(format!("{flag} {}: {why}", path.display()));
     let doc = bound::read_json(path, flag, "fabkit dht --json")?;
     let rows: Vec<serde_json::Value> = doc["runs"]
         .as_array()
@@ -245,7 +246,7 @@ fn dht_rows(path: &Path, flag: &str) -> Result<Vec<serde_json::Value>> {
 /// the model would be fitted to a DHT run), or lacks the counters.
 pub fn phases(path: &Path) -> Result<Vec<Phase>> {
     let rows = dht_rows(path, "--ops")?;
-    let bad = |why: String| bounds::usage(format!("--ops {}: {why}", path.display()));
+    let bad = |why: String| exit::usage(format!("--ops {}: {why}", path.display()));
     let mut out = Vec::new();
     for r in rows {
         let t = r["transport"].as_str().unwrap_or("");
@@ -334,11 +335,11 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
     let fabric =
         match (&a.pps, a.perf.is_empty()) {
             (Some(_), false) => {
-                return Err(bounds::usage(
+                return Err(exit::usage(
                     "--perf and --pps each give the fabric: give one of them",
                 ))
             }
-            (None, true) => return Err(bounds::usage(
+            (None, true) => return Err(exit::usage(
                 "give the fabric: --perf FILE from fabkit perf -b --json, or --pps RATE of a NIC",
             )),
             (Some(pps), true) => Fabric::Nic {
@@ -347,7 +348,7 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
             },
             (None, false) => Fabric::Perf(bound::load(&a.perf, "--perf", None, &[])?),
         };
-    let cores = a.cores.unwrap_or(bounds::online_cpus() as f64);
+    let cores = a.cores.unwrap_or(fabkit_core::host::online_cpus() as f64);
     let measured = match &a.measured {
         Some(p) => Some(dht_rows(p, "--measured")?),
         None => None,
@@ -355,7 +356,7 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
     let mut out = Vec::new();
     for ph in phases(&a.ops)? {
         let Some(mut p) = predict(&ph, &fabric, a.itself, cores) else {
-            return Err(bounds::usage(format!(
+            return Err(exit::usage(format!(
                 "{} {} {}: it sends a kind of operation the perf files give no rate or CPU for \
                  (CPU per transfer is in files of this fabkit); add --perf FILE of it",
                 ph.variant, ph.workload, ph.phase
@@ -438,6 +439,52 @@ pub fn print(rows: &[Prediction]) {
              chunked fetches the next chunk with each (a round costs a round trip there)"
         );
     }
+}
+
+/// What `fabkit model --json` writes: the inputs' paths beside the
+/// provenance, and the predictions.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// Where and from what the predictions were made.
+    pub meta: Meta,
+    /// One prediction per phase.
+    pub rows: Vec<Prediction>,
+}
+
+/// The provenance of a model report, and the files it read.
+#[derive(Debug, Serialize)]
+pub struct Meta {
+    /// Command, commit, host, machine, cores and fabkit version.
+    #[serde(flatten)]
+    pub provenance: fabkit_core::provenance::Provenance,
+    /// The one-node run (`--ops`).
+    pub ops: PathBuf,
+    /// The fabric's perf files (`--perf`).
+    pub perf: Vec<PathBuf>,
+    /// The NIC's packet rate (`--pps`).
+    pub pps: Option<f64>,
+    /// The measured run (`--measured`).
+    pub measured: Option<PathBuf>,
+}
+
+/// `fabkit model`: the predictions printed, and written as JSON if asked.
+pub fn command(args: &ModelArgs) -> Result<bool> {
+    let rows = run(args)?;
+    print(&rows);
+    if let Some(path) = &args.json {
+        let doc = Report {
+            meta: Meta {
+                provenance: crate::provenance(None),
+                ops: args.ops.clone(),
+                perf: args.perf.clone(),
+                pps: args.pps,
+                measured: args.measured.clone(),
+            },
+            rows,
+        };
+        crate::output::write_out(path, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

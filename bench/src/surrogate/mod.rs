@@ -440,8 +440,7 @@ pub fn run_rank_mpi(
 /// `fabkit surrogate`: checks the command line, runs every rank, and on the
 /// reporting rank prints the table and writes the JSON, charts and grids;
 /// whether every run finished.
-pub fn run(a: &SurrogateArgs) -> Result<bool> {
-    use crate::bounds;
+pub fn command(a: &SurrogateArgs) -> Result<bool> {
     use crate::launch::Launch;
     let launch = Launch::detect(a.ranks)?;
     let (ranks, _) = launch.ranks();
@@ -452,7 +451,7 @@ pub fn run(a: &SurrogateArgs) -> Result<bool> {
     validate(a, ranks, mpi)?;
     #[cfg(feature = "mpi")]
     if mpi && !matches!(launch, Launch::Mpi(_)) {
-        return Err(bounds::usage(
+        return Err(crate::exit::usage(
             "--mpi runs under an MPI launcher: mpirun -n 2 fabkit surrogate --mpi allocate",
         ));
     }
@@ -460,11 +459,11 @@ pub fn run(a: &SurrogateArgs) -> Result<bool> {
     // nothing behind that was not there.
     if launch.reports() {
         if let Some(p) = &a.json {
-            bounds::check_output_file("--json", p)?;
+            crate::output::check_output_file("--json", p)?;
         }
         for (flag, dir) in [("--charts", &a.charts), ("--grids", &a.grids)] {
             if let Some(d) = dir {
-                bounds::check_output_dir(flag, d)?;
+                crate::output::check_output_dir(flag, d)?;
             }
         }
     }
@@ -503,11 +502,7 @@ pub fn run(a: &SurrogateArgs) -> Result<bool> {
 fn publish(a: &SurrogateArgs, runs: &[Run], launch: &str, provider: &str) -> Result<bool> {
     let rep = report::Report {
         meta: report::Meta {
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-            commit: option_env!("FABKIT_COMMIT").unwrap_or("unknown").into(),
-            host: fabkit_core::bootstrap::hostname(),
-            machine: crate::machine(),
-            launch: launch.into(),
+            provenance: crate::provenance(Some(launch.into())),
             provider: provider.into(),
             grid: format!("{}x{}", a.grid.0, a.grid.1),
             steps: a.steps,
@@ -536,7 +531,7 @@ fn publish(a: &SurrogateArgs, runs: &[Run], launch: &str, provider: &str) -> Res
     };
     print!("{}", report::table(&rep));
     if let Some(p) = &a.json {
-        crate::write_out(p, &(serde_json::to_string_pretty(&rep)? + "\n"))?;
+        crate::output::write_out(p, &(serde_json::to_string_pretty(&rep)? + "\n"))?;
     }
     if let Some(dir) = &a.charts {
         for (name, svg) in report::charts(&rep) {

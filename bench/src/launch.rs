@@ -6,7 +6,7 @@ use std::time::Duration;
 /// A command-line mistake (exit status 2), formatted like `anyhow!`.
 macro_rules! usage {
     ($($t:tt)*) => {
-        crate::bounds::usage(format!($($t)*))
+        crate::exit::usage(format!($($t)*))
     };
 }
 
@@ -50,7 +50,7 @@ impl Launch {
         if let Some(dir) = std::env::var_os(ENV_DIR) {
             let secs: String = env_num(ENV_TIMEOUT)?;
             let timeout =
-                crate::bounds::secs(&secs).map_err(|e| anyhow!("{ENV_TIMEOUT}={secs}: {e}"))?;
+                crate::flags::secs(&secs).map_err(|e| anyhow!("{ENV_TIMEOUT}={secs}: {e}"))?;
             let boot = FileBootstrap::new(dir, env_num(ENV_RANK)?, env_num(ENV_SIZE)?, timeout)?;
             return Ok(Launch::Files(boot));
         }
@@ -139,7 +139,7 @@ where
     std::mem::forget(guard);
     let mine = mine.inspect_err(|e| {
         if !is_echo(e) {
-            boot.leave(&crate::bounds::one_line(e))
+            boot.leave(&crate::exit::one_line(e))
         }
     });
     let mine = mine.with_context(|| format!("rank {}", boot.rank()))?;
@@ -193,7 +193,7 @@ where
                         std::mem::forget(guard);
                         if let Err(e) = &r {
                             if !is_echo(e) {
-                                b.leave(&crate::bounds::one_line(e));
+                                b.leave(&crate::exit::one_line(e));
                             }
                         }
                         r
@@ -263,10 +263,10 @@ where
             eprintln!(
                 "fabkit: rank {}: error: {}",
                 boot.rank(),
-                crate::bounds::one_line(&e)
+                crate::exit::one_line(&e)
             );
             // MPI_Abort: the launcher ends every rank.
-            boot.abort(crate::bounds::exit_code(&e).into());
+            boot.abort(crate::exit::exit_code(&e).into());
         }
     };
     let all = boot.allgather(&mine)?;

@@ -41,7 +41,7 @@ pub struct CleanArgs {
 /// `--dry-run`, that would be) or kept with the reason, then how many;
 /// "nothing to remove" when there was nothing. False when a removal failed
 /// (each failure said on stderr as main says errors).
-pub fn run(args: &CleanArgs) -> Result<bool> {
+pub fn command(args: &CleanArgs) -> Result<bool> {
     let dir = Path::new(SHM_DIR);
     let found = survey(true)?;
     let (mut ok, mut removed, mut kept) = (true, 0usize, 0usize);

@@ -8,8 +8,8 @@ use clap::Args;
 use fabkit_dht::{Config, Variant};
 
 use super::chem::{self, Digits};
-use crate::bounds;
 use crate::dhtbench::VariantArg;
+use crate::{exit, flags};
 
 /// `fabkit surrogate` options.
 #[derive(Args, Debug, Clone)]
@@ -30,7 +30,7 @@ pub struct SurrogateArgs {
     pub domain: Option<String>,
     /// In-process ranks (ignored under mpirun or fabkit launch, where each
     /// process is one).
-    #[arg(short = 'n', long, default_value = "2", value_parser = bounds::ranks)]
+    #[arg(short = 'n', long, default_value = "2", value_parser = flags::ranks)]
     pub ranks: usize,
     /// Which variant(s) cache the chemistry.
     #[arg(short, long, value_enum, default_value = "all")]
@@ -40,10 +40,10 @@ pub struct SurrogateArgs {
     #[arg(long)]
     pub shm: bool,
     /// The grid, columns x rows.
-    #[arg(long, value_name = "NXxNY", default_value = "48x24", value_parser = bounds::grid)]
+    #[arg(long, value_name = "NXxNY", default_value = "48x24", value_parser = flags::grid)]
     pub grid: (usize, usize),
     /// Time steps (each: the flow, then the chemistry of every cell).
-    #[arg(long, default_value = "60", value_parser = bounds::steps)]
+    #[arg(long, default_value = "60", value_parser = flags::steps)]
     pub steps: u64,
     /// Significant digits the chemistry's inputs are rounded to in the
     /// cache's key, comma-separated: 1 to 15, or `exact` (the inputs'
@@ -52,37 +52,37 @@ pub struct SurrogateArgs {
         long,
         value_delimiter = ',',
         default_value = "exact,8,5,3",
-        value_parser = bounds::digits
+        value_parser = flags::digits
     )]
     pub digits: Vec<Digits>,
     /// The chemistry's cost: implicit Euler sub-steps per cell and time
     /// step, each solved by Newton's method; comma-separated for several
     /// (rows report the microseconds a solve took).
-    #[arg(long, value_delimiter = ',', default_value = "400", value_parser = bounds::substeps)]
+    #[arg(long, value_delimiter = ',', default_value = "400", value_parser = flags::substeps)]
     pub substeps: Vec<u32>,
     /// Rounds: in each, per cost, the run without the cache, then every
     /// variant and rounding with it (odd rounds: the cached runs in reverse,
     /// then the uncached one); speed-ups are per round.
-    #[arg(long, default_value = "3", value_parser = bounds::surrogate_rounds)]
+    #[arg(long, default_value = "3", value_parser = flags::surrogate_rounds)]
     pub rounds: u32,
     /// Cells per cache lookup (read_into, then write_into for the misses).
     /// Cells of one batch that share a key all miss (they are looked up
     /// before any is written), so the hit rate falls as batches grow
     /// toward a rank's whole share.
-    #[arg(short, long, default_value = "64", value_parser = bounds::batch)]
+    #[arg(short, long, default_value = "64", value_parser = flags::batch)]
     pub batch: usize,
     /// Buckets per rank (default: two per distinct input a rank could
     /// write, cells x steps / ranks, at most 2^20; more inputs evict).
-    #[arg(long, value_parser = bounds::buckets)]
+    #[arg(long, value_parser = flags::buckets)]
     pub buckets: Option<u64>,
     /// Relative errors are taken against max(|uncached|, FLOOR x the
     /// species' largest uncached concentration): ahead of the front Mg, Cl
     /// and dolomite are zero, and a difference there counts against the
     /// species' own scale.
-    #[arg(long, default_value = "1e-6", value_parser = bounds::floor)]
+    #[arg(long, default_value = "1e-6", value_parser = flags::floor)]
     pub floor: f64,
     /// Seconds to wait for any one operation before giving up.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = bounds::secs)]
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = flags::secs)]
     pub timeout: Duration,
     /// Also write the results as JSON to FILE (`-` for stdout): `{meta:
     /// {command, commit, host, machine, launch, provider, grid, steps, dt,
@@ -136,9 +136,9 @@ pub fn config(a: &SurrogateArgs, variant: Variant, ranks: usize) -> Result<Confi
             inputs.saturating_mul(2).min(1 << 20)
         }
     }
-    .max(bounds::MIN_BUCKETS);
+    .max(flags::MIN_BUCKETS);
     cfg.validate()
-        .map_err(|e| bounds::usage(format!("--buckets {}: {e}", cfg.buckets)))?;
+        .map_err(|e| exit::usage(format!("--buckets {}: {e}", cfg.buckets)))?;
     Ok(cfg)
 }
 
@@ -153,17 +153,17 @@ pub fn validate(a: &SurrogateArgs, ranks: usize, mpi: bool) -> Result<()> {
         ),
     ] {
         if let Some(d) = dup {
-            return Err(bounds::usage(format!(
+            return Err(exit::usage(format!(
                 "{flag} names {d} twice: give each value once (--rounds repeats them)"
             )));
         }
     }
     if !mpi {
-        bounds::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::RMA)?;
+        flags::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::RMA)?;
         if let Some(v) = a.variants().into_iter().find(|v| v.needs_atomics()) {
-            bounds::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::ALL)
+            flags::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::ALL)
                 .map_err(|_| {
-                    bounds::usage(format!(
+                    exit::usage(format!(
                         "the {} variant needs remote atomics, which provider `{}` does not offer \
                          here; use -v lockfree (no atomics) or a provider with atomics (fabkit info)",
                         super::variant_name(v),

@@ -10,7 +10,8 @@ use fabkit_dht::{Config, Variant};
 
 use super::report;
 use super::workload::{self, Dist, Workload};
-use crate::bounds::{self, Record};
+use crate::exit;
+use crate::flags::{self, Record};
 
 /// Variant choice on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -39,7 +40,7 @@ pub struct DhtArgs {
     pub domain: Option<String>,
     /// In-process ranks (ignored under mpirun or fabkit launch, where each
     /// process is one).
-    #[arg(short = 'n', long, default_value = "4", value_parser = bounds::ranks)]
+    #[arg(short = 'n', long, default_value = "4", value_parser = flags::ranks)]
     pub ranks: usize,
     /// Which variant(s).
     #[arg(short, long, value_enum, default_value = "all")]
@@ -62,23 +63,23 @@ pub struct DhtArgs {
     #[arg(long, value_enum)]
     pub distribution: Option<Dist>,
     /// The zipfian skew.
-    #[arg(long, value_name = "THETA", default_value = "0.99", value_parser = bounds::theta)]
+    #[arg(long, value_name = "THETA", default_value = "0.99", value_parser = flags::theta)]
     pub zipf_theta: f64,
     /// Keys the paper's zipfian draws from (shared by all ranks).
-    #[arg(long, value_name = "KEYS", default_value = "712500", value_parser = bounds::zipf_range)]
+    #[arg(long, value_name = "KEYS", default_value = "712500", value_parser = flags::zipf_range)]
     pub zipf_range: u64,
     /// Keys written per rank (paper), records loaded per rank (YCSB).
-    #[arg(short, long, default_value = "2000", value_parser = bounds::keys)]
+    #[arg(short, long, default_value = "2000", value_parser = flags::keys)]
     pub keys: u64,
     /// Operations per rank of the paper's mixed phase and of YCSB's run
     /// phases (default: --keys).
-    #[arg(long, value_parser = bounds::ops)]
+    #[arg(long, value_parser = flags::ops)]
     pub ops: Option<u64>,
     /// Reads in the paper's mixed phase, percent (the rest are updates).
-    #[arg(long, value_name = "PCT", default_value = "95", value_parser = bounds::percent)]
+    #[arg(long, value_name = "PCT", default_value = "95", value_parser = flags::percent)]
     pub read_pct: u32,
     /// Buckets per rank (default: keys per rank x 2, a load of 50 %).
-    #[arg(long, value_parser = bounds::buckets)]
+    #[arg(long, value_parser = flags::buckets)]
     pub buckets: Option<u64>,
     /// Allow more records than the table has buckets (they evict others);
     /// without it such a run is refused.
@@ -86,26 +87,26 @@ pub struct DhtArgs {
     pub evict: bool,
     /// Keys per batch (read_into / write_into); 1 = one blocking op at a
     /// time, like the MPI-DHT.
-    #[arg(short, long, default_value = "64", value_parser = bounds::batch)]
+    #[arg(short, long, default_value = "64", value_parser = flags::batch)]
     pub batch: usize,
     /// Most batches in flight per rank, each serving a part of a batch's
     /// keys, one part per 32 keys (1 to 8; default and most: what the
     /// transport keeps, on libfabric as many windows as its completion
     /// queue holds with one to spare). MPI and --shm without a fabric keep
     /// 1; so does coarse. Rows say how many an operation used.
-    #[arg(long, value_parser = bounds::depth)]
+    #[arg(long, value_parser = flags::depth)]
     pub depth: Option<usize>,
     /// Key and value lengths in bytes, as KEY,VALUE (each 1 B to 1 MiB), or
     /// a class of the RED-SEA evaluation: S (24,9: 33 B pairs), M (24,99),
     /// L (24,999).
-    #[arg(long, value_name = "KEY,VALUE", default_value = "80,104", value_parser = bounds::record)]
+    #[arg(long, value_name = "KEY,VALUE", default_value = "80,104", value_parser = flags::record)]
     pub record: Record,
     /// Repetitions of every measurement (median and spread reported).
-    #[arg(long, default_value = "1", value_parser = bounds::reps)]
+    #[arg(long, default_value = "1", value_parser = flags::reps)]
     pub reps: u32,
     /// Single operations of the closed-loop latency pass that follows each
     /// batched phase (0: skip it). At batch 1 the phase itself is that pass.
-    #[arg(long, value_name = "OPS", default_value = "10000", value_parser = bounds::latency_ops)]
+    #[arg(long, value_name = "OPS", default_value = "10000", value_parser = flags::latency_ops)]
     pub latency_ops: u64,
     /// Seed of the key draws (the same seed, the same operations).
     #[arg(long, default_value = "1")]
@@ -121,10 +122,10 @@ pub struct DhtArgs {
     pub bound: Vec<std::path::PathBuf>,
     /// Rounds of the hot-key check: every rank updates one key at once,
     /// then reads it back (0: skip; at most 10^6).
-    #[arg(long, default_value = "20", value_parser = bounds::rounds)]
+    #[arg(long, default_value = "20", value_parser = flags::rounds)]
     pub hot_rounds: u64,
     /// Seconds to wait for any one operation before giving up.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = bounds::secs)]
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = flags::secs)]
     pub timeout: Duration,
     /// Give ranks on the same node direct access to each other's regions
     /// (shared memory), with libfabric for the rest; atomics are CPU atomics
@@ -163,15 +164,15 @@ pub(super) fn config(a: &DhtArgs, variant: Variant) -> Result<Config> {
     cfg.buckets = match a.buckets {
         Some(b) => b,
         None => a.keys.checked_mul(2).ok_or_else(|| {
-            bounds::usage(format!("--keys {} is too many to size a table for", a.keys))
+            exit::usage(format!("--keys {} is too many to size a table for", a.keys))
         })?,
     }
-    .max(bounds::MIN_BUCKETS);
+    .max(flags::MIN_BUCKETS);
     // The table's sizes come from the command line: a bad one is usage.
     cfg.validate().map_err(|e| match a.buckets {
-        Some(_) => bounds::usage(format!("{e}")),
+        Some(_) => exit::usage(format!("{e}")),
         // The user gave --keys, not the buckets it sized.
-        None => bounds::usage(format!(
+        None => exit::usage(format!(
             "--keys {} sizes the table at 2 buckets per key: {e}; lower --keys",
             a.keys
         )),
@@ -215,11 +216,11 @@ pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize, mpi: bool) -> Resu
     // A --bound that cannot say what it claims fails before the run.
     super::bound::check(&a.bound, ranks, mpi)?;
     if !mpi {
-        bounds::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::RMA)?;
+        flags::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::RMA)?;
         if let Some(v) = variants(a).into_iter().find(|v| v.needs_atomics()) {
-            bounds::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::ALL)
+            flags::check_domain(&a.provider, a.domain.as_deref(), fabkit_fabric::Caps::ALL)
                 .map_err(|_| {
-                    bounds::usage(format!(
+                    exit::usage(format!(
                         "the {} variant needs remote atomics, which provider `{}` does not offer \
                          here; use -v lockfree (no atomics) or a provider with atomics (fabkit info)",
                         format!("{v:?}").to_lowercase(),
@@ -233,7 +234,7 @@ pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize, mpi: bool) -> Resu
         check_memory(a, &cfg, ranks as u64, in_process as u64)?;
     }
     for (i, w) in a.workload.iter().enumerate() {
-        bounds::ensure_usage!(
+        exit::ensure_usage!(
             !a.workload[..i].contains(w),
             "--workload names {} twice: give each workload once (--reps repeats them)",
             report::name(*w)
@@ -241,9 +242,9 @@ pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize, mpi: bool) -> Resu
     }
     for &w in &a.workload {
         let s = spec(a, w, ranks, 0, 0);
-        workload::phases(&s).map_err(bounds::usage)?;
+        workload::phases(&s).map_err(exit::usage)?;
         let ids = workload::key_space(&s).ok_or_else(|| {
-            bounds::usage(format!(
+            exit::usage(format!(
                 "{ranks} ranks with --keys {} and --ops {} need more than 2^64 keys; lower them",
                 a.keys,
                 a.ops()
@@ -261,7 +262,7 @@ pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize, mpi: bool) -> Resu
                             a.record.value
                         )
                     });
-            return Err(bounds::usage(format!(
+            return Err(exit::usage(format!(
                 "{len}-byte keys hold {} distinct keys, but {ranks} ranks with --keys {} need \
                  {ids} (the workload's and the hot key); use {longer}fewer --keys",
                 1u128 << (8 * len.min(8)),
@@ -285,7 +286,7 @@ fn check_fit(a: &DhtArgs, w: Workload, ranks: u64) -> Result<()> {
         (Workload::D, _) => a.keys.saturating_add(a.ops().div_ceil(20)),
         _ => a.keys,
     };
-    bounds::ensure_usage!(
+    exit::ensure_usage!(
         per_rank <= buckets,
         "the {} workload writes about {per_rank} records per rank into {buckets} buckets per \
          rank: raise --buckets to at least {per_rank}, lower --keys, or give --evict to let \
@@ -307,7 +308,7 @@ fn check_memory(a: &DhtArgs, cfg: &Config, ranks: u64, in_process: u64) -> Resul
     let ops = (u128::from(a.keys) * (u128::from(ranks) + 1)).max(u128::from(a.ops()));
     let per_rank = ops * (rec + 64) + cfg.region_len() as u128;
     let need = per_rank * u128::from(in_process.max(1));
-    if let Some(mem) = bounds::physical_memory() {
+    if let Some(mem) = flags::physical_memory() {
         ensure_fits(
             a,
             cfg,
@@ -341,7 +342,7 @@ fn ensure_fits(
     what: &str,
     n: u64,
 ) -> Result<()> {
-    bounds::ensure_usage!(
+    exit::ensure_usage!(
         need <= have,
         "--keys {} (--ops {}) with --record {},{} and {} buckets per rank need about {need} B \
          ({n} ranks in this process), more than {what}, {have} B; lower --keys, --ops or --buckets",

@@ -204,7 +204,7 @@ impl Prepared {
 
 /// Any bucket count: the rank of a key does not depend on it.
 fn bounds_buckets() -> u64 {
-    crate::bounds::MIN_BUCKETS
+    crate::flags::MIN_BUCKETS
 }
 
 /// What a store does for the loop: a batch of reads into the caller's
@@ -224,6 +224,7 @@ pub trait Store {
 }
 
 /// The DHT as a store, with its outcome buffer.
+#[derive(Debug)]
 pub struct DhtStore<'a, T: Transport> {
     /// The table.
     pub dht: &'a Dht<T>,
@@ -249,6 +250,7 @@ impl<T: Transport> Store for DhtStore<'_, T> {
 }
 
 /// Redis as a store: one connection to each rank's server.
+#[derive(Debug)]
 pub struct RedisStore<'a> {
     /// The client.
     pub client: &'a mut Client,

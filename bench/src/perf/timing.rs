@@ -4,7 +4,7 @@
 use anyhow::Result;
 use fabkit_core::Bootstrap;
 
-use crate::bounds;
+use crate::flags;
 
 /// Runs `n` operations as windows of at most `window`: `each(count)` issues
 /// and completes one window of `count`. The loop itself reads no clock and
@@ -38,12 +38,12 @@ pub fn calibrate(
         boot.barrier()?;
         let took = probe(n)?;
         // Rank 0's verdict: 0 = probe more, else the count.
-        let verdict = if took >= secs / 10.0 || n >= bounds::MAX_ITERS {
+        let verdict = if took >= secs / 10.0 || n >= flags::MAX_ITERS {
             let wanted = (secs / took.max(1e-9)) * n as f64;
             if boot.rank() == 0 {
-                bounds::note_iters_cut(secs, wanted, took / n as f64);
+                flags::note_iters_cut(secs, wanted, took / n as f64);
             }
-            wanted.clamp(floor.max(1) as f64, bounds::MAX_ITERS as f64) as u64
+            wanted.clamp(floor.max(1) as f64, flags::MAX_ITERS as f64) as u64
         } else {
             0
         };

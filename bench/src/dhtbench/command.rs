@@ -1,0 +1,185 @@
+//! `fabkit dht` as a command: checks what is asked before any rank
+//! starts, runs every rank's share (in-process, as processes or under
+//! mpirun), and has the reporting rank print and write the report.
+
+use std::io::Write as _;
+
+use anyhow::Result;
+
+use super::{bound, report, DhtArgs, Sample};
+use crate::launch::Launch;
+
+/// `fabkit dht`: the benchmark on this rank (and the job's others), with
+/// Redis beside it; printed and written by the reporting rank. Whether
+/// every run was sound.
+pub fn command(args: &DhtArgs) -> Result<bool> {
+    let launch = Launch::detect(args.ranks)?;
+    let (ranks, in_process) = launch.ranks();
+    #[cfg(feature = "mpi")]
+    let mpi = args.mpi.is_some();
+    #[cfg(not(feature = "mpi"))]
+    let mpi = false;
+    super::validate(args, ranks, in_process, mpi)?;
+    // The reporting rank reads the --bound files (before the run: a file it
+    // cannot use fails now, not after minutes); the others never need them.
+    let rates = (launch.reports() && !args.bound.is_empty())
+        .then(|| {
+            bound::load(
+                &args.bound,
+                "--bound",
+                Some(&args.provider),
+                &super::variants(args),
+            )
+        })
+        .transpose()?;
+    // Output files are checked before a run of minutes, not after it, by
+    // the rank that writes them.
+    if launch.reports() {
+        for (flag, path) in [("--json", &args.json), ("--csv", &args.csv)] {
+            if let Some(p) = path {
+                crate::output::check_output_file(flag, p)?;
+            }
+        }
+    }
+    // The bootstrap's waits are phase barriers: bounded by a phase, not by
+    // one operation's --timeout.
+    let to = super::phase_bound(args, ranks);
+    #[cfg(feature = "mpi")]
+    if let Some(win) = args.mpi {
+        let Launch::Mpi(boot) = &launch else {
+            return Err(crate::exit::usage(
+                "--mpi runs under an MPI launcher: mpirun -n 2 fabkit dht --mpi allocate",
+            ));
+        };
+        let kind = match win {
+            crate::mpiperf::WinArg::Allocate => fabkit_mpi::window::WindowKind::Allocate,
+            crate::mpiperf::WinArg::Create => fabkit_mpi::window::WindowKind::Create,
+        };
+        boot.set_timeout(to);
+        let samples = super::run_rank_mpi(args, kind, boot)?;
+        if fabkit_core::bootstrap::Bootstrap::rank(boot) != 0 {
+            return Ok(true);
+        }
+        let size = fabkit_core::bootstrap::Bootstrap::size(boot);
+        let provider =
+            format!("mpi osc={}, window {win:?}", crate::mpiperf::osc_in_force()).to_lowercase();
+        return report(args, &samples, &launch.describe(size), &provider, None);
+    }
+    let runs = launch.run(to, |boot| super::run_rank(args, boot))?;
+    let Some(mut runs) = runs else {
+        return Ok(true);
+    };
+    // Every rank holds the same combined samples; rank 0's are reported.
+    let n = runs.len();
+    let provider = if args.shm {
+        // The transport's own name says whether a fabric is in it: none
+        // when every rank is on this node.
+        let named = runs
+            .first()
+            .and_then(|s| s.iter().find(|x| x.system == "fabkit"))
+            .map(|x| format!("{} (--shm)", x.transport));
+        named.unwrap_or_else(|| {
+            format!(
+                "libfabric {} with the same-node shortcut (--shm)",
+                args.provider
+            )
+        })
+    } else {
+        format!("libfabric {}", args.provider)
+    };
+    report(
+        args,
+        &runs.swap_remove(0),
+        &launch.describe(n),
+        &provider,
+        rates.as_ref(),
+    )
+}
+
+/// Prints `fabkit dht`'s table and writes its JSON and CSV, each fabkit
+/// row with its bound where `rates` (read before the run) give one;
+/// whether every run was sound.
+fn report(
+    args: &DhtArgs,
+    samples: &[Sample],
+    launch: &str,
+    provider: &str,
+    rates: Option<&bound::Rates>,
+) -> Result<bool> {
+    let runs = report::runs(samples, args.record, rates);
+    let clock = fabkit_core::time::Clock::detect();
+    let mut notes = vec![format!(
+        "cycles are busy CPU time at the nominal clock ({}, {}), not counted: this machine \
+         has no hardware counters",
+        if clock.hz > 0.0 {
+            format!("{:.2} GHz", clock.hz / 1e9)
+        } else {
+            "unknown".into()
+        },
+        clock.source
+    )];
+    if args.hot_rounds > 0 && args.record.value < 16 {
+        notes.push(
+            "the hot-key check did not run: values under 16 B carry no writer's tag, so a mix \
+             of two writers' values could not be told from either"
+                .into(),
+        );
+    }
+    if let Some(r) = runs.iter().find(|r| r.system == "redis") {
+        let on = if r.transport == "redis loopback" {
+            "on loopback"
+        } else {
+            "on its host's address in the ranks' network (-d)"
+        };
+        notes.push(format!(
+            "redis: one redis-server per rank {on}, the keys sharded by the DHT's placement, \
+             one MGET/MSET per server per batch (one message where the DHT sends one per \
+             remote operation); the servers share this machine's {} cores with the ranks",
+            fabkit_core::host::online_cpus()
+        ));
+    }
+    let rep = report::Report {
+        meta: report::Meta {
+            provenance: crate::provenance(Some(launch.into())),
+            provider: provider.into(),
+            notes,
+        },
+        runs,
+    };
+    print!("{}", report::table(&rep));
+    if let Some(p) = &args.json {
+        crate::output::write_out(p, &(serde_json::to_string_pretty(&rep)? + "\n"))?;
+    }
+    if let Some(p) = &args.csv {
+        crate::output::write_out(p, &report::csv(&rep)?)?;
+    }
+    Ok(report::sound(&rep.runs))
+}
+
+/// The demo's DHT benchmark on the fastest path measured here
+/// (results/dht-speed): two in-process ranks sharing their regions through
+/// the same-node shortcut, with no fabric and no launcher, Redis beside
+/// them when it is installed.
+pub fn demo() -> Result<bool> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct DhtCmd {
+        #[command(flatten)]
+        a: DhtArgs,
+    }
+    let args = [
+        "dht",
+        "-n",
+        "2",
+        "--shm",
+        "-w",
+        "paper,a",
+        "-k",
+        "20000",
+        "--latency-ops",
+        "5000",
+    ];
+    let a = DhtCmd::try_parse_from(args)?.a;
+    let _ = std::io::stdout().flush();
+    command(&a)
+}
