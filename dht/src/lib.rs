@@ -191,6 +191,7 @@ pub mod collective;
 mod config;
 mod dump;
 pub mod layout;
+pub mod message;
 mod outcome;
 pub mod placement;
 mod table;
