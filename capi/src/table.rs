@@ -8,6 +8,7 @@ use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, CString};
 use std::rc::Rc;
 
+use fabkit_core::agree::Disagreed;
 use fabkit_core::Bootstrap;
 use fabkit_dht::transport::mpi::MpiTransport;
 use fabkit_dht::transport::shm::ShmTransport;
@@ -92,22 +93,30 @@ impl DHT {
         code: c_int,
         local: Result<T, c_int>,
     ) -> Result<T, c_int> {
-        let all = self
-            .boot
-            .allgather(&[u8::from(local.is_ok())])
-            .map_err(|e| fail(DHT_UCX_ERROR, format!("{call}: {e}")))?;
+        let mine = match &local {
+            Ok(_) => Ok(&[][..]),
+            Err(_) => Err(REFUSED),
+        };
+        let all = fabkit_core::agree::agree(&*self.boot, mine);
         let v = local?;
-        match all.iter().position(|v| v != &[1]) {
-            Some(r) => Err(fail(
+        match all {
+            Ok(_) => Ok(v),
+            Err(Disagreed::Exchange(e)) => Err(fail(DHT_UCX_ERROR, format!("{call}: {e}"))),
+            Err(Disagreed::Failed(failed)) => Err(fail(
                 code,
                 format!(
-                    "{call}: rank {r} refused the call (fabkit_dht_last_error() there says why)"
+                    "{call}: rank {} refused the call (fabkit_dht_last_error() there says why)",
+                    failed[0].0
                 ),
             )),
-            None => Ok(v),
         }
     }
 }
+
+/// What a rank that refuses a collective call (or whose arguments are
+/// wrong) contributes to the agreement; its reason stays in its own
+/// `fabkit_dht_last_error()`.
+const REFUSED: &str = "refused";
 
 /// The key and value sizes and bucket count `init` asks for, as a
 /// configuration of `variant`, checked against this host.
@@ -129,10 +138,6 @@ fn config_of(init: &DHT_init_t, variant: fabkit_dht::Variant) -> Result<Config, 
     Ok(cfg)
 }
 
-/// What a rank whose arguments or options are wrong says when the ranks
-/// agree on them (a right one says what it asks for).
-const WRONG: &str = "wrong";
-
 /// Makes the table `init` and `opts` describe; collective over
 /// `init.comm`.
 fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<DHT, String> {
@@ -147,24 +152,28 @@ fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<DHT, String>
     // collective.
     let local = opts.and_then(|o| config_of(init, o.variant).map(|c| (c, o)));
     let mine = match &local {
-        Ok((c, o)) => format!(
+        Ok((c, o)) => Ok(format!(
             "{} B keys, {} B values, {} buckets; {}",
             c.key_len,
             c.value_len,
             c.buckets,
             o.shared()
-        ),
-        // Never empty: an allgather of nothing but empty strings is an
-        // MPI error.
-        Err(_) => WRONG.to_string(),
+        )),
+        Err(_) => Err(REFUSED),
     };
-    let all = boot.allgather(mine.as_bytes()).map_err(|e| e.to_string())?;
+    let all = fabkit_core::agree::agree(&boot, mine.as_deref().map(str::as_bytes).map_err(|e| *e));
     let (cfg, options) = local?;
-    if let Some(r) = all.iter().position(|v| v == WRONG.as_bytes()) {
-        return Err(format!(
-            "rank {r}'s arguments or options are wrong (fabkit_dht_last_error() there says why)"
-        ));
-    }
+    let mine = mine.unwrap_or_default();
+    let all = match all {
+        Ok(all) => all,
+        Err(Disagreed::Exchange(e)) => return Err(e.to_string()),
+        Err(Disagreed::Failed(failed)) => {
+            return Err(format!(
+                "rank {}'s arguments or options are wrong (fabkit_dht_last_error() there says why)",
+                failed[0].0
+            ))
+        }
+    };
     if let Some(r) = all.iter().position(|v| v != mine.as_bytes()) {
         return Err(format!(
             "the ranks disagree: this rank asks for {mine:?}, rank {r} for {:?}; give every \

@@ -5,6 +5,8 @@
 //! - [`op`]: one-sided operations as data: where ([`Remote`]), what
 //!   ([`Op`]) and, for writes, which [`Completion`] they need. A planner
 //!   (the DHT's machines) writes them; a transport executes them.
+//! - [`agree`]: a collective step that fails on every rank when it fails on
+//!   one, with that rank's message.
 //! - [`bootstrap`]: the [`Bootstrap`] by which ranks exchange small byte
 //!   strings and meet at barriers, with the in-process ([`ThreadGroup`])
 //!   and shared-directory ([`FileBootstrap`]) ones; MPI's is in
@@ -45,6 +47,7 @@
 // where it is (hostname, the coarse clock, getifaddrs, sysconf, prefetch).
 #![deny(unsafe_code)]
 
+pub mod agree;
 pub mod bootstrap;
 pub mod error;
 pub mod host;

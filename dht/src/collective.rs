@@ -1,12 +1,7 @@
-//! Agreement: a collective step in which a failure on one rank fails the
-//! step on every rank, with that rank's message.
-//!
-//! A rank that fails on its own (a damaged file, a full disk) and returns
-//! early would leave its peers waiting at the next barrier until the
-//! bootstrap's timeout, and they would then report a timeout instead of the
-//! cause. So before any barrier each rank contributes either its payload or
-//! its error to one [`Bootstrap::allgather`]: every rank reaches it, every
-//! rank sees every outcome, and every rank returns the same result.
+//! Agreement in the DHT's errors: [`fabkit_core::agree`] (a collective step
+//! in which a failure on one rank fails the step on every rank, with that
+//! rank's message), returning [`Error::Collective`] and keeping a failing
+//! rank's own typed error as the source.
 //!
 //! ```
 //! use fabkit_dht::collective::agree;
@@ -39,12 +34,10 @@
 //! assert!(errs[0].contains("save failed on rank 1"), "{}", errs[0]);
 //! ```
 
+use fabkit_core::agree::Disagreed;
 use fabkit_core::Bootstrap;
 
 use crate::outcome::{Error, Result};
-
-const OK: u8 = 0;
-const FAILED: u8 = 1;
 
 /// Every rank contributes `local`: its payload, or its error. If all
 /// succeeded, returns every rank's payload in rank order; if any failed,
@@ -56,34 +49,20 @@ pub fn agree(
     op: &'static str,
     local: Result<Vec<u8>>,
 ) -> Result<Vec<Vec<u8>>> {
+    let msg = local.as_ref().err().map(ToString::to_string);
     let mine = match &local {
-        Ok(payload) => [&[OK][..], payload].concat(),
-        Err(e) => [&[FAILED][..], e.to_string().as_bytes()].concat(),
+        Ok(payload) => Ok(&payload[..]),
+        Err(_) => Err(msg.as_deref().unwrap_or_default()),
     };
-    let all = match boot.allgather(&mine) {
-        Ok(all) => all,
+    match fabkit_core::agree::agree(boot, mine) {
+        Ok(payloads) => Ok(payloads),
         // The exchange itself failed (a peer gone): this rank's own error,
         // if it has one, says more than the bootstrap's timeout.
-        Err(e) => return Err(local.err().unwrap_or(Error::Bootstrap(e))),
-    };
-    let mut failed = Vec::new();
-    let mut payloads = Vec::with_capacity(all.len());
-    for (rank, m) in all.into_iter().enumerate() {
-        match m.split_first() {
-            Some((&OK, payload)) => payloads.push(payload.to_vec()),
-            Some((&FAILED, msg)) => failed.push((rank, String::from_utf8_lossy(msg).into_owned())),
-            _ => failed.push((
-                rank,
-                format!("sent {} B that are not an agreement message", m.len()),
-            )),
-        }
+        Err(Disagreed::Exchange(e)) => Err(local.err().unwrap_or(Error::Bootstrap(e))),
+        Err(Disagreed::Failed(failed)) => Err(Error::Collective {
+            op,
+            failed,
+            local: local.err().map(Box::new),
+        }),
     }
-    if failed.is_empty() {
-        return Ok(payloads);
-    }
-    Err(Error::Collective {
-        op,
-        failed,
-        local: local.err().map(Box::new),
-    })
 }

@@ -562,20 +562,25 @@ fn ordering_of(eps: &[Rank]) -> OrderingStats {
 /// if every rank succeeded, else this rank's error or the first failed
 /// rank's message. No rank waits for a peer that has given up.
 fn agree<T>(boot: &dyn Bootstrap, mine: Result<T>) -> Result<T> {
-    // A leading byte: 0 for success, 1 before an error's text (never an
-    // empty contribution, which an MPI allgather of nothing refuses).
-    let word = match &mine {
-        Ok(_) => vec![0],
-        Err(e) => [&[1][..], exit::one_line(e).as_bytes()].concat(),
-    };
-    let all = boot.allgather(&word);
+    use fabkit_core::agree::Disagreed;
+    let msg = mine.as_ref().err().map(exit::one_line);
+    let all = fabkit_core::agree::agree(
+        boot,
+        match &mine {
+            Ok(_) => Ok(&[]),
+            Err(_) => Err(msg.as_deref().unwrap_or_default()),
+        },
+    );
     let v = mine?;
-    let all = all.context("agreeing with the other ranks that a size was measured")?;
-    if let Some((r, m)) = all.iter().enumerate().find(|(_, m)| m.first() != Some(&0)) {
-        let text = String::from_utf8_lossy(m.get(1..).unwrap_or_default());
-        bail!("rank {r} failed: {text}");
+    match all {
+        Ok(_) => Ok(v),
+        Err(Disagreed::Exchange(e)) => Err(anyhow::Error::from(e)
+            .context("agreeing with the other ranks that a size was measured")),
+        Err(Disagreed::Failed(failed)) => {
+            let (r, text) = &failed[0];
+            bail!("rank {r} failed: {text}")
+        }
     }
-    Ok(v)
 }
 
 /// Refuses a sweep whose buffers this machine cannot hold, before any is
