@@ -446,10 +446,7 @@ pub fn command(args: &CheckArgs) -> Result<bool> {
     let mut all_ok = true;
     let mut json = Vec::new();
     #[cfg(feature = "mpi")]
-    let mpi_kind = args.mpi.map(|w| match w {
-        crate::mpiperf::WinArg::Allocate => fabkit_mpi::window::WindowKind::Allocate,
-        crate::mpiperf::WinArg::Create => fabkit_mpi::window::WindowKind::Create,
-    });
+    let mpi_kind = args.mpi.map(fabkit_mpi::window::WindowKind::from);
     #[cfg(not(feature = "mpi"))]
     let mpi_kind: Option<()> = None;
     let providers = if mpi_kind.is_some() {

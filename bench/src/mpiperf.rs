@@ -50,6 +50,15 @@ pub enum WinArg {
     Create,
 }
 
+impl From<WinArg> for WindowKind {
+    fn from(w: WinArg) -> WindowKind {
+        match w {
+            WinArg::Allocate => WindowKind::Allocate,
+            WinArg::Create => WindowKind::Create,
+        }
+    }
+}
+
 /// The operations mpi-perf measures: MPI one-sided, so no two-sided send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum MpiOp {
@@ -343,10 +352,7 @@ pub fn run_rank(a: &MpiPerfArgs, boot: &MpiBootstrap) -> Result<Vec<Raw>> {
     );
     let sizes = a.size_list()?;
     let len = sizes.iter().map(|&b| window_bytes(a, b)).max().unwrap();
-    let kind = match a.win {
-        WinArg::Allocate => WindowKind::Allocate,
-        WinArg::Create => WindowKind::Create,
-    };
+    let kind = WindowKind::from(a.win);
     // Creation waits --timeout for the other ranks (a rank dead at setup is
     // reported then, not after the sweep's bound below).
     boot.set_timeout(a.timeout);

@@ -51,10 +51,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
                 "--mpi runs under an MPI launcher: mpirun -n 2 fabkit dht --mpi allocate",
             ));
         };
-        let kind = match win {
-            crate::mpiperf::WinArg::Allocate => fabkit_mpi::window::WindowKind::Allocate,
-            crate::mpiperf::WinArg::Create => fabkit_mpi::window::WindowKind::Create,
-        };
+        let kind = fabkit_mpi::window::WindowKind::from(win);
         boot.set_timeout(to);
         let samples = super::run_rank_mpi(args, kind, boot)?;
         if fabkit_core::bootstrap::Bootstrap::rank(boot) != 0 {

@@ -472,10 +472,7 @@ pub fn command(a: &SurrogateArgs) -> Result<bool> {
     let to = crate::dhtbench::MAX_PHASE_WAIT.max(a.timeout);
     #[cfg(feature = "mpi")]
     if let (Some(win), Launch::Mpi(boot)) = (a.mpi, &launch) {
-        let kind = match win {
-            crate::mpiperf::WinArg::Allocate => fabkit_mpi::window::WindowKind::Allocate,
-            crate::mpiperf::WinArg::Create => fabkit_mpi::window::WindowKind::Create,
-        };
+        let kind = fabkit_mpi::window::WindowKind::from(win);
         boot.set_timeout(to);
         let runs = run_rank_mpi(a, kind, boot)?;
         if boot.rank() != 0 {

@@ -117,7 +117,12 @@ pub struct LocalNet(Arc<Net>);
 
 impl std::fmt::Debug for LocalNet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LocalNet({} ranks, {:?})", self.0.ranks.len(), self.0.faults)
+        write!(
+            f,
+            "LocalNet({} ranks, {:?})",
+            self.0.ranks.len(),
+            self.0.faults
+        )
     }
 }
 
@@ -436,7 +441,10 @@ mod tests {
             (net.injected(), order)
         };
         let (i, order) = count(3);
-        assert!(i.duplicated > 0 && i.dropped_requests > 0 && i.reordered > 0, "{i:?}");
+        assert!(
+            i.duplicated > 0 && i.dropped_requests > 0 && i.reordered > 0,
+            "{i:?}"
+        );
         assert_eq!(order.len() as u64, 200 + i.duplicated - i.dropped_requests);
         assert_eq!(count(3), (i, order), "same seed, same faults");
     }

@@ -535,17 +535,35 @@ mod tests {
         assert_eq!(with(&|m| m[3] = 9), Refusal::Sizes);
         assert_eq!(with(&|m| m[28] = 9), Refusal::Sizes);
         assert_eq!(with(&|m| m[32] = 9), Refusal::Sizes);
-        assert_eq!(with(&|m| m[24..28].copy_from_slice(&0u32.to_le_bytes())), Refusal::Sizes);
-        assert_eq!(with(&|m| m[24..28].copy_from_slice(&65u32.to_le_bytes())), Refusal::Sizes);
-        assert_eq!(with(&|m| m[24..28].copy_from_slice(&u32::MAX.to_le_bytes())), Refusal::Sizes);
+        assert_eq!(
+            with(&|m| m[24..28].copy_from_slice(&0u32.to_le_bytes())),
+            Refusal::Sizes
+        );
+        assert_eq!(
+            with(&|m| m[24..28].copy_from_slice(&65u32.to_le_bytes())),
+            Refusal::Sizes
+        );
+        assert_eq!(
+            with(&|m| m[24..28].copy_from_slice(&u32::MAX.to_le_bytes())),
+            Refusal::Sizes
+        );
         assert_eq!(with(&|m| m[36] = 1), Refusal::Sizes);
         // A sender that claims another rank than the one it came from, one
         // out of the job, and an address not in the job.
-        assert_eq!(read_request(&good, &s, Some(2)).unwrap_err(), Refusal::Stranger);
-        assert_eq!(read_request(&good, &s, None).unwrap_err(), Refusal::Stranger);
+        assert_eq!(
+            read_request(&good, &s, Some(2)).unwrap_err(),
+            Refusal::Stranger
+        );
+        assert_eq!(
+            read_request(&good, &s, None).unwrap_err(),
+            Refusal::Stranger
+        );
         let mut far = good.clone();
         far[4..8].copy_from_slice(&7u32.to_le_bytes());
-        assert_eq!(read_request(&far, &s, Some(7)).unwrap_err(), Refusal::Stranger);
+        assert_eq!(
+            read_request(&far, &s, Some(7)).unwrap_err(),
+            Refusal::Stranger
+        );
     }
 
     #[test]
@@ -589,7 +607,15 @@ mod tests {
         let s = sizes();
         let ks = keys(1);
         let mut m = Vec::new();
-        request(&mut m, &s, Kind::Write, 1, 7, &[&ks[0][..]], &[&[0u8; 16][..]]);
+        request(
+            &mut m,
+            &s,
+            Kind::Write,
+            1,
+            7,
+            &[&ks[0][..]],
+            &[&[0u8; 16][..]],
+        );
         let req = read_request(&m, &s, Some(1)).unwrap();
         let mut rep = Vec::new();
         failure(&mut rep, &s, 0, &req, "deadline");
