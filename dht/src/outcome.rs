@@ -303,6 +303,39 @@ pub struct Stats {
     /// taken with the transport's own mechanism).
     #[serde(default)]
     pub cross_atomics: u64,
+    /// Keys of this rank's operations that it owned itself (read or
+    /// written in its own region, never leaving it).
+    #[serde(default)]
+    pub own_keys: u64,
+    /// Request messages this rank sent on the message path (one per owner
+    /// per batch, or more where a batch outgrows a message).
+    #[serde(default)]
+    pub requests: u64,
+    /// Keys those requests carried.
+    #[serde(default)]
+    pub request_keys: u64,
+    /// Bytes of those requests and their replies.
+    #[serde(default)]
+    pub message_bytes: u64,
+    /// Requests of peers this rank's service ran.
+    #[serde(default)]
+    pub served_requests: u64,
+    /// Keys of those requests.
+    #[serde(default)]
+    pub served_keys: u64,
+    /// Messages the service refused (malformed, another version or table,
+    /// sizes not the table's, or not from a member): never run, never
+    /// answered.
+    #[serde(default)]
+    pub refused: u64,
+    /// Of `refused`: from an address not in the job, or claiming a rank it
+    /// did not come from.
+    #[serde(default)]
+    pub strangers: u64,
+    /// Requests the service had run already (a duplicate the network
+    /// delivered): dropped, not answered.
+    #[serde(default)]
+    pub duplicates: u64,
 }
 
 /// Every counter of [`Stats`], in one order: the one its wire form, sums
@@ -327,7 +360,16 @@ macro_rules! counters {
             self_ops,
             cross_reads,
             cross_writes,
-            cross_atomics
+            cross_atomics,
+            own_keys,
+            requests,
+            request_keys,
+            message_bytes,
+            served_requests,
+            served_keys,
+            refused,
+            strangers,
+            duplicates
         )
     };
 }
@@ -407,46 +449,8 @@ mod tests {
     #[test]
     fn since_undoes_add_field_by_field_and_never_wraps() {
         // Every field distinct, so a field paired with another shows.
-        let earlier = Stats {
-            reads: 1,
-            writes: 2,
-            hits: 3,
-            misses: 4,
-            corrupt: 5,
-            inserts: 6,
-            updates: 7,
-            evictions: 8,
-            checksum_retries: 9,
-            invalidations: 10,
-            lock_retries: 11,
-            remote_ops: 12,
-            batches: 13,
-            remote_bytes: 14,
-            self_ops: 15,
-            cross_reads: 16,
-            cross_writes: 17,
-            cross_atomics: 18,
-        };
-        let step = Stats {
-            reads: 100,
-            writes: 200,
-            hits: 300,
-            misses: 400,
-            corrupt: 500,
-            inserts: 600,
-            updates: 700,
-            evictions: 800,
-            checksum_retries: 900,
-            invalidations: 1000,
-            lock_retries: 1100,
-            remote_ops: 1200,
-            batches: 1300,
-            remote_bytes: 1400,
-            self_ops: 1500,
-            cross_reads: 1600,
-            cross_writes: 1700,
-            cross_atomics: 1800,
-        };
+        let earlier = Stats::from_array(std::array::from_fn(|i| i as u64 + 1));
+        let step = Stats::from_array(std::array::from_fn(|i| (i as u64 + 1) * 100));
         let mut now = earlier;
         now.add(&step);
         assert_eq!(now.since(&earlier), step);

@@ -26,6 +26,7 @@
 use std::time::{Duration, Instant};
 
 pub mod local;
+pub(crate) mod serve;
 pub mod wire;
 
 /// Request/reply messages between the ranks of a job: what the message
