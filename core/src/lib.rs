@@ -60,7 +60,7 @@ pub mod words;
 
 pub use bootstrap::{Bootstrap, FileBootstrap, ThreadBootstrap, ThreadGroup};
 pub use error::{Error, Result};
-pub use op::{Completion, Op, OpKind, Remote};
+pub use op::{Completion, Executor, Op, OpKind, Remote};
 
 /// A random 64-bit number from the operating system (`getrandom`), for ids
 /// no other run is likely to draw: dumps, tag sequences, control cookies.

@@ -222,3 +222,45 @@ impl OpKind {
         )
     }
 }
+
+/// Who carries out an operation at its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Executor {
+    /// The initiating process copies the target's memory itself (`shm`'s
+    /// CMA): no target CPU, but one node only.
+    Initiator,
+    /// The target's libfabric on the target's CPU, while it makes progress.
+    TargetCpu,
+    /// The target's kernel (soft-RoCE), without the target process.
+    Kernel,
+    /// The target's NIC.
+    Nic,
+    /// A provider fabkit has no facts on.
+    Unknown,
+}
+
+impl Executor {
+    /// Whether the target's process does the work: then an operation costs
+    /// the target a message's handling, whoever sent it.
+    pub fn needs_target_cpu(self) -> bool {
+        matches!(self, Executor::TargetCpu)
+    }
+
+    /// Whether it is carried out without the target's CPU (a NIC, the
+    /// kernel, the initiator's own copy).
+    pub fn offloaded(self) -> bool {
+        matches!(self, Executor::Initiator | Executor::Kernel | Executor::Nic)
+    }
+
+    /// A short label for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Executor::Initiator => "initiator",
+            Executor::TargetCpu => "target CPU",
+            Executor::Kernel => "kernel",
+            Executor::Nic => "NIC",
+            Executor::Unknown => "?",
+        }
+    }
+}

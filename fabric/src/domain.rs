@@ -185,15 +185,9 @@ pub enum AtomicsBy {
 impl AtomicsBy {
     /// For a provider name as `fi_info` gives it (`verbs;ofi_rxm`, `cxi`).
     pub fn of(provider: &str) -> AtomicsBy {
-        let layers: Vec<&str> = provider.split(';').collect();
-        if layers.iter().any(|l| matches!(*l, "ofi_rxm" | "ofi_rxd")) {
-            return AtomicsBy::TargetSoftware;
-        }
-        match layers.first().copied().unwrap_or("") {
-            "cxi" => AtomicsBy::Nic,
-            "shm" | "sm2" | "sockets" | "tcp" | "udp" | "efa" | "psm2" | "psm3" | "opx" => {
-                AtomicsBy::TargetSoftware
-            }
+        match crate::info::Executes::of(provider, "", false).atomics {
+            crate::info::Executor::Nic => AtomicsBy::Nic,
+            crate::info::Executor::TargetCpu => AtomicsBy::TargetSoftware,
             _ => AtomicsBy::Unknown,
         }
     }

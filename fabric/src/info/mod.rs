@@ -12,9 +12,12 @@ use serde::Serialize;
 use crate::error::{call_error, Error, Result};
 use fabkit_core::Error as CoreError;
 
+mod executes;
 mod ordering;
 mod summary;
 
+pub use executes::Executes;
+pub use fabkit_core::Executor;
 pub use ordering::{find_ordered, ordering_offered, orderings_offered, Ordering};
 pub use summary::{mr_mode_names, ProviderInfo};
 
