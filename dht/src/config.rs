@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::layout::{Layout, Variant};
 use crate::outcome::{Error, Result};
+use crate::path::Path;
 use crate::placement::{default_candidates, MAX_CANDIDATES};
 
 /// The longest key or value a table takes: 1 MiB.
@@ -33,6 +34,10 @@ pub struct Config {
     pub checksum_retries: u32,
     /// Chunked: buckets per chunk (C); `candidates` counts chunks.
     pub chunk: u32,
+    /// How operations travel to a key's owner: read by whoever builds the
+    /// table's transport ([`crate::open`]), agreed by every rank.
+    #[serde(default)]
+    pub path: Path,
 }
 
 impl Config {
@@ -46,6 +51,7 @@ impl Config {
             candidates: 0,
             checksum_retries: 3,
             chunk: 8,
+            path: Path::Auto,
         }
     }
 
@@ -123,7 +129,7 @@ impl Config {
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = vec![self.variant.code()];
+        let mut v = vec![self.variant.code(), self.path.code()];
         for x in [
             self.key_len as u64,
             self.value_len as u64,
