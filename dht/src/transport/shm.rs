@@ -77,9 +77,43 @@ impl ShmTransport {
     /// given. Tests use it to treat some ranks of this machine as remote,
     /// standing in for the second node this machine does not have.
     pub fn establish_sharing(
+        rc: RankConfig,
+        boot: &dyn Bootstrap,
+        same_node: &[bool],
+    ) -> Result<Self> {
+        Self::establish_with(rc, boot, same_node, true)
+    }
+
+    /// Maps this rank's segment and those of the `same_node` ranks, with
+    /// no fabric at all: for the message path, which carries the keys of
+    /// ranks elsewhere (and, where `same_node` holds only this rank, of
+    /// every other rank) as requests to their owners. Every atomic is a
+    /// CPU atomic: no NIC or provider atomic ever reaches these regions.
+    /// Operations on a rank not mapped are refused. `region_len` is this
+    /// rank's region. Collective.
+    pub fn establish_memory(
+        region_len: usize,
+        boot: &dyn Bootstrap,
+        same_node: &[bool],
+    ) -> Result<Self> {
+        let mut rc = RankConfig::new("none");
+        rc.region_len = region_len;
+        Self::establish_with(rc, boot, same_node, false)
+    }
+
+    /// Whether `rank`'s region is mapped here, so its operations are loads,
+    /// stores and CPU atomics.
+    pub fn maps(&self, rank: usize) -> bool {
+        self.mapped.get(rank).is_some_and(Option::is_some)
+    }
+
+    /// The set-up of both: with a fabric for ranks elsewhere (`fabric`) or
+    /// none.
+    fn establish_with(
         mut rc: RankConfig,
         boot: &dyn Bootstrap,
         same_node: &[bool],
+        fabric: bool,
     ) -> Result<Self> {
         let me = boot.rank();
         if same_node.len() != boot.size() {
@@ -132,7 +166,7 @@ impl ShmTransport {
                 }
             ))));
         }
-        let fabric = if everyone_here {
+        let rank = if everyone_here || !fabric {
             None
         } else {
             rc.shared_region = Some(seg.clone());
@@ -173,8 +207,9 @@ impl ShmTransport {
         boot.barrier()?;
         seg.unlink();
         Ok(ShmTransport {
-            cpu_atomics: everyone_here,
-            fabric,
+            // Without a fabric no provider atomic can reach a region.
+            cpu_atomics: rank.is_none(),
+            fabric: rank,
             rank: me,
             lens,
             mapped,
@@ -303,7 +338,10 @@ impl Transport for ShmTransport {
     fn name(&self) -> String {
         match &self.fabric {
             Some(f) => format!("shm shortcut + fabric {}", f.info().provider()),
-            None => "shared memory (every rank on this node, no fabric)".into(),
+            None if self.mapped.iter().all(Option::is_some) => {
+                "shared memory (every rank on this node, no fabric)".into()
+            }
+            None => "shared memory (this node's mapped ranks, no fabric)".into(),
         }
     }
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
@@ -320,10 +358,16 @@ impl Transport for ShmTransport {
                         peer,
                         ranks: self.lens.len(),
                     })
+                } else if self.maps(peer) {
+                    Error::from(CoreError::InvalidArgument(format!(
+                        "{} to rank {peer}: messages need a fabric, and this transport has \
+                         none (the shortcut moves one-sided operations only)",
+                        op.kind()
+                    )))
                 } else {
                     Error::from(CoreError::InvalidArgument(format!(
-                        "{} to rank {peer}: messages need a fabric, and every rank is on this \
-                         node (the shortcut moves one-sided operations only)",
+                        "{} to rank {peer}: its region is not mapped here and this transport \
+                         has no fabric (the message path carries its keys to it)",
                         op.kind()
                     )))
                 });
