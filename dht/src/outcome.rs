@@ -2,6 +2,8 @@
 //! leaf module: the variants' state machines and the table that drives them
 //! both use it, and it uses neither.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::layout::Variant;
@@ -164,6 +166,56 @@ pub enum Error {
         /// This rank's own error, if it was one of them (its message is
         /// already in `failed`, so it is not a `source`: one line says all).
         local: Option<Box<Error>>,
+    },
+    /// A request on the message path got no reply within the table's
+    /// deadline (or its reply could not be received).
+    #[error(
+        "no reply from rank {rank} to a {op} of {keys} keys (request {id}) within {waited:?}: \
+         {}: {cause}",
+        if *changes { "the owner may have applied it" } else { "a read changes nothing" }
+    )]
+    NoReply {
+        /// The owner asked.
+        rank: usize,
+        /// What was asked: "read", "write", "find-or-put".
+        op: &'static str,
+        /// Keys the request carried.
+        keys: usize,
+        /// The request's id.
+        id: u64,
+        /// How long the caller waited.
+        waited: Duration,
+        /// Whether the request changes the table (a write, an insert): then
+        /// the owner may have applied it although no reply came, and a
+        /// retry of a non-idempotent operation may apply it twice.
+        changes: bool,
+        /// What the messenger said.
+        cause: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// An owner received the request and could not run it (its own
+    /// deadline, its transport): nothing of it was applied unless said.
+    #[error("rank {rank} could not run a {op} of {keys} keys: {message}")]
+    Remote {
+        /// The owner.
+        rank: usize,
+        /// What was asked.
+        op: &'static str,
+        /// Keys the request carried.
+        keys: usize,
+        /// The owner's error, as it said it.
+        message: String,
+    },
+    /// A reply that is not the request's, or does not add up.
+    #[error("rank {rank}'s reply to a {op} (request {id}) was refused: {why}")]
+    BadReply {
+        /// The owner.
+        rank: usize,
+        /// What was asked.
+        op: &'static str,
+        /// The request's id.
+        id: u64,
+        /// Why.
+        why: crate::message::wire::Refusal,
     },
 }
 

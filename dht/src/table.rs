@@ -12,6 +12,7 @@ use fabkit_core::Bootstrap;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, MAX_DEADLINE};
 use crate::layout::Variant;
+use crate::message::{Messenger, NoMessages};
 use crate::outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write};
 use crate::placement::KeyHash;
 use crate::placement::Placement;
@@ -22,8 +23,13 @@ use crate::variant::{
 };
 use crate::variant::{Update, Updating};
 
-/// A distributed hash table over a transport.
-pub struct Dht<T: Transport> {
+mod route;
+
+pub(crate) use route::Links;
+
+/// A distributed hash table over a transport, and (on the message path)
+/// a messenger to the ranks the transport does not reach by memory.
+pub struct Dht<T: Transport, M: Messenger = NoMessages> {
     /// Buffers the machines plan into, and the transport's lanes, reused by
     /// every operation. First, so it drops before the transport: a lane's
     /// staging buffer is closed while its rank still is.
@@ -42,6 +48,10 @@ pub struct Dht<T: Transport> {
     seq: AtomicU32,
     /// How keys are placed (fabkit's hash or the caller's).
     pub(crate) key_hash: KeyHash,
+    /// The message path: to which ranks keys go as requests, and the
+    /// service answering this rank's share; none on tables that reach
+    /// every rank through the transport.
+    pub(crate) links: Option<Links<M>>,
 }
 
 /// Most lanes one operation drives at once.
@@ -112,10 +122,11 @@ struct Tally {
     aimed: Aimed,
 }
 
-impl<T: Transport> std::fmt::Debug for Dht<T> {
+impl<T: Transport, M: Messenger> std::fmt::Debug for Dht<T, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dht")
             .field("transport", &self.t.name())
+            .field("messages", &self.links.as_ref().map(|l| l.m.name()))
             .field("config", &self.cfg)
             .finish()
     }
@@ -145,44 +156,87 @@ impl<T: Transport> Dht<T> {
         boot: &dyn Bootstrap,
         key_hash: KeyHash,
     ) -> Result<Dht<T>> {
-        cfg.validate()?;
-        let need = cfg.region_len();
-        let have = t.region_len(t.rank());
-        let local = if have < need {
-            Err(Error::RegionTooSmall {
-                rank: t.rank(),
-                have,
-                need,
-                buckets: cfg.buckets,
-                variant: cfg.variant,
-            })
-        } else if cfg.variant.needs_atomics() && !t.has_atomics() {
-            Err(Error::NoAtomics {
-                variant: cfg.variant,
-                transport: t.name(),
-            })
-        } else if !t.delivers() {
-            Err(Error::Unordered {
-                transport: t.name(),
-            })
-        } else {
-            Ok(())
-        };
+        Dht::<T>::check_and_agree(&t, &cfg, boot, &key_hash, false)?;
+        Ok(Dht::assemble(t, cfg, key_hash, None))
+    }
+}
+
+impl<T: Transport, M: Messenger> Dht<T, M> {
+    /// Checks what this rank can before anything is sent (the
+    /// configuration, the region, atomics, ordering; on the message path
+    /// `messages`, its own region reached by memory), then agrees the
+    /// configuration with every rank: a problem on one rank is an error on
+    /// every rank. Collective.
+    pub(crate) fn check_and_agree(
+        t: &T,
+        cfg: &Config,
+        boot: &dyn Bootstrap,
+        key_hash: &KeyHash,
+        messages: bool,
+    ) -> Result<()> {
+        let local = cfg
+            .validate()
+            .and_then(|()| Dht::<T, M>::check_local(t, cfg, messages));
         // Every rank reaches the exchange, so a local problem on one rank
         // cannot leave the others waiting; each then reports what it saw.
         let mut mine = cfg.encode();
         mine.push(u8::from(key_hash.is_custom()));
+        mine.push(u8::from(messages));
         let all = boot.allgather(&mine).map_err(Error::Bootstrap)?;
         local?;
         if let Some(r) = all.iter().position(|c| *c != mine) {
             return Err(Error::Mismatch(format!(
                 "rank {} has {:?}, rank {r} has a different variant, key/value length, \
-                 bucket count or candidate count, or a key hash of its own where this \
-                 rank has none (or the reverse)",
+                 bucket count, candidate count or path, a key hash of its own where this \
+                 rank has none, or the message path where this rank has not (or the reverse)",
                 boot.rank(),
                 cfg
             )));
         }
+        Ok(())
+    }
+
+    /// What one rank checks alone.
+    fn check_local(t: &T, cfg: &Config, messages: bool) -> Result<()> {
+        let need = cfg.region_len();
+        let have = t.region_len(t.rank());
+        if have < need {
+            return Err(Error::RegionTooSmall {
+                rank: t.rank(),
+                have,
+                need,
+                buckets: cfg.buckets,
+                variant: cfg.variant,
+            });
+        }
+        if cfg.variant.needs_atomics() && !t.has_atomics() {
+            return Err(Error::NoAtomics {
+                variant: cfg.variant,
+                transport: t.name(),
+            });
+        }
+        if !t.delivers() {
+            return Err(Error::Unordered {
+                transport: t.name(),
+            });
+        }
+        if messages && !t.by_memory(t.rank()) {
+            return Err(Error::Config(format!(
+                "the message path runs peers' requests on this rank's own region, which {} \
+                 does not reach by memory",
+                t.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The table over `t`, for a configuration every rank agreed.
+    pub(crate) fn assemble(
+        t: T,
+        cfg: Config,
+        key_hash: KeyHash,
+        links: Option<Links<M>>,
+    ) -> Dht<T, M> {
         let place = Placement::new(t.ranks() as u32, cfg.buckets, cfg.candidates());
         let shape = Shape {
             layout: cfg.layout(),
@@ -196,7 +250,7 @@ impl<T: Transport> Dht<T> {
             in_order: t.in_order(),
         };
         let depth = t.depth().clamp(1, MAX_DEPTH);
-        Ok(Dht {
+        Dht {
             work: Mutex::new(Work::new(true)),
             t,
             cfg,
@@ -207,7 +261,8 @@ impl<T: Transport> Dht<T> {
             lane_keys: LANE_KEYS,
             seq: AtomicU32::new(random_base()),
             key_hash,
-        })
+            links,
+        }
     }
 
     /// The configuration.
@@ -230,9 +285,14 @@ impl<T: Transport> Dht<T> {
         )
     }
 
-    /// This rank's statistics so far.
+    /// This rank's statistics so far (on the message path, with what its
+    /// service ran for peers).
     pub fn stats(&self) -> Stats {
-        *self.stats.lock().unwrap()
+        let mut s = *self.stats.lock().unwrap();
+        if let Some(l) = &self.links {
+            s.add(&l.served());
+        }
+        s
     }
 
     /// All ranks' statistics, summed. Collective.
@@ -250,8 +310,12 @@ impl<T: Transport> Dht<T> {
     /// the others' regions. (Dropping is safe too, but peers may then see
     /// errors.)
     pub fn free(self, boot: &dyn Bootstrap) -> Result<T> {
+        // After the barrier no rank sends another request: the service
+        // (dropped with the links) can stop.
         boot.barrier().map_err(Error::Bootstrap)?;
-        Ok(self.t)
+        let Dht { t, links, .. } = self;
+        drop(links);
+        Ok(t)
     }
 
     /// How long one operation (a batch of up to 1024 keys) may run while
@@ -703,8 +767,25 @@ impl<T: Transport> Dht<T> {
     }
 
     /// [`Dht::run`], for writes whose values `update` computes from the
-    /// ones they replace (then `values` is empty).
+    /// ones they replace (then `values` is empty). On the message path the
+    /// keys of owners reached by messages go to them as requests, and the
+    /// others run here.
     fn run_updating(
+        &self,
+        mode: Mode,
+        keys: &[&[u8]],
+        values: &[&[u8]],
+        w: &mut Work<T::Lane>,
+        update: Option<&mut Update<'_>>,
+    ) -> Result<()> {
+        match &self.links {
+            Some(l) if l.any() => self.run_routed(l, mode, keys, values, w, update),
+            _ => self.run_direct(mode, keys, values, w, update),
+        }
+    }
+
+    /// Runs every key of `keys` through the transport.
+    fn run_direct(
         &self,
         mode: Mode,
         keys: &[&[u8]],
@@ -752,6 +833,8 @@ impl<T: Transport> Dht<T> {
                 ks.iter()
                     .map(|k| Probe::new(&self.shape, self.key_hash.hash(k))),
             );
+            let own = probes.iter().filter(|p| p.rank == self.shape.rank).count();
+            self.count(|s| s.own_keys += own as u64);
             // Runs of one table take tag bases MAX_RUN apart, so the tags of
             // 64 runs in flight at once are all distinct; tables start at a
             // random base, so two tables of one rank rarely meet. The parts
@@ -827,17 +910,17 @@ impl<T: Transport> Dht<T> {
     /// lane. One part, the common case, is driven where it is made: the
     /// machines are moved nowhere (a run's machine is hundreds of bytes,
     /// and moving several per operation showed in the profile).
-    fn drive_parts<'r, M: Machine>(
+    fn drive_parts<'r, V: Machine>(
         &self,
         parts: &mut [Option<Run<'r>>],
-        make: fn(Run<'r>) -> M,
+        make: fn(Run<'r>) -> V,
         lanes: &mut [LaneWork<T::Lane>],
     ) -> Result<()> {
         let take = |p: &mut Option<Run<'r>>| make(p.take().expect("a run per lane"));
         if let [one] = parts {
             return self.drive(std::slice::from_mut(&mut take(one)), lanes);
         }
-        let mut ms: Vec<M> = parts.iter_mut().map(take).collect();
+        let mut ms: Vec<V> = parts.iter_mut().map(take).collect();
         self.drive(&mut ms, lanes)
     }
 
@@ -847,7 +930,7 @@ impl<T: Transport> Dht<T> {
     /// else waits for the oldest; a machine that asks to wait before its
     /// next batch waits alone, while the others go on. Machine `i` of
     /// `ms` runs on `lanes[i]` (one per machine).
-    fn drive<M: Machine>(&self, ms: &mut [M], lanes: &mut [LaneWork<T::Lane>]) -> Result<()> {
+    fn drive<V: Machine>(&self, ms: &mut [V], lanes: &mut [LaneWork<T::Lane>]) -> Result<()> {
         let k = ms.len();
         debug_assert_eq!(k, lanes.len());
         let mut c = Tally::default();
@@ -931,9 +1014,9 @@ impl<T: Transport> Dht<T> {
     }
 
     /// Takes one step of a machine: where it is after.
-    fn step<M: Machine>(
+    fn step<V: Machine>(
         &self,
-        m: &mut M,
+        m: &mut V,
         l: &mut LaneWork<T::Lane>,
         step: Step,
         c: &mut Tally,
@@ -981,9 +1064,9 @@ impl<T: Transport> Dht<T> {
 
     /// Posts a machine's planned batch on its lane, counting it: in
     /// flight, or (done at once, or failed) fed back.
-    fn post<M: Machine>(
+    fn post<V: Machine>(
         &self,
-        m: &mut M,
+        m: &mut V,
         l: &mut LaneWork<T::Lane>,
         c: &mut Tally,
         posted: &mut u64,
@@ -1012,7 +1095,7 @@ impl<T: Transport> Dht<T> {
 
     /// Completes a machine's batch in flight (waiting for it) and feeds
     /// the outcome back.
-    fn complete<M: Machine>(&self, m: &mut M, l: &mut LaneWork<T::Lane>) -> Step {
+    fn complete<V: Machine>(&self, m: &mut V, l: &mut LaneWork<T::Lane>) -> Step {
         let mut v = recycle(std::mem::take(&mut l.ops));
         l.batch.as_ops(&mut v);
         let r = self.t.complete(&mut l.lane, &mut v);

@@ -11,11 +11,12 @@ use super::files::{round, shard};
 use super::format::{le64, words, ShardReader, Stamp};
 use super::{at, Restored, MAX_ROUND, MAX_SHARDS, ROUND_BATCHES};
 use crate::layout::Variant;
+use crate::message::Messenger;
 use crate::outcome::{Error, Result, Write};
 use crate::table::Dht;
 use crate::transport::Transport;
 
-impl<T: Transport> Dht<T> {
+impl<T: Transport, M: Messenger> Dht<T, M> {
     /// Reads the shards of a dump (`<prefix>.rank0` .. `.rank<shards-1>`)
     /// into this table, whatever its size, rank count or variant. Keys and
     /// values must have this table's lengths. Collective (see the module

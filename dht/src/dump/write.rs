@@ -13,6 +13,7 @@ use super::format::{le64, record_crc, words, Header};
 use super::{Dumped, HEADER_LEN, MAX_READS, MAX_SHARDS, ROUND_BLOCKS, SCAN};
 use crate::collective::agree;
 use crate::layout::{Bucket, Layout, Variant, STATE_EMPTY, STATE_FULL};
+use crate::message::Messenger;
 use crate::outcome::{Error, Result};
 use crate::table::Dht;
 use crate::transport::{Op, Remote, Transport};
@@ -92,7 +93,7 @@ struct Dumping {
     done: bool,
 }
 
-impl<T: Transport> Dht<T> {
+impl<T: Transport, M: Messenger> Dht<T, M> {
     /// Writes this rank's records to `<prefix>.rank<r>` (see the module
     /// docs for the format), each key once. Collective: every rank dumps
     /// its own region, in bounded rounds, and a failure on any rank fails

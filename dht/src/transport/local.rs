@@ -29,6 +29,9 @@ pub struct LocalTransport {
     shared: Arc<Regions>,
     /// Batches a driver may keep in flight (see [`LocalTransport::with_depth`]).
     depth: usize,
+    /// The ranks this handle reaches by memory (see
+    /// [`LocalTransport::reaching`]); every rank when `None`.
+    reach: Option<Arc<[bool]>>,
 }
 
 impl std::fmt::Debug for LocalTransport {
@@ -57,6 +60,7 @@ impl LocalTransport {
                 rank,
                 shared: shared.clone(),
                 depth: 1,
+                reach: None,
             })
             .collect()
     }
@@ -71,7 +75,24 @@ impl LocalTransport {
         self
     }
 
+    /// This handle reaching by memory only the ranks `reach` marks (this
+    /// one's own among them), as a rank sees the regions of its node and
+    /// not those of ranks elsewhere; operations on the others are refused.
+    /// Tests of the message path, and of memory and messages mixed in one
+    /// table, make "nodes" so.
+    pub fn reaching(mut self, reach: &[bool]) -> Self {
+        self.reach = Some(reach.into());
+        self
+    }
+
     fn region(&self, op: OpKind, at: Remote, len: usize) -> Result<&[AtomicU64]> {
+        if !self.by_memory(at.rank) && at.rank < self.shared.words.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{op} to rank {}: this handle does not reach its region (another node's, in \
+                 this test)",
+                at.rank
+            )));
+        }
         let ranks = self.shared.words.len();
         let region = self.shared.words.get(at.rank).ok_or(Error::NoSuchRank {
             peer: at.rank,
@@ -138,6 +159,15 @@ impl Transport for LocalTransport {
     /// acquire-release), and the first error stops the batch.
     fn in_order(&self) -> bool {
         true
+    }
+    /// Every region is this process's memory; a test keeps some ranks
+    /// from it with [`LocalTransport::reaching`], as ranks on another node.
+    fn by_memory(&self, rank: usize) -> bool {
+        self.reach
+            .as_ref()
+            .map_or(rank < self.shared.words.len(), |r| {
+                r.get(rank).copied().unwrap_or(false)
+            })
     }
 
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {

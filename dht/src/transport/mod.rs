@@ -120,6 +120,16 @@ pub trait Transport {
         false
     }
 
+    /// Whether `rank`'s region is memory this process maps, reached by
+    /// loads, stores and CPU atomics: on the message path, the ranks the
+    /// table reaches this way keep doing so, and the others' keys go to
+    /// them as requests. A rank's own region must be so reached there.
+    /// False unless the transport knows.
+    fn by_memory(&self, rank: usize) -> bool {
+        let _ = rank;
+        false
+    }
+
     /// Whether the ops of one batch take effect one after another, in the
     /// batch's order, with each op's reads and writes ordered after the
     /// previous op's as acquire loads and release stores order them; and
@@ -220,6 +230,9 @@ impl<T: Transport + ?Sized> Transport for &T {
     }
     fn near(&self) -> bool {
         (**self).near()
+    }
+    fn by_memory(&self, rank: usize) -> bool {
+        (**self).by_memory(rank)
     }
     fn in_order(&self) -> bool {
         (**self).in_order()

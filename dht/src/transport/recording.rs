@@ -85,6 +85,9 @@ impl<T: Transport> Transport for RecordingTransport<T> {
     fn near(&self) -> bool {
         self.inner.near()
     }
+    fn by_memory(&self, rank: usize) -> bool {
+        self.inner.by_memory(rank)
+    }
     fn in_order(&self) -> bool {
         self.inner.in_order()
     }

@@ -329,6 +329,9 @@ impl Transport for ShmTransport {
     fn near(&self) -> bool {
         self.fabric.is_none()
     }
+    fn by_memory(&self, rank: usize) -> bool {
+        self.maps(rank)
+    }
     /// With every rank on this node, ops are copies and CPU atomics run
     /// one after another (see `direct`), stopping at the first error;
     /// with a fabric, same-node ops are done before the others go out.

@@ -9,10 +9,12 @@ use std::sync::Barrier;
 
 use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
 use fabkit_dht::layout::is_full;
+use fabkit_dht::message::local::{Faults as NetFaults, LocalMessenger, LocalNet};
+use fabkit_dht::message::Messenger;
 use fabkit_dht::transport::faulty::{Delay, Faults, FaultyTransport};
 use fabkit_dht::transport::local::LocalTransport;
 use fabkit_dht::transport::{Op, Remote};
-use fabkit_dht::{Config, Dht, Read, Transport, Variant};
+use fabkit_dht::{Config, Dht, KeyHash, Read, Transport, Variant};
 
 pub const VARIANTS: [Variant; 4] = [
     Variant::Coarse,
@@ -57,6 +59,61 @@ pub fn tables_with<T: Transport + Send>(
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// `n` tables on the message path over one shared set of local regions,
+/// the ranks in "nodes" of `per_node` (a rank reaches its node's regions
+/// by memory, and sends the keys of ranks elsewhere to them as requests;
+/// 1: every other rank by messages), over an in-process network doing
+/// `faults`. Rank r's transport is made by `wrap(r, local)`, and its
+/// service's executor by `exec(r, local)` from a handle reaching only its
+/// own region. Returns the tables, the network (for crafted requests and
+/// the faults it injected) and a transport that reaches every region (to
+/// inspect them).
+pub fn message_tables<T, E>(
+    n: usize,
+    per_node: usize,
+    cfg: Config,
+    faults: NetFaults,
+    wrap: impl Fn(usize, LocalTransport) -> T,
+    exec: impl Fn(usize, LocalTransport) -> E,
+) -> (Vec<Dht<T, LocalMessenger>>, LocalNet, LocalTransport)
+where
+    T: Transport + Send,
+    E: Transport + Send + Sync + 'static,
+{
+    let group = LocalTransport::group(n, cfg.region_len());
+    let inspect = group[0].clone();
+    let net = LocalNet::new(n, 64 << 10, faults);
+    let parts: Vec<(T, E, LocalMessenger)> = group
+        .into_iter()
+        .zip(net.members())
+        .enumerate()
+        .map(|(r, (t, m))| {
+            let node: Vec<bool> = (0..n).map(|q| q / per_node == r / per_node).collect();
+            let own: Vec<bool> = (0..n).map(|q| q == r).collect();
+            (
+                wrap(r, t.clone().reaching(&node)),
+                exec(r, t.reaching(&own)),
+                m,
+            )
+        })
+        .collect();
+    let boots = ThreadGroup::members(n, Duration::from_secs(10));
+    let tables = std::thread::scope(|s| {
+        let hs: Vec<_> = parts
+            .into_iter()
+            .zip(&boots)
+            .map(|((t, e, m), b)| {
+                s.spawn(move || {
+                    Dht::create_with_messages(t, e, m, cfg, b as &dyn Bootstrap, KeyHash::default())
+                        .unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    (tables, net, inspect)
 }
 
 /// `n` tables whose transports reorder batches, split half the reads,
@@ -181,6 +238,18 @@ pub fn one_hot_key<T: Transport + Send + Sync>(
     rounds: u64,
     ctx: &str,
 ) {
+    one_hot_key_with(tables, tables[0].transport(), cfg, rounds, ctx)
+}
+
+/// [`one_hot_key`] on tables of any path, counting the key's copies
+/// through `inspect` (a transport that reaches every region).
+pub fn one_hot_key_with<T: Transport + Send + Sync, M: Messenger>(
+    tables: &[Dht<T, M>],
+    inspect: &impl Transport,
+    cfg: &Config,
+    rounds: u64,
+    ctx: &str,
+) {
     let variant = cfg.variant;
     let k = key(0xbeef);
     let go = Barrier::new(tables.len());
@@ -223,7 +292,7 @@ pub fn one_hot_key<T: Transport + Send + Sync>(
         "{} failures: {failures:#?}",
         failures.len()
     );
-    let n = copies(tables[0].transport(), cfg, &k);
+    let n = copies(inspect, cfg, &k);
     if variant == Variant::Lockfree {
         assert!(n <= 1, "{ctx} {variant:?}: {n} copies");
     } else {

@@ -646,6 +646,9 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     fn near(&self) -> bool {
         self.inner.near()
     }
+    fn by_memory(&self, rank: usize) -> bool {
+        self.inner.by_memory(rank)
+    }
     fn name(&self) -> String {
         format!("faulty {}", self.inner.name())
     }
