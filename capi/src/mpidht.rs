@@ -244,7 +244,7 @@ pub unsafe extern "C" fn DHT_print_statistics(table: *mut DHT) -> c_int {
                          corrupt {}), writes {} (inserts {}, updates {}, evictions {})\n  \
                          checksum retries {}, lock retries {}, remote operations {} in {} \
                          batches\n",
-                        t.options.describe(),
+                        t.described.to_string_lossy(),
                         t.boot.size(),
                         s.reads,
                         s.hits,

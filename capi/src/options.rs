@@ -1,22 +1,27 @@
-//! A table's variant and transport: from `fabkit_dht_create`'s options,
-//! else from the environment, else the MPI-DHT's default (lock-free over
-//! an `MPI_Win_allocate` window).
+//! A table's variant, transport and path: from `fabkit_dht_create`'s
+//! options, else from the environment, else the defaults (lock-free, MPI,
+//! and the `auto` path: shared memory on one node; across nodes MPI
+//! point-to-point requests where MPI gives `MPI_THREAD_MULTIPLE`, else an
+//! `MPI_Win_allocate` window, as the MPI-DHT's default build makes).
 #![allow(unsafe_code)]
 
-use fabkit_dht::Variant;
+use fabkit_dht::{Path, Variant};
 
 use crate::boundary::text;
 use crate::codes::fabkit_dht_options_t;
 
-/// Where the table's operations go.
+/// How the ranks meet and what carries their operations
+/// (`FABKIT_DHT_TRANSPORT`); the path says how operations travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
-    /// MPI one-sided operations on an `MPI_Win_allocate` window.
+    /// MPI: windows (`MPI_Win_allocate`) for one-sided operations,
+    /// point-to-point for requests.
     Mpi,
-    /// libfabric RMA and atomics to every rank.
+    /// libfabric.
     Fabric,
-    /// Loads and stores to the ranks of this node (mapped shared memory),
-    /// libfabric to the others.
+    /// libfabric, on the memory path: loads and stores to the ranks of this
+    /// node (mapped shared memory), RMA to the others (the spelling of
+    /// `fabric` with `FABKIT_DHT_PATH=memory`).
     Shm,
 }
 
@@ -60,6 +65,14 @@ fn name_of<T: PartialEq + Copy>(table: &[(&'static str, T)], x: T) -> &'static s
     table.iter().find(|(_, v)| *v == x).map_or("?", |(n, _)| n)
 }
 
+/// The paths by the names C gives them.
+const PATHS: [(&str, Path); 4] = [
+    ("auto", Path::Auto),
+    ("memory", Path::Memory),
+    ("rma", Path::Rma),
+    ("message", Path::Message),
+];
+
 /// The provider of `fabric` and `shm` when none is named: found on every
 /// Linux host, across hosts too.
 pub(crate) const DEFAULT_PROVIDER: &str = "tcp;ofi_rxm";
@@ -69,6 +82,7 @@ pub(crate) const DEFAULT_PROVIDER: &str = "tcp;ofi_rxm";
 pub(crate) struct Options {
     pub(crate) variant: Variant,
     pub(crate) route: Route,
+    pub(crate) path: Path,
     pub(crate) provider: String,
     pub(crate) domain: Option<String>,
 }
@@ -76,7 +90,9 @@ pub(crate) struct Options {
 impl Options {
     /// The options given (any field null, or no struct at all), filled
     /// from `FABKIT_DHT_VARIANT`, `FABKIT_DHT_TRANSPORT`,
-    /// `FABKIT_DHT_PROVIDER` and `FABKIT_DHT_DOMAIN`, then the defaults.
+    /// `FABKIT_DHT_PROVIDER` and `FABKIT_DHT_DOMAIN`, then the defaults;
+    /// the path from `FABKIT_DHT_PATH` (the options struct has no field for
+    /// it, so that programs built against an older header keep working).
     ///
     /// # Safety
     ///
@@ -111,25 +127,55 @@ impl Options {
             &ROUTES,
             Route::Mpi,
         )?;
+        let path = match std::env::var("FABKIT_DHT_PATH") {
+            Ok(v) if !v.is_empty() => Some(pick(
+                Some((v, "FABKIT_DHT_PATH".into())),
+                &PATHS,
+                Path::Auto,
+            )?),
+            Ok(_) | Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err("FABKIT_DHT_PATH is not UTF-8".into())
+            }
+        };
+        // `shm` is the memory path's old spelling: another path contradicts it.
+        let path = match (route, path) {
+            (Route::Shm, None | Some(Path::Memory)) => Path::Memory,
+            (Route::Shm, Some(p)) => {
+                return Err(format!(
+                    "FABKIT_DHT_TRANSPORT=shm is the memory path, and FABKIT_DHT_PATH={} \
+                     contradicts it: give FABKIT_DHT_TRANSPORT=fabric with FABKIT_DHT_PATH={0}, \
+                     or leave FABKIT_DHT_PATH unset",
+                    p.name()
+                ))
+            }
+            (_, p) => p.unwrap_or_default(),
+        };
         let provider = field(|o| o.provider, "provider", "FABKIT_DHT_PROVIDER")?
             .map_or_else(|| DEFAULT_PROVIDER.to_string(), |(p, _)| p);
         let domain = field(|o| o.domain, "domain", "FABKIT_DHT_DOMAIN")?.map(|(d, _)| d);
         Ok(Options {
             variant,
             route,
+            path,
             provider,
             domain,
         })
     }
 
-    /// What every rank of a table must ask alike: the variant, the route
-    /// and (off MPI) the provider. Domains may differ: each rank names
-    /// its own NIC.
+    /// What every rank of a table must ask alike: the variant, the route,
+    /// the path and (off MPI) the provider. Domains may differ: each rank
+    /// names its own NIC.
     pub(crate) fn shared(&self) -> String {
+        let path = match (self.route, self.path) {
+            // shm is the memory path by name.
+            (Route::Shm, _) | (_, Path::Auto) => String::new(),
+            (_, p) => format!(", path {}", p.name()),
+        };
         match self.route {
-            Route::Mpi => format!("{} over mpi", name_of(&VARIANTS, self.variant)),
+            Route::Mpi => format!("{} over mpi{path}", name_of(&VARIANTS, self.variant)),
             _ => format!(
-                "{} over {} (provider {})",
+                "{} over {} (provider {}){path}",
                 name_of(&VARIANTS, self.variant),
                 name_of(&ROUTES, self.route),
                 self.provider
@@ -137,13 +183,26 @@ impl Options {
         }
     }
 
-    /// One line: the variant, the route and (off MPI) the provider and
-    /// domain.
-    pub(crate) fn describe(&self) -> String {
+    /// One line: the variant, the route, (off MPI) the provider and
+    /// domain, and the path the table took (`path`, one of `memory`,
+    /// `rma`, `memory+rma`, `message`, `memory+message`) and why.
+    pub(crate) fn describe(&self, path: &str, why: &str) -> String {
+        let variant = name_of(&VARIANTS, self.variant);
+        let window = if path == "rma" {
+            " (MPI_Win_allocate)"
+        } else {
+            ""
+        };
+        let took = format!("path {path} ({}: {why})", self.path.name());
         match (self.route, &self.domain) {
-            (Route::Mpi, _) => format!("{} (MPI_Win_allocate)", self.shared()),
-            (_, None) => self.shared(),
-            (_, Some(d)) => format!("{}, domain {d}", self.shared()),
+            (Route::Mpi, _) => format!("{variant} over mpi{window}, {took}"),
+            (route, d) => format!(
+                "{variant} over {} (provider {}{}), {took}",
+                name_of(&ROUTES, route),
+                self.provider,
+                d.as_ref()
+                    .map_or(String::new(), |d| format!(", domain {d}"))
+            ),
         }
     }
 }

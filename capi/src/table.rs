@@ -9,32 +9,21 @@ use std::ffi::{c_int, CString};
 use std::rc::Rc;
 
 use fabkit_core::agree::Disagreed;
-use fabkit_core::Bootstrap;
-use fabkit_dht::transport::mpi::MpiTransport;
-use fabkit_dht::transport::shm::ShmTransport;
-use fabkit_dht::{Config, Dht, KeyHash};
-use fabkit_fabric::{Rank, RankConfig};
+use fabkit_dht::open::{open, MpiBoot, Recipe, Table};
+use fabkit_dht::{Config, KeyHash};
 use fabkit_mpi::{MpiBootstrap, WindowKind, DEFAULT_TIMEOUT};
 
 use crate::boundary::{caught, fail, guarded, mpi_finalized, quiet};
 use crate::codes::{fabkit_dht_options_t, AccumulateFunc, DHT_init_t, DHT_UCX_ERROR};
 use crate::options::{Options, Route};
 
-/// The DHT over one of the transports.
-pub(crate) enum Over {
-    Mpi(Dht<MpiTransport<'static>>),
-    Fabric(Dht<Rank>),
-    Shm(Dht<ShmTransport>),
-}
+/// The DHT over whichever transport its options and path chose.
+pub(crate) type Over = Table<'static>;
 
 /// Runs `$e` with `$d` bound to the table's `Dht`, whatever its transport.
 macro_rules! each {
     ($over:expr, $d:ident => $e:expr) => {
-        match $over {
-            $crate::table::Over::Mpi($d) => $e,
-            $crate::table::Over::Fabric($d) => $e,
-            $crate::table::Over::Shm($d) => $e,
-        }
+        fabkit_dht::with_table!($over, $d => $e)
     };
 }
 pub(crate) use each;
@@ -45,8 +34,7 @@ pub struct DHT {
     // before MPI's duplicates in the bootstrap.
     pub(crate) over: Over,
     pub(crate) boot: Rc<MpiBootstrap>,
-    pub(crate) options: Options,
-    /// `options.describe()`, as C reads it.
+    /// What the table is: the options and the path it took, as C reads it.
     pub(crate) described: CString,
     pub(crate) accumulate: Cell<Option<AccumulateFunc>>,
     /// What an internal error (a panic) said; the table is refused after.
@@ -55,7 +43,7 @@ pub struct DHT {
 
 impl std::fmt::Debug for DHT {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DHT({})", self.options.describe())
+        write!(f, "DHT({})", self.described.to_string_lossy())
     }
 }
 
@@ -191,47 +179,27 @@ fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<DHT, String>
             unsafe { f(len, k.as_ptr().cast()) }
         }),
     };
-    let rank_config = || {
-        let mut rc = RankConfig::new(options.provider.clone());
-        rc.domain = options.domain.clone();
-        rc.region_len = cfg.region_len();
-        rc.atomics = cfg.variant.needs_atomics();
-        rc.timeout = DEFAULT_TIMEOUT;
-        // Before the first libfabric call: what fabkit's constructor sets
-        // before main, should a static link have dropped it.
-        fabkit_fabric::env::prepare_late();
-        rc
-    };
-    let err = |e: &dyn std::fmt::Display| e.to_string();
+    // Before the first libfabric call: what fabkit's constructor sets
+    // before main, should a static link have dropped it.
+    fabkit_fabric::env::prepare_late();
+    let mut recipe = Recipe::fabric(options.provider.clone());
+    recipe.domain = options.domain.clone();
+    recipe.timeout = DEFAULT_TIMEOUT;
+    recipe.key_hash = hash;
+    if options.route == Route::Mpi {
+        recipe.mpi = Some((MpiBoot::Shared(boot.clone()), WindowKind::Allocate));
+    }
+    let mut cfg = cfg;
+    cfg.path = options.path;
     // Every rank reaches the transport's collective setup, which agrees on
-    // the region's size first.
-    let over = match options.route {
-        Route::Mpi => {
-            // Coarse locks each target's window per operation.
-            let coarse = options.variant == fabkit_dht::Variant::Coarse;
-            let t = MpiTransport::new_shared(
-                boot.clone(),
-                cfg.region_len(),
-                WindowKind::Allocate,
-                coarse,
-            )
-            .map_err(|e| err(&e))?;
-            Over::Mpi(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
-        }
-        Route::Fabric => {
-            let t = Rank::establish(rank_config(), &*boot).map_err(|e| err(&e))?;
-            Over::Fabric(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
-        }
-        Route::Shm => {
-            let t = ShmTransport::establish(rank_config(), &*boot).map_err(|e| err(&e))?;
-            Over::Shm(Dht::create_with_hash(t, cfg, &*boot, hash).map_err(|e| err(&e))?)
-        }
-    };
-    let described = CString::new(options.describe()).unwrap_or_default();
+    // the path and the region's size first.
+    let opened = open(&cfg, &recipe, &*boot).map_err(|e| e.to_string())?;
+    let over = opened.table;
+    let described = options.describe(opened.path, &opened.plan.why);
+    let described = CString::new(described).unwrap_or_default();
     Ok(DHT {
         over,
         boot,
-        options,
         described,
         accumulate: Cell::new(None),
         poisoned: RefCell::new(None),
@@ -277,21 +245,7 @@ pub(crate) unsafe fn create(
 /// collective.
 pub(crate) fn free(t: DHT) -> Result<(), String> {
     let DHT { over, boot, .. } = t;
-    let b = &*boot;
-    let freed = match over {
-        Over::Mpi(d) => d
-            .free(b)
-            .map_err(|e| e.to_string())
-            .and_then(|t| t.free().map_err(|e| e.to_string())),
-        Over::Fabric(d) => d
-            .free(b)
-            .map_err(|e| e.to_string())
-            .and_then(|t| t.finish(b).map_err(|e| e.to_string())),
-        Over::Shm(d) => d
-            .free(b)
-            .map_err(|e| e.to_string())
-            .and_then(|t| t.finish(b).map_err(|e| e.to_string())),
-    };
+    let freed = over.close(&*boot).map_err(|e| e.to_string());
     drop(boot);
     freed
 }

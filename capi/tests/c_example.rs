@@ -19,7 +19,8 @@ fn a_program_written_for_the_mpi_dht_relinks_and_runs_on_2_and_4_ranks() {
         build("mpidht_api", &exe, shared);
         for ranks in [2, 4] {
             let out = run(&exe, ranks, &[dump], &[]);
-            let is = "(lockfree over mpi (MPI_Win_allocate))";
+            // Every rank on this node: the auto path maps their regions.
+            let is = "(lockfree over mpi, path memory (auto: every rank on this node))";
             every_rank_says(&format!("{how} on {ranks} ranks"), ranks, out, is);
         }
     }
@@ -33,18 +34,15 @@ fn the_environment_gives_a_relinked_program_another_variant_and_transport() {
     build("mpidht_api", &exe, true);
     for (env, is) in [
         (
-            [
-                ("FABKIT_DHT_VARIANT", "coarse"),
-                ("FABKIT_DHT_TRANSPORT", "mpi"),
-            ],
-            "(coarse over mpi (MPI_Win_allocate))",
+            [("FABKIT_DHT_VARIANT", "coarse"), ("FABKIT_DHT_PATH", "rma")],
+            "(coarse over mpi (MPI_Win_allocate), path rma (rma: asked for))",
         ),
         (
             [
                 ("FABKIT_DHT_VARIANT", "chunked"),
                 ("FABKIT_DHT_TRANSPORT", "shm"),
             ],
-            "(chunked over shm (provider tcp;ofi_rxm))",
+            "(chunked over shm (provider tcp;ofi_rxm), path memory (memory: asked for))",
         ),
     ] {
         let out = run(&exe, 2, &[dump], &env);

@@ -192,6 +192,8 @@ mod config;
 mod dump;
 pub mod layout;
 pub mod message;
+#[cfg(feature = "fabric")]
+pub mod open;
 mod outcome;
 pub mod path;
 pub mod placement;

@@ -144,23 +144,23 @@ pub fn plan(
     Ok(match path {
         Path::Memory if mpi && !one_node => {
             return Err(
-                "--path memory reaches ranks on other nodes with libfabric RMA, which an \
-                        MPI job does not set up: use --path message or rma with --mpi"
+                "the memory path reaches ranks on other nodes with libfabric RMA, which \
+                        an MPI job does not set up: choose the message or rma path with MPI"
                     .into(),
             )
         }
-        Path::Memory => fixed(Way::Memory, Way::Rma, "asked for (--path memory)"),
-        Path::Rma => fixed(Way::Rma, Way::Rma, "asked for (--path rma)"),
+        Path::Memory => fixed(Way::Memory, Way::Rma, "asked for"),
+        Path::Rma => fixed(Way::Rma, Way::Rma, "asked for"),
         Path::Message => match carrier {
             Carrier::Mpi { threads: false } => {
                 return Err(
-                    "--path message needs MPI_THREAD_MULTIPLE, which this MPI does not \
-                            give: initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE), or \
-                            use --path rma"
+                    "the message path needs MPI_THREAD_MULTIPLE, which this MPI does \
+                            not give: initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE), \
+                            or choose the rma path"
                         .into(),
                 )
             }
-            _ => fixed(Way::Message, Way::Message, "asked for (--path message)"),
+            _ => fixed(Way::Message, Way::Message, "asked for"),
         },
         Path::Auto if one_node => fixed(Way::Memory, Way::Memory, "every rank on this node"),
         Path::Auto => match carrier {
@@ -278,7 +278,7 @@ mod tests {
             Carrier::Mpi { threads: true },
             false,
         );
-        assert!(e.unwrap_err().contains("--path message or rma"));
+        assert!(e.unwrap_err().contains("choose the message or rma path"));
     }
 
     #[test]

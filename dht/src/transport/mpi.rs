@@ -78,13 +78,14 @@ impl<'env> MpiTransport<'env> {
 
     /// [`MpiTransport::new`] on a bootstrap it shares: the transport keeps
     /// `boot` (and MPI) alive for as long as it lives, so a table over it is
-    /// a value of its own, with no borrow (what a C handle needs).
+    /// a value of its own, with no borrow (what a C handle needs), of any
+    /// lifetime.
     pub fn new_shared(
         boot: std::rc::Rc<MpiBootstrap>,
         region_len: usize,
         kind: WindowKind,
         per_op_locks: bool,
-    ) -> Result<MpiTransport<'static>> {
+    ) -> Result<MpiTransport<'env>> {
         let (rank, ranks) = (boot.rank(), boot.size());
         let mut win = Window::new_shared(boot, region_len, kind)?;
         if !per_op_locks {

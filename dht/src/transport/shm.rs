@@ -101,6 +101,32 @@ impl ShmTransport {
         Self::establish_with(rc, boot, same_node, false)
     }
 
+    /// A second handle on this rank's own mapped region alone, with no
+    /// fabric and CPU atomics: the message path's executor, which runs
+    /// peers' requests on this rank's region while this handle goes on.
+    /// Refused where the atomics of this handle go through a fabric (a
+    /// provider's atomics and CPU atomics on one word are not atomic
+    /// together).
+    pub fn own_view(&self) -> Result<ShmTransport> {
+        if !self.cpu_atomics {
+            return Err(Error::from(CoreError::InvalidArgument(
+                "this transport's atomics go through a fabric, so no second handle may change \
+                 its region with CPU atomics"
+                    .into(),
+            )));
+        }
+        let own = self.mapped.get(self.rank).cloned().flatten();
+        Ok(ShmTransport {
+            fabric: None,
+            rank: self.rank,
+            lens: self.lens.clone(),
+            mapped: (0..self.lens.len())
+                .map(|r| if r == self.rank { own.clone() } else { None })
+                .collect(),
+            cpu_atomics: true,
+        })
+    }
+
     /// Whether `rank`'s region is mapped here, so its operations are loads,
     /// stores and CPU atomics.
     pub fn maps(&self, rank: usize) -> bool {

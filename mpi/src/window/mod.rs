@@ -263,16 +263,14 @@ impl std::ops::Deref for BootRef<'_> {
     }
 }
 
-impl Window<'static> {
+impl<'env> Window<'env> {
     /// [`Window::new`] on a bootstrap the window shares: it keeps `boot`
     /// (and so MPI) alive for as long as it lives, so it can be kept in a
-    /// value of its own (an owned table) without a lifetime. Collective.
+    /// value of its own (an owned table) with any lifetime. Collective.
     pub fn new_shared(boot: Rc<MpiBootstrap>, len: usize, kind: WindowKind) -> Result<Self> {
         Window::make(BootRef::Shared(boot), len, kind)
     }
-}
 
-impl<'env> Window<'env> {
     /// Creates a zeroed window of `len` bytes on every rank of `boot`.
     /// Collective: every rank passes the same `len` (checked first, through
     /// the bootstrap's bounded allgather, so a rank that asks for another

@@ -5,11 +5,17 @@
  *   mpicc prog.c $(pkg-config --cflags --libs fabkit-dht)
  *
  * The table, by default and by choice:
- * - By default a table is the lock-free variant over an MPI_Win_allocate
- *   window on a duplicate of the caller's communicator, as the MPI-DHT's
- *   default build: DHT_read can return DHT_READ_CORRUPT. A program built
- *   against the MPI-DHT's coarse-locking variant gets lock-free semantics
- *   unless it chooses coarse (FABKIT_DHT_VARIANT=coarse).
+ * - By default a table is the lock-free variant on a duplicate of the
+ *   caller's communicator, as the MPI-DHT's default build: DHT_read can
+ *   return DHT_READ_CORRUPT. A program built against the MPI-DHT's
+ *   coarse-locking variant gets lock-free semantics unless it chooses
+ *   coarse (FABKIT_DHT_VARIANT=coarse). Its operations take the auto path:
+ *   ranks on one node share their regions as shared memory; across nodes
+ *   a batch's keys go as one MPI point-to-point request per owner, run by
+ *   the owner's service thread, where MPI gives MPI_THREAD_MULTIPLE
+ *   (MPI_Init_thread), else by MPI one-sided operations on an
+ *   MPI_Win_allocate window, as the MPI-DHT does. fabkit_dht_describe says
+ *   which path a table took and why.
  * - The environment chooses, read at each DHT_create, the same on every
  *   rank (ranks that differ fail DHT_create on all):
  *     FABKIT_DHT_VARIANT    lockfree (default), fine, coarse, chunked
@@ -21,11 +27,21 @@
  *                           "cxi", "efa", "psm3" on their fabrics)
  *     FABKIT_DHT_DOMAIN     its interface, device or network (default:
  *                           chosen)
+ *     FABKIT_DHT_PATH       how operations travel: auto (default), memory
+ *                           (shared memory within a node, one-sided to
+ *                           others), rma (one-sided to every rank: MPI
+ *                           windows or libfabric RMA), message (one
+ *                           request per owner and batch); not an option
+ *                           field. A path the transport cannot carry (shm
+ *                           with another path; message under MPI without
+ *                           MPI_THREAD_MULTIPLE; memory across nodes under
+ *                           MPI) fails DHT_create with the reason.
  *   fabkit_dht_create takes the same choices as strings, over the
  *   environment's.
  * - DHT_write_accumulate updates a key's value while the variant holds its
  *   bucket (fine, coarse, chunked); on a lock-free table it returns
- *   DHT_NOT_IMPLEMENTED. The callback gets (send_size, data, value size,
+ *   DHT_NOT_IMPLEMENTED, and on the message path, for a key whose owner is
+ *   reached by messages, an error (the callback cannot travel). The callback gets (send_size, data, value size,
  *   value): the stored value, or zeros for a key not there, to update in
  *   place; it returns 0 to store it. Keep it short: it runs while the
  *   bucket is held. It must not call the table, nor throw. A call that
