@@ -3,8 +3,11 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
+use fabkit_dht::Variant;
 use fabkit_fabric::info::{self, getinfo, Caps, Hints};
-use fabkit_fabric::{env, AtomicSupport, AtomicsBy, Domain, Fabric, Ordering, Progress};
+use fabkit_fabric::{
+    env, AtomicSupport, AtomicsBy, Domain, Executes, Executor, Fabric, Ordering, Progress,
+};
 use serde::Serialize;
 
 use fabkit_fabric::verbs;
@@ -43,6 +46,66 @@ pub struct ProviderRow {
     /// Every mechanism it grants, best first (a rank may be told to use
     /// any of them).
     pub orderings: Vec<Ordering>,
+    /// Who carries out its reads and writes, and its atomics, at the target.
+    pub executes: Executes,
+    /// What the DHT's `auto` path takes to ranks on other nodes, per
+    /// variant (on one node it takes memory), and why.
+    pub auto: Vec<AutoPath>,
+}
+
+/// What the DHT's `auto` path takes across nodes for some variants.
+#[derive(Debug, Serialize)]
+pub struct AutoPath {
+    /// The variants (lower case).
+    pub variants: Vec<String>,
+    /// `rma` or `message`; or why none (a provider of one node only).
+    pub takes: String,
+    /// The fact the rule read.
+    pub why: String,
+}
+
+/// The auto path of `variants` across nodes on a provider that executes
+/// as `e` (`one_node`: a provider of one node only, such as shm).
+fn auto_paths(e: Executes, one_node: bool) -> Vec<AutoPath> {
+    use fabkit_dht::path::{plan, Carrier, Path, Way};
+    let groups: [&[Variant]; 2] = [
+        &[Variant::Lockfree],
+        &[Variant::Fine, Variant::Coarse, Variant::Chunked],
+    ];
+    groups
+        .iter()
+        .map(|vs| {
+            let variants = vs.iter().map(|v| format!("{v:?}").to_lowercase()).collect();
+            if one_node {
+                return AutoPath {
+                    variants,
+                    takes: "-".into(),
+                    why: "a provider within one node: auto takes memory there".into(),
+                };
+            }
+            let carrier = Carrier::Fabric {
+                rma: e.rma,
+                atomics: e.atomics,
+            };
+            match plan(Path::Auto, vs[0], carrier, false) {
+                Ok(p) => AutoPath {
+                    variants,
+                    takes: match p.far {
+                        Way::Rma => "rma",
+                        Way::Message => "message",
+                        Way::Memory => "memory",
+                    }
+                    .into(),
+                    why: p.why,
+                },
+                Err(why) => AutoPath {
+                    variants,
+                    takes: "-".into(),
+                    why,
+                },
+            }
+        })
+        .collect()
 }
 
 /// Everything `fabkit info` reports.
@@ -87,6 +150,11 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
             fabkit_rma: false,
             ordering: None,
             orderings: Vec::new(),
+            executes: Executes {
+                rma: Executor::Unknown,
+                atomics: Executor::Unknown,
+            },
+            auto: Vec::new(),
         });
         let t = i.ep_type().to_string();
         if !row.ep_types.contains(&t) {
@@ -99,6 +167,8 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
         row.msg |= i.has_msg();
         row.rma |= i.has_rma();
         if i.ep_type() == "FI_EP_RDM" && i.has_rma() {
+            let virt = i.mr_mode() & fabkit_fabric::fabric_sys::FI_MR_VIRT_ADDR != 0;
+            row.executes = Executes::of(&p, &i.domain_name(), virt);
             row.fabkit_rma = true;
             row.mr_mode = info::mr_mode_names(i.mr_mode());
             row.progress = i.data_progress();
@@ -130,6 +200,13 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
                 row.ordering = Some(offered.first().copied().unwrap_or(Ordering::None));
                 row.orderings = offered;
             }
+        }
+    }
+    for row in rows.values_mut() {
+        // shm (and its successor sm2) reach only this node's processes.
+        let one_node = matches!(row.provider.as_str(), "shm" | "sm2");
+        if row.fabkit_rma {
+            row.auto = auto_paths(row.executes, one_node);
         }
     }
     Ok(Report {
@@ -227,6 +304,30 @@ pub fn print(r: &Report) {
     println!("release) is made so: delivery (FI_DELIVERY_COMPLETE on the write), fence");
     println!("(FI_FENCE on the next operation to that peer), raw (a read of the written");
     println!("bytes after it: FI_ORDER_RMA_RAW data order), none (no guarantee).");
+    println!();
+    println!("Who carries out one-sided operations at the target, and the DHT's auto path");
+    println!("to ranks on other nodes (on one node it takes memory: loads and stores):");
+    println!(
+        "  {:<14} {:<12} {:<12} {:<9} {:<9} why",
+        "provider", "read/write", "atomics", "lockfree", "others"
+    );
+    for p in r.providers.iter().filter(|p| p.fabkit_rma) {
+        let take = |i: usize| p.auto.get(i).map_or("-", |a| a.takes.as_str());
+        let why: Vec<&str> = p.auto.iter().map(|a| a.why.as_str()).collect();
+        let mut why = why;
+        why.dedup();
+        println!(
+            "  {:<14} {:<12} {:<12} {:<9} {:<9} {}",
+            p.provider,
+            p.executes.rma.label(),
+            p.executes.atomics.label(),
+            take(0),
+            take(1),
+            why.join("; ")
+        );
+    }
+    println!("message: a batch's keys go to their owner as one request, which it runs and");
+    println!("answers; rma: one-sided operations, executed without the target's CPU.");
     println!();
     println!("RDMA devices (libibverbs):");
     match &r.rdma.none_because {

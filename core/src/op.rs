@@ -253,6 +253,17 @@ impl Executor {
         matches!(self, Executor::Initiator | Executor::Kernel | Executor::Nic)
     }
 
+    /// Who it is, in a sentence ("executed by the target's NIC").
+    pub fn who(self) -> &'static str {
+        match self {
+            Executor::Initiator => "the initiator itself (CMA)",
+            Executor::TargetCpu => "the target's CPU",
+            Executor::Kernel => "the target's kernel",
+            Executor::Nic => "the target's NIC",
+            Executor::Unknown => "an agent fabkit has no facts on",
+        }
+    }
+
     /// A short label for tables.
     pub fn label(self) -> &'static str {
         match self {

@@ -183,13 +183,13 @@ pub fn plan(
                         Way::Memory,
                         Way::Rma,
                         &format!(
-                            "reads and writes{} are executed by the {} at the target",
+                            "reads and writes{} are executed by {}",
                             if variant.needs_atomics() {
                                 " and atomics"
                             } else {
                                 ""
                             },
-                            rma.label()
+                            rma.who()
                         ),
                     )
                 } else {
@@ -202,9 +202,8 @@ pub fn plan(
                         Way::Memory,
                         Way::Message,
                         &format!(
-                            "{what} are executed by the {} at the target, so the owner runs \
-                             each batch",
-                            by.label()
+                            "{what} are executed by {}, so the owner runs each batch",
+                            by.who()
                         ),
                     )
                 }
@@ -239,7 +238,7 @@ mod tests {
         assert_eq!(far(Variant::Lockfree, fabric(cpu, cpu)), Way::Message);
         let p = plan(Path::Auto, Variant::Fine, fabric(nic, cpu), false).unwrap();
         assert!(
-            p.why.contains("atomics are executed by the target CPU"),
+            p.why.contains("atomics are executed by the target's CPU"),
             "{}",
             p.why
         );
