@@ -234,7 +234,7 @@ fn build<'b>(
                 // (MPI_Win_lock); the others share one lock_all epoch.
                 let coarse = cfg.variant == crate::Variant::Coarse;
                 let t = match mb {
-                    MpiBoot::Borrowed(b) => MpiTransport::new(*b, cfg.region_len(), *kind, coarse),
+                    MpiBoot::Borrowed(b) => MpiTransport::new(b, cfg.region_len(), *kind, coarse),
                     MpiBoot::Shared(b) => {
                         MpiTransport::new_shared(b.clone(), cfg.region_len(), *kind, coarse)
                     }

@@ -145,6 +145,9 @@ pub(crate) struct CqInner {
     lost: AtomicIsize,
     /// The first error of the CQ itself; once set, no completion is trusted.
     broken: OnceLock<(&'static str, i32)>,
+    /// Per slot, the source address of its last completion (FI_SOURCE:
+    /// read with `fi_cq_readfrom`), on CQs opened with sources.
+    sources: Option<Box<[AtomicU64]>>,
     _domain: Arc<DomainInner>,
 }
 
@@ -182,6 +185,18 @@ impl CompletionQueue {
     /// `FI_WAIT_UNSPEC` gives on `shm`) gets a CQ that is polled with short,
     /// growing sleeps instead.
     pub fn open(domain: &Domain, depth: usize) -> Result<CompletionQueue> {
+        CompletionQueue::open_as(domain, depth, false)
+    }
+
+    /// [`CompletionQueue::open`], reading each completion's source address
+    /// too (`fi_cq_readfrom`), for an endpoint asked for `FI_SOURCE`: a
+    /// receive's sender, or `FI_ADDR_NOTAVAIL` for an address not in the
+    /// address vector.
+    pub(crate) fn open_with_sources(domain: &Domain, depth: usize) -> Result<CompletionQueue> {
+        CompletionQueue::open_as(domain, depth, true)
+    }
+
+    fn open_as(domain: &Domain, depth: usize, sources: bool) -> Result<CompletionQueue> {
         let depth = depth.clamp(64, 1 << 16);
         let open = |wait_obj| {
             let mut attr = ffi::fi_cq_attr {
@@ -238,6 +253,7 @@ impl CompletionQueue {
                 born: Instant::now(),
                 lost: AtomicIsize::new(0),
                 broken: OnceLock::new(),
+                sources: sources.then(|| (0..depth).map(|_| AtomicU64::new(0)).collect()),
                 _domain: domain.inner.clone(),
             }),
         })
@@ -299,7 +315,7 @@ fn classify(blocking: bool, rc: isize) -> ReadRc {
 
 impl CqInner {
     /// Whether `fi_cq_sread` blocks on this CQ's wait object.
-    fn can_block(&self) -> bool {
+    pub(crate) fn can_block(&self) -> bool {
         self.can_block.load(Ordering::Relaxed)
     }
 
@@ -383,27 +399,35 @@ impl CqInner {
     fn read_once(&self, block: Duration) -> usize {
         const BATCH: usize = 32;
         let mut entries = [ffi::fi_cq_msg_entry::default(); BATCH];
+        let mut from = [ffi::FI_ADDR_NOTAVAIL; BATCH];
         let blocking = !block.is_zero() && self.can_block();
-        let n = if blocking {
-            let ms = block.as_millis().clamp(1, i32::MAX as u128) as i32;
-            // SAFETY: the CQ is open; entries has room for BATCH entries of
-            // the format the CQ was opened with; a null cond is allowed with
-            // FI_CQ_COND_NONE.
-            unsafe {
-                ffi::fi_cq_sread(
-                    self.fid.as_ptr(),
-                    entries.as_mut_ptr().cast(),
-                    BATCH,
-                    std::ptr::null(),
-                    ms,
-                )
+        let buf = entries.as_mut_ptr().cast();
+        let fid = self.fid.as_ptr();
+        let n = match (blocking, self.sources.is_some()) {
+            (true, sources) => {
+                let ms = block.as_millis().clamp(1, i32::MAX as u128) as i32;
+                // SAFETY: the CQ is open; entries (and from) have room for
+                // BATCH entries of the format the CQ was opened with; a null
+                // cond is allowed with FI_CQ_COND_NONE.
+                unsafe {
+                    if sources {
+                        let f = from.as_mut_ptr();
+                        ffi::fi_cq_sreadfrom(fid, buf, BATCH, f, std::ptr::null(), ms)
+                    } else {
+                        ffi::fi_cq_sread(fid, buf, BATCH, std::ptr::null(), ms)
+                    }
+                }
             }
-        } else {
             // SAFETY: as above.
-            unsafe { ffi::fi_cq_read(self.fid.as_ptr(), entries.as_mut_ptr().cast(), BATCH) }
+            (false, true) => unsafe { ffi::fi_cq_readfrom(fid, buf, BATCH, from.as_mut_ptr()) },
+            // SAFETY: as above.
+            (false, false) => unsafe { ffi::fi_cq_read(fid, buf, BATCH) },
         };
         if n >= 0 {
-            for e in &entries[..n as usize] {
+            for (e, src) in entries[..n as usize].iter().zip(from) {
+                if let (Some(sources), Some(i)) = (&self.sources, self.slot_of(e.op_context)) {
+                    sources[i].store(src, Ordering::Relaxed);
+                }
                 self.complete(e.op_context, e.len, None);
             }
             return n as usize;
@@ -594,6 +618,39 @@ impl CqInner {
             self.lost.fetch_add(1, Ordering::AcqRel);
         }
         gone
+    }
+
+    /// `t`'s outcome if its operation has completed or failed, with the
+    /// source address of its completion (CQs opened with sources; else
+    /// `FI_ADDR_NOTAVAIL`), freeing the slot; `None` (the ticket still
+    /// posted) if not yet. Never reads the CQ: [`CqInner::drive`] does.
+    pub(crate) fn take(&self, t: Ticket) -> Option<(Outcome, u64)> {
+        let s = &self.slots[t.0 as usize];
+        let out = match s.state.load(Ordering::Acquire) {
+            DONE => Outcome::Done {
+                len: s.len.load(Ordering::Relaxed),
+            },
+            FAILED => Outcome::Failed {
+                code: s.err.load(Ordering::Relaxed),
+                prov_errno: s.prov_err.load(Ordering::Relaxed),
+            },
+            _ => return None,
+        };
+        let src = self.sources.as_ref().map_or(ffi::FI_ADDR_NOTAVAIL, |v| {
+            v[t.0 as usize].load(Ordering::Relaxed)
+        });
+        self.release(t.0);
+        Some((out, src))
+    }
+
+    /// Wakes a thread blocked reading the CQ (`fi_cq_signal`). A CQ
+    /// without a wait object has nobody blocked in it (and `shm`'s has no
+    /// signal operation to call).
+    pub(crate) fn signal(&self) {
+        if self.can_block() {
+            // SAFETY: the CQ is open for as long as `self` lives.
+            unsafe { ffi::fi_cq_signal(self.fid.as_ptr()) };
+        }
     }
 
     /// Whether `t`'s operation has completed or failed (its outcome is

@@ -74,6 +74,12 @@ impl Endpoint {
         MemoryRegion::register(&self.inner.domain, Some(&self.inner), len)
     }
 
+    /// Allocates and registers `len` bytes for sending and receiving
+    /// messages only: no peer can read or write them.
+    pub(crate) fn register_local(&self, len: usize) -> Result<MemoryRegion> {
+        MemoryRegion::allocate(&self.inner.domain, Some(&self.inner), len, LOCAL)
+    }
+
     /// Registers a shared segment as a region (peers on this node may map
     /// it too).
     pub fn register_shared(
@@ -83,6 +89,17 @@ impl Endpoint {
         MemoryRegion::register_shared(&self.inner.domain, Some(&self.inner), seg)
     }
 }
+
+/// Access for a region peers read and write.
+const REMOTE: u64 = (ffi::FI_SEND
+    | ffi::FI_RECV
+    | ffi::FI_READ
+    | ffi::FI_WRITE
+    | ffi::FI_REMOTE_READ
+    | ffi::FI_REMOTE_WRITE) as u64;
+
+/// Access for a buffer only this process sends from and receives into.
+const LOCAL: u64 = (ffi::FI_SEND | ffi::FI_RECV) as u64;
 
 /// The state of a region's registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +197,16 @@ impl MemoryRegion {
         ep: Option<&Arc<EpInner>>,
         len: usize,
     ) -> Result<MemoryRegion> {
+        MemoryRegion::allocate(domain, ep, len, REMOTE)
+    }
+
+    /// Allocates `len` zeroed bytes and registers them for `access`.
+    fn allocate(
+        domain: &Arc<DomainInner>,
+        ep: Option<&Arc<EpInner>>,
+        len: usize,
+        access: u64,
+    ) -> Result<MemoryRegion> {
         if len == 0 {
             return Err(Error::from(CoreError::InvalidArgument(
                 "cannot register an empty memory region (length 0)".into(),
@@ -197,7 +224,7 @@ impl MemoryRegion {
                 cause: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
             })
         })?;
-        Self::register_backed(domain, ep, buf, len, Backing::Heap(layout))
+        Self::register_backed(domain, ep, buf, len, Backing::Heap(layout), access)
     }
 
     /// Registers a shared segment (all of it) as a region.
@@ -208,7 +235,14 @@ impl MemoryRegion {
     ) -> Result<MemoryRegion> {
         let buf = NonNull::new(seg.as_ptr()).expect("a mapping is never null");
         let len = seg.len();
-        Self::register_backed(domain, ep, buf, len, Backing::Shared { _segment: seg })
+        Self::register_backed(
+            domain,
+            ep,
+            buf,
+            len,
+            Backing::Shared { _segment: seg },
+            REMOTE,
+        )
     }
 
     fn register_backed(
@@ -217,14 +251,9 @@ impl MemoryRegion {
         buf: NonNull<u8>,
         len: usize,
         backing: Backing,
+        access: u64,
     ) -> Result<MemoryRegion> {
         let mr_mode = domain.info.mr_mode();
-        let access = (ffi::FI_SEND
-            | ffi::FI_RECV
-            | ffi::FI_READ
-            | ffi::FI_WRITE
-            | ffi::FI_REMOTE_READ
-            | ffi::FI_REMOTE_WRITE) as u64;
         let mut fid = std::ptr::null_mut();
         // SAFETY: buf is a live allocation of at least len bytes that this
         // MemoryRegion owns and frees only after closing the MR.

@@ -25,6 +25,8 @@
 
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "fabric")]
+mod fabric;
 pub mod local;
 pub(crate) mod serve;
 pub mod wire;

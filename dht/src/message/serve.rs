@@ -217,6 +217,12 @@ fn handle<O: Owner, M: Messenger>(
     found: &mut Vec<u8>,
     reply: &mut Vec<u8>,
 ) {
+    // A stranger's message is refused whatever it holds: not even its
+    // header is read.
+    if from.is_none() {
+        owner.count(&mut |s| refuse(s, Refusal::Stranger));
+        return;
+    }
     let req = match wire::read_request(bytes, sizes, from) {
         Ok(r) => r,
         Err(why) => {

@@ -148,6 +148,11 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
         Ok(Dht::assemble(t, cfg, key_hash, Some(links)))
     }
 
+    /// The messenger of a table on the message path.
+    pub fn messenger(&self) -> Option<&M> {
+        self.links.as_ref().map(|l| &*l.m)
+    }
+
     /// Whether rank `r`'s keys go to it as requests.
     pub fn by_message(&self, r: usize) -> bool {
         self.links

@@ -41,6 +41,10 @@ pub struct Caps {
     pub rma: bool,
     /// u64 atomics (`FI_ATOMIC`).
     pub atomic: bool,
+    /// Tagged messages received by tag and source (`FI_TAGGED`,
+    /// `FI_DIRECTED_RECV`), with each receive's source address
+    /// (`FI_SOURCE`): the DHT's message path.
+    pub tagged: bool,
 }
 
 impl Caps {
@@ -49,12 +53,22 @@ impl Caps {
         msg: true,
         rma: true,
         atomic: true,
+        tagged: false,
     };
     /// Messages and RMA, no atomics (enough for plain `tcp`).
     pub const RMA: Caps = Caps {
         msg: true,
         rma: true,
         atomic: false,
+        tagged: false,
+    };
+    /// Tagged messages with their sources, and no one-sided access at all:
+    /// a [`crate::Mailbox`] exposes no memory to peers.
+    pub const MESSAGES: Caps = Caps {
+        msg: true,
+        rma: false,
+        atomic: false,
+        tagged: true,
     };
 
     fn bits(self) -> u64 {
@@ -68,6 +82,11 @@ impl Caps {
                 | ffi::FI_WRITE
                 | ffi::FI_REMOTE_READ
                 | ffi::FI_REMOTE_WRITE) as u64;
+        }
+        if self.tagged {
+            c |= (ffi::FI_TAGGED | ffi::FI_SEND | ffi::FI_RECV) as u64
+                | ffi::FI_SOURCE
+                | ffi::FI_DIRECTED_RECV;
         }
         if self.atomic {
             c |= (ffi::FI_ATOMIC
@@ -89,6 +108,9 @@ impl Caps {
         }
         if self.atomic {
             parts.push("atomics");
+        }
+        if self.tagged {
+            parts.push("tagged messages with their sources");
         }
         if parts.is_empty() {
             "no capabilities".into()
