@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use fabkit_core::bootstrap::{host_id, Bootstrap};
-use fabkit_fabric::{Executes, Hints, Rank, RankConfig};
+use fabkit_fabric::{Executes, Hints, Mailbox, MailboxConfig, Rank, RankConfig};
 
 use crate::config::Config;
 use crate::outcome::{Error, Result};
@@ -111,6 +111,9 @@ pub enum Table<'b> {
     Rma(Dht<Rank>),
     /// Loads and stores within the node (and RMA to other nodes).
     Memory(Dht<ShmTransport>),
+    /// This rank's region (and its node's) by memory, the others' keys as
+    /// requests over libfabric messages.
+    Message(Dht<ShmTransport, Mailbox>),
     /// MPI windows.
     #[cfg(feature = "mpi")]
     MpiRma(Dht<MpiTransport<'b>>),
@@ -134,6 +137,7 @@ macro_rules! with_table {
         match $t {
             $crate::open::Table::Rma($d) => $e,
             $crate::open::Table::Memory($d) => $e,
+            $crate::open::Table::Message($d) => $e,
             $crate::open::Table::MpiRma($d) => $e,
         }
     };
@@ -148,6 +152,7 @@ macro_rules! with_table {
         match $t {
             $crate::open::Table::Rma($d) => $e,
             $crate::open::Table::Memory($d) => $e,
+            $crate::open::Table::Message($d) => $e,
             $crate::open::Table::_Never(..) => unreachable!("a table of no kind"),
         }
     };
@@ -273,11 +278,40 @@ fn build<'b>(
                 .map_err(Error::transport)?;
             Ok(Table::Memory(Dht::create_with_hash(t, *cfg, boot, hash)?))
         }
-        _ => Err(Error::Config(format!(
-            "the {} path is not built in this fabkit",
-            plan.label(true)
+        (near_way, Way::Message) => {
+            let (t, exec) = memory_for_messages(cfg, boot, near, near_way)?;
+            let mut mc = MailboxConfig::new(r.provider.clone());
+            mc.domain = r.domain.clone();
+            mc.timeout = r.timeout;
+            let m = Mailbox::establish(mc, boot).map_err(Error::transport)?;
+            Ok(Table::Message(Dht::create_with_messages(
+                t, exec, m, *cfg, boot, hash,
+            )?))
+        }
+        (near_way, far_way) => Err(Error::Internal(format!(
+            "no table reaches its node by {near_way:?} and other nodes by {far_way:?}"
         ))),
     }
+}
+
+/// The memory a table on the message path reaches: its node's regions
+/// (`near` is memory) or its own alone (`near` is messages too), and the
+/// executor's handle on its own. Collective.
+fn memory_for_messages(
+    cfg: &Config,
+    boot: &dyn Bootstrap,
+    near: &[bool],
+    near_way: Way,
+) -> Result<(ShmTransport, ShmTransport)> {
+    let me = boot.rank();
+    let mapped: Vec<bool> = match near_way {
+        Way::Memory => near.to_vec(),
+        _ => (0..near.len()).map(|r| r == me).collect(),
+    };
+    let t = ShmTransport::establish_memory(cfg.region_len(), boot, &mapped)
+        .map_err(Error::transport)?;
+    let exec = t.own_view().map_err(Error::transport)?;
+    Ok((t, exec))
 }
 
 impl Table<'_> {
@@ -286,6 +320,7 @@ impl Table<'_> {
         match self {
             Table::Rma(d) => d.free(boot)?.finish(boot).map_err(Error::transport),
             Table::Memory(d) => d.free(boot)?.finish(boot).map_err(Error::transport),
+            Table::Message(d) => d.free(boot)?.finish(boot).map_err(Error::transport),
             #[cfg(feature = "mpi")]
             Table::MpiRma(d) => d.free(boot)?.free().map_err(Error::transport),
             #[cfg(not(feature = "mpi"))]

@@ -1,0 +1,54 @@
+//! One way to make a table (`fabkit_dht::open`): every path the
+//! configuration can ask for, over a real provider, with ranks as threads
+//! of one process (one node: `auto` takes memory there), gives a table of
+//! the kind the plan says, whose writes every rank reads back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{key, small, value};
+use fabkit_core::bootstrap::{Bootstrap, ThreadGroup};
+use fabkit_dht::open::{open, Recipe};
+use fabkit_dht::{Path, Read, Variant};
+
+#[test]
+fn each_path_opens_the_table_its_plan_says_and_works() {
+    for (path, label) in [
+        (Path::Auto, "memory"),
+        (Path::Memory, "memory"),
+        (Path::Rma, "rma"),
+        (Path::Message, "message"),
+    ] {
+        for variant in [Variant::Lockfree, Variant::Fine] {
+            let mut cfg = small(variant, 128);
+            cfg.path = path;
+            let boots = ThreadGroup::members(2, Duration::from_secs(30));
+            std::thread::scope(|s| {
+                for b in &boots {
+                    s.spawn(move || {
+                        let r = Recipe::fabric("tcp;ofi_rxm");
+                        let t = open(&cfg, &r, b).unwrap();
+                        assert_eq!(t.path, label, "{path:?} {variant:?}: {}", t.plan.why);
+                        let me = b.rank() as u64;
+                        fabkit_dht::with_table!(&t.table, d => {
+                            let k = key(me);
+                            d.write(&k, &value(&k, me, 0, 24)).unwrap();
+                            b.barrier().unwrap();
+                            for r in 0..2 {
+                                let k = key(r);
+                                assert_eq!(d.read(&k).unwrap(), Read::Hit(value(&k, r, 0, 24)));
+                            }
+                            // On the message path the key of the rank that
+                            // does not own it went as a request.
+                            let all = d.stats_all(b).unwrap();
+                            assert_eq!(all.requests > 0, label == "message", "{path:?}");
+                        });
+                        b.barrier().unwrap();
+                        t.table.close(b).unwrap();
+                    });
+                }
+            });
+        }
+    }
+}
