@@ -519,6 +519,62 @@ mod tests {
         })
     }
 
+    /// Every key `fabkit model --json` writes, as it is spelled: a field
+    /// renamed or dropped fails here (new ones are added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "meta",
+        "meta.command",
+        "meta.commit",
+        "meta.cores",
+        "meta.fabkit",
+        "meta.host",
+        "meta.machine",
+        "meta.measured",
+        "meta.ops",
+        "meta.perf",
+        "meta.pps",
+        "rows",
+        "rows[].ahead",
+        "rows[].binds",
+        "rows[].cpu_limit",
+        "rows[].cross",
+        "rows[].fabric_limit",
+        "rows[].host_ns",
+        "rows[].itself",
+        "rows[].measured",
+        "rows[].ops_per_sec",
+        "rows[].phase",
+        "rows[].ratio",
+        "rows[].sizes",
+        "rows[].variant",
+        "rows[].workload",
+    ];
+
+    #[test]
+    fn golden_the_json_keys_are_todays() {
+        let f = rates((200e3, 1.0), (500e3, 1.0), None);
+        let mut p = predict(
+            &phase([1.0, 0.0, 0.0], 1.0, 1000.0),
+            &f,
+            Itself::Fabric,
+            2.0,
+        )
+        .unwrap();
+        (p.measured, p.ratio) = (Some(1.0), Some(1.0));
+        let doc = Report {
+            meta: Meta {
+                provenance: crate::provenance(None),
+                ops: "ops.json".into(),
+                perf: vec!["perf.json".into()],
+                pps: Some(1.0),
+                measured: Some("dht.json".into()),
+            },
+            rows: vec![p],
+        };
+        let json = serde_json::to_value(&doc).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     #[test]
     fn the_lower_limit_binds_and_own_operations_cost_what_cross_ones_do_on_the_fabric() {
         // One read across and one on itself per op; reads 200k/s at 10 us

@@ -481,6 +481,94 @@ mod tests {
         assert_eq!(g[0].policy_effect, ["x,\"y\""]);
     }
 
+    /// Every key of a sweep's `summary.json`, as it is spelled: a field
+    /// renamed or dropped fails here (new ones are added to the list).
+    /// `settings` and `figures` are keyed by [`AXIS_COLUMNS`] and
+    /// [`METRICS`], which a point of a sweep CSV fills.
+    const JSON_KEYS: &[&str] = &[
+        "points",
+        "points[].direction",
+        "points[].experiment",
+        "points[].figures",
+        "points[].figures.client_tx_pps",
+        "points[].figures.client_tx_pps.max",
+        "points[].figures.client_tx_pps.median",
+        "points[].figures.client_tx_pps.min",
+        "points[].figures.client_tx_pps.n",
+        "points[].figures.cycles_per_msg",
+        "points[].figures.cycles_per_msg.max",
+        "points[].figures.cycles_per_msg.median",
+        "points[].figures.cycles_per_msg.min",
+        "points[].figures.cycles_per_msg.n",
+        "points[].figures.gbit_s",
+        "points[].figures.gbit_s.max",
+        "points[].figures.gbit_s.median",
+        "points[].figures.gbit_s.min",
+        "points[].figures.gbit_s.n",
+        "points[].figures.loss",
+        "points[].figures.loss.max",
+        "points[].figures.loss.median",
+        "points[].figures.loss.min",
+        "points[].figures.loss.n",
+        "points[].figures.msgs_per_s",
+        "points[].figures.msgs_per_s.max",
+        "points[].figures.msgs_per_s.median",
+        "points[].figures.msgs_per_s.min",
+        "points[].figures.msgs_per_s.n",
+        "points[].figures.reordered",
+        "points[].figures.reordered.max",
+        "points[].figures.reordered.median",
+        "points[].figures.reordered.min",
+        "points[].figures.reordered.n",
+        "points[].figures.retransmits",
+        "points[].figures.retransmits.max",
+        "points[].figures.retransmits.median",
+        "points[].figures.retransmits.min",
+        "points[].figures.retransmits.n",
+        "points[].figures.server_rx_pps",
+        "points[].figures.server_rx_pps.max",
+        "points[].figures.server_rx_pps.median",
+        "points[].figures.server_rx_pps.min",
+        "points[].figures.server_rx_pps.n",
+        "points[].policy_effect",
+        "points[].repetitions",
+        "points[].settings",
+        "points[].settings.cpus",
+        "points[].settings.gateway",
+        "points[].settings.len",
+        "points[].settings.mtu",
+        "points[].settings.offloads",
+        "points[].settings.policy",
+        "points[].settings.proto",
+        "points[].settings.qdisc",
+        "points[].settings.queues",
+        "points[].settings.rate_bps",
+        "points[].settings.recv",
+        "points[].settings.send",
+        "points[].settings.streams",
+        "points[].settings.txqueuelen",
+        "points[].settings.udp_socket",
+        "points[].tx_queue_share",
+        "points[].tx_size_log2",
+        "source",
+    ];
+
+    #[test]
+    fn golden_the_json_keys_are_todays() {
+        let mut row: Vec<(&str, &str)> = vec![
+            ("key", "exp=e rep=0"),
+            ("experiment", "e"),
+            ("direction", "client->server"),
+        ];
+        row.extend(METRICS.iter().map(|(m, _)| (*m, "1")));
+        let groups = summarize(&csv(&[&row])).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        write(Path::new("sweep.csv"), &groups, dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join("summary.json")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     #[test]
     fn spreads() {
         assert_eq!(Spread::of(&[]), None);

@@ -820,6 +820,138 @@ mod tests {
         assert!(sound(&rep.runs));
     }
 
+    /// Every key `fabkit dht --json` writes, as it is spelled: a field
+    /// renamed or dropped fails here (new ones are added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "meta",
+        "meta.command",
+        "meta.commit",
+        "meta.cores",
+        "meta.fabkit",
+        "meta.host",
+        "meta.launch",
+        "meta.machine",
+        "meta.notes",
+        "meta.provider",
+        "runs",
+        "runs[].batch",
+        "runs[].bound",
+        "runs[].bound.atomic_rate",
+        "runs[].bound.cross_atomics_per_op",
+        "runs[].bound.cross_reads_per_op",
+        "runs[].bound.cross_writes_per_op",
+        "runs[].bound.fraction",
+        "runs[].bound.ops_per_sec",
+        "runs[].bound.read_rate",
+        "runs[].bound.self_ops_per_op",
+        "runs[].bound.write_rate",
+        "runs[].bytes_per_byte",
+        "runs[].counters",
+        "runs[].counters.batches",
+        "runs[].counters.checksum_mismatches",
+        "runs[].counters.corrupt",
+        "runs[].counters.cross_atomics",
+        "runs[].counters.cross_reads",
+        "runs[].counters.cross_writes",
+        "runs[].counters.evictions",
+        "runs[].counters.false_hits",
+        "runs[].counters.hits",
+        "runs[].counters.inserts",
+        "runs[].counters.invalidations",
+        "runs[].counters.lock_retries",
+        "runs[].counters.lost",
+        "runs[].counters.mismatch_rate",
+        "runs[].counters.misses",
+        "runs[].counters.remote_ops",
+        "runs[].counters.remote_ops_per_op",
+        "runs[].counters.self_ops",
+        "runs[].counters.updates",
+        "runs[].counters.wrong",
+        "runs[].cpu_ns_per_op",
+        "runs[].depth",
+        "runs[].distribution",
+        "runs[].hot_key",
+        "runs[].hot_key.corrupt",
+        "runs[].hot_key.foreign",
+        "runs[].hot_key.missing",
+        "runs[].hot_key.reads",
+        "runs[].latency_single_us",
+        "runs[].latency_single_us.kind",
+        "runs[].latency_single_us.p50",
+        "runs[].latency_single_us.p90",
+        "runs[].latency_single_us.p99",
+        "runs[].latency_single_us.p99_9",
+        "runs[].latency_single_us.p99_99",
+        "runs[].latency_single_us.samples",
+        "runs[].latency_us",
+        "runs[].latency_us.kind",
+        "runs[].latency_us.p50",
+        "runs[].latency_us.p90",
+        "runs[].latency_us.p99",
+        "runs[].latency_us.p99_9",
+        "runs[].latency_us.p99_99",
+        "runs[].latency_us.samples",
+        "runs[].nominal_cycles_per_op",
+        "runs[].nominal_ghz",
+        "runs[].ops_per_sec",
+        "runs[].ops_per_sec_max",
+        "runs[].ops_per_sec_min",
+        "runs[].ops_per_sec_reps",
+        "runs[].phase",
+        "runs[].ranks",
+        "runs[].reads_per_sec",
+        "runs[].record",
+        "runs[].record.key",
+        "runs[].record.value",
+        "runs[].reps",
+        "runs[].system",
+        "runs[].transport",
+        "runs[].variant",
+        "runs[].vs_redis",
+        "runs[].workload",
+        "runs[].writes_per_sec",
+    ];
+
+    /// `fabkit dht --csv`'s header, column by column.
+    const CSV_HEADER: &str = "system,variant,transport,workload,distribution,key_bytes,\
+        value_bytes,ranks,batch,phase,reps,ops_per_sec,ops_per_sec_min,ops_per_sec_max,\
+        writes_per_sec,reads_per_sec,latency_kind,p50_us,p90_us,p99_us,p99_9_us,p99_99_us,\
+        single_p50_us,single_p99_us,cpu_ns_per_op,nominal_cycles_per_op,bytes_per_byte,\
+        vs_redis,hits,misses,lost,false_hits,corrupt,checksum_mismatches,lock_retries,\
+        evictions,remote_ops_per_op,commit,host";
+
+    #[test]
+    fn golden_the_json_keys_and_the_csv_header_are_todays() {
+        // Every optional part filled, so that its keys show.
+        let mut s = sample("fabkit", 0, 0.001, &[(1000, 1)]);
+        s.single.record(2000);
+        s.hot = Some(HotKey::default());
+        let mut r = runs(&[s], Record { key: 8, value: 8 }, None);
+        r[0].bound = Some(super::super::bound::Bound {
+            ops_per_sec: 1.0,
+            fraction: 1.0,
+            cross_reads_per_op: 1.0,
+            cross_writes_per_op: 1.0,
+            cross_atomics_per_op: 1.0,
+            self_ops_per_op: 1.0,
+            read_rate: Some(1.0),
+            write_rate: Some(1.0),
+            atomic_rate: Some(1.0),
+        });
+        let rep = Report {
+            meta: Meta {
+                provenance: Provenance::here("c", "v", Some("l".into())),
+                provider: "p".into(),
+                notes: vec!["n".into()],
+            },
+            runs: r,
+        };
+        let json = serde_json::to_value(&rep).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+        let text = csv(&rep).unwrap();
+        assert_eq!(text.lines().next(), Some(CSV_HEADER));
+    }
+
     #[test]
     fn the_ranks_chart_marks_oversubscription_of_the_measuring_machine() {
         let mk = |ranks: usize| {

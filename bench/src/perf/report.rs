@@ -244,6 +244,78 @@ mod tests {
         }
     }
 
+    /// Every key `fabkit perf --json` (and `mpi-perf --json`) writes, as
+    /// it is spelled: a field renamed or dropped fails here (new ones are
+    /// added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "knee",
+        "knee.first_bound_bytes",
+        "knee.last_flat_bytes",
+        "knee.peak_mb_per_sec",
+        "knee.plateau_mxfers_per_sec",
+        "meta",
+        "meta.command",
+        "meta.commit",
+        "meta.cores",
+        "meta.fabkit",
+        "meta.host",
+        "meta.label",
+        "meta.launch",
+        "meta.machine",
+        "meta.method",
+        "meta.provider",
+        "points",
+        "points[].bidir",
+        "points[].bytes",
+        "points[].completion",
+        "points[].cpu_ns_per_xfer",
+        "points[].iters",
+        "points[].latency",
+        "points[].latency.max",
+        "points[].latency.mean",
+        "points[].latency.min",
+        "points[].latency.p50",
+        "points[].latency.p99",
+        "points[].op",
+        "points[].ordering",
+        "points[].ordering.delivery_complete",
+        "points[].ordering.fenced",
+        "points[].ordering.read_backs",
+        "points[].ordering.scattered",
+        "points[].ordering.unordered",
+        "points[].pattern",
+        "points[].rates",
+        "points[].rates.mb_per_sec",
+        "points[].rates.mxfers_per_sec",
+        "points[].rates.usec_per_xfer",
+        "points[].secs",
+        "points[].threads",
+        "points[].window",
+    ];
+
+    /// `fabkit perf --csv`'s header, column by column.
+    const CSV_HEADER: &str = "provider,op,pattern,bidir,bytes,iters,secs,window,mb_per_sec,\
+        usec_per_xfer,mxfers_per_sec,lat_min_us,lat_p50_us,lat_p99_us,lat_max_us";
+
+    #[test]
+    fn golden_the_json_keys_and_the_csv_header_are_todays() {
+        // Every optional part filled, so that its keys show.
+        let mut p = point(8, 1.0, Pattern::Lat);
+        p.completion = Some(super::super::WriteCompletion::Delivery);
+        p.ordering = Some(fabkit_fabric::OrderingStats::default());
+        p.cpu_ns_per_xfer = Some(1.0);
+        let mut r = Report::new(meta(), vec![p]);
+        r.knee = Some(Knee {
+            plateau_mxfers_per_sec: 1.0,
+            last_flat_bytes: 8,
+            first_bound_bytes: Some(64),
+            peak_mb_per_sec: 1.0,
+        });
+        let json = serde_json::to_value(&r).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.csv().lines().next(), Some(CSV_HEADER));
+    }
+
     #[test]
     fn table_has_fixed_columns_and_the_knee() {
         let pts = vec![

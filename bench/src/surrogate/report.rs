@@ -514,6 +514,78 @@ mod tests {
         assert!((r.error.mean[0] - 1e-4).abs() < 1e-18);
     }
 
+    /// Every key `fabkit surrogate --json` writes, as it is spelled: a
+    /// field renamed or dropped fails here (new ones are added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "meta",
+        "meta.batch",
+        "meta.command",
+        "meta.commit",
+        "meta.cores",
+        "meta.dt",
+        "meta.fabkit",
+        "meta.floor",
+        "meta.grid",
+        "meta.host",
+        "meta.launch",
+        "meta.machine",
+        "meta.notes",
+        "meta.provider",
+        "meta.steps",
+        "runs",
+        "runs[].break_even_measured_us",
+        "runs[].break_even_outside",
+        "runs[].break_even_us",
+        "runs[].cache_us_per_cell",
+        "runs[].checksum_mismatches",
+        "runs[].checksum_retries",
+        "runs[].digits",
+        "runs[].error",
+        "runs[].error.max",
+        "runs[].error.mean",
+        "runs[].error.species",
+        "runs[].evictions",
+        "runs[].hit_rate",
+        "runs[].ranks",
+        "runs[].rounds",
+        "runs[].rounds[].secs",
+        "runs[].rounds[].speedup",
+        "runs[].rounds[].uncached_secs",
+        "runs[].secs",
+        "runs[].solve_us",
+        "runs[].speedup",
+        "runs[].speedup_max",
+        "runs[].speedup_min",
+        "runs[].substeps",
+        "runs[].transport",
+        "runs[].uncached_secs",
+        "runs[].variant",
+    ];
+
+    #[test]
+    fn golden_the_json_keys_are_todays() {
+        let runs = [
+            run(0, None, 2.0, 0),
+            run(0, Some(Variant::Lockfree), 1.0, 50),
+        ];
+        let rep = Report {
+            meta: Meta {
+                provenance: crate::provenance(Some("l".into())),
+                provider: "p".into(),
+                grid: "16x8".into(),
+                steps: 1,
+                dt: 1.0,
+                batch: 1,
+                floor: 1e-6,
+                notes: vec!["n".into()],
+            },
+            runs: rows(&runs),
+        };
+        assert_eq!(rep.runs[0].rounds.len(), 1);
+        let json = serde_json::to_value(&rep).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     #[test]
     fn agreement_is_the_digits_a_grid_keeps() {
         assert_eq!(agreement(0.0), 16.0);
