@@ -37,6 +37,7 @@ use fabkit_dht::Variant;
 use serde::Serialize;
 
 use crate::dhtbench::bound::{self, Rate, Rates};
+use crate::dhtbench::report::{self as dht, Run};
 use crate::exit;
 use crate::flags::{self, Record};
 
@@ -114,9 +115,9 @@ pub struct Phase {
     /// The record and the batch of the run, which a measured row must
     /// share to be compared.
     #[serde(skip)]
-    pub record: serde_json::Value,
+    pub record: Record,
     #[serde(skip)]
-    pub batch: serde_json::Value,
+    pub batch: usize,
     /// Reads added because the one-node run planned for memory: chunked
     /// fetches the next chunk with each one where a round costs a round
     /// trip ([`fabkit_dht::Transport::near`] false), one read more per
@@ -225,15 +226,13 @@ pub fn predict(ph: &Phase, fabric: &Fabric, itself: Itself, cores: f64) -> Optio
 }
 
 /// Reads a `fabkit dht --json` file's fabkit rows.
-fn dht_rows(path: &Path, flag: &str) -> Result<Vec<serde_json::Value>> {
+fn dht_rows(path: &Path, flag: &str) -> Result<Vec<Run>> {
     let bad = |why: String| exit::usage(format!("{flag} {}: {why}", path.display()));
-    let doc = bound::read_json(path, flag, "fabkit dht --json")?;
-    let rows: Vec<serde_json::Value> = doc["runs"]
-        .as_array()
-        .ok_or_else(|| bad("no \"runs\": give a file `fabkit dht --json` wrote".into()))?
-        .iter()
-        .filter(|r| r["system"] == "fabkit")
-        .cloned()
+    let doc: dht::Report = bound::read_report(path, flag, "fabkit dht --json", "runs")?;
+    let rows: Vec<Run> = doc
+        .runs
+        .into_iter()
+        .filter(|r| r.system == "fabkit")
         .collect();
     if rows.is_empty() {
         return Err(bad("no fabkit rows".into()));
@@ -249,7 +248,7 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
     let bad = |why: String| exit::usage(format!("--ops {}: {why}", path.display()));
     let mut out = Vec::new();
     for r in rows {
-        let t = r["transport"].as_str().unwrap_or("");
+        let t = r.transport.as_str();
         // "fabric tcp;ofi_rxm", "shm shortcut + fabric ...", "mpi (osc ...)";
         // not "shared memory (..., no fabric)" or "local".
         if t.starts_with("fabric") || t.contains("+ fabric") || t.starts_with("mpi") {
@@ -258,46 +257,40 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
                  shm --shm -n 2 --json FILE), whose CPU is the DHT's own"
             )));
         }
-        let c = &r["counters"];
-        let num = |v: &serde_json::Value| v.as_f64().filter(|x| x.is_finite() && *x >= 0.0);
-        let per_op = num(&c["remote_ops_per_op"]).filter(|x| *x > 0.0);
-        let remote = num(&c["remote_ops"]);
-        let (Some(per_op), Some(remote)) = (per_op, remote) else {
+        let c = &r.counters;
+        let per_op = c.remote_ops_per_op;
+        if !(per_op.is_finite() && per_op > 0.0) || c.remote_ops == 0 {
             continue; // a phase that sent nothing
-        };
-        let ops = remote / per_op;
-        let kinds = ["cross_reads", "cross_writes", "cross_atomics", "self_ops"];
-        let counted: Option<Vec<f64>> = kinds.iter().map(|k| num(&c[*k])).collect();
-        let Some(counted) = counted else {
+        }
+        let ops = c.remote_ops as f64 / per_op;
+        let counted = [c.cross_reads, c.cross_writes, c.cross_atomics, c.self_ops];
+        // Every remote operation is counted as sent across or aimed at the
+        // rank itself; a row whose operations are neither comes from a
+        // fabkit that did not count them (the counters read as 0).
+        if counted.iter().sum::<u64>() == 0 {
             return Err(bad(
                 "a row without cross_reads, cross_writes, cross_atomics and self_ops: rerun it \
                  with this fabkit"
                     .into(),
             ));
-        };
-        let Some(host_ns) = num(&r["cpu_ns_per_op"]).filter(|c| *c > 0.0) else {
+        }
+        let counted = counted.map(|n| n as f64);
+        let host_ns = r.cpu_ns_per_op;
+        if !(host_ns.is_finite() && host_ns > 0.0) {
             return Err(bad(format!(
                 "the {variant} {phase} row has no busy CPU per operation above 0: give a run long \
                  enough to measure it (more -k)",
-                variant = r["variant"].as_str().unwrap_or("?"),
-                phase = r["phase"].as_str().unwrap_or("?"),
+                variant = r.variant.as_deref().unwrap_or("?"),
+                phase = r.phase,
             )));
-        };
+        }
         // Every rank mapped: the shortcut's rounds are memory accesses
         // (near), a fabric's are not.
         let near = t.starts_with("shared memory");
-        let variant = r["variant"].as_str().unwrap_or("").to_string();
+        let variant = r.variant.clone().unwrap_or_default();
         let v: Variant = bound::variant_named(&variant)
             .ok_or_else(|| bad(format!("a row of variant `{variant}`")))?;
-        let field = |f: &str| {
-            r["record"][f]
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-        };
-        let rec = match (field("key"), field("value")) {
-            (Some(key), Some(value)) => Record { key, value },
-            _ => return Err(bad("a row without its record {key, value}".into())),
-        };
+        let rec = r.record;
         let mut cross = [counted[0] / ops, counted[1] / ops, counted[2] / ops];
         let mut itself = counted[3] / ops;
         let ahead = if near && v == Variant::Chunked {
@@ -313,14 +306,14 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
         }
         out.push(Phase {
             variant,
-            workload: r["workload"].as_str().unwrap_or("").into(),
-            phase: r["phase"].as_str().unwrap_or("").into(),
+            workload: r.workload.clone(),
+            phase: r.phase.clone(),
             cross,
             itself,
             host_ns,
             sizes: bound::sizes(v, rec),
-            record: r["record"].clone(),
-            batch: r["batch"].clone(),
+            record: rec,
+            batch: r.batch,
             ahead,
         });
     }
@@ -368,13 +361,13 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
             p.measured = rows
                 .iter()
                 .find(|r| {
-                    r["variant"] == ph.variant.as_str()
-                        && r["workload"] == ph.workload.as_str()
-                        && r["phase"] == ph.phase.as_str()
-                        && r["record"] == ph.record
-                        && r["batch"] == ph.batch
+                    r.variant.as_deref() == Some(ph.variant.as_str())
+                        && r.workload == ph.workload
+                        && r.phase == ph.phase
+                        && r.record == ph.record
+                        && r.batch == ph.batch
                 })
-                .and_then(|r| r["ops_per_sec"].as_f64());
+                .map(|r| r.ops_per_sec);
             p.ratio = p.measured.map(|m| p.ops_per_sec / m);
         }
         out.push(p);
@@ -500,8 +493,8 @@ mod tests {
             itself,
             host_ns,
             sizes: (192, 192),
-            record: serde_json::Value::Null,
-            batch: serde_json::Value::Null,
+            record: Record { key: 8, value: 8 },
+            batch: 1,
             ahead: 0.0,
         }
     }

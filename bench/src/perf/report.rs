@@ -5,36 +5,43 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 use fabkit_core::provenance::Provenance;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::stats::{knee, Knee};
 use super::Point;
 
-/// Where the run came from, stored with the numbers.
-#[derive(Debug, Clone, Serialize)]
+/// Where the run came from, stored with the numbers. What `fabkit plot`,
+/// `dht --bound` and `model --perf` read back: a field a file lacks (one
+/// of an older fabkit, or one a script wrote with only what its reader
+/// needs) reads as empty or absent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Meta {
     /// Provider (for MPI runs: `mpi osc=...`).
+    #[serde(default)]
     pub provider: String,
     /// How the data moved: provider and domain, or MPI component, window
     /// and synchronisation.
+    #[serde(default)]
     pub method: String,
     /// A chart's legend for this run, made from its settings (provider
     /// or MPI component, window and synchronisation, busy-poll, threads),
-    /// not parsed from `method`.
-    pub label: String,
+    /// not parsed from `method`; absent in files of an older fabkit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// Command, commit, host, machine, launch and fabkit version.
     #[serde(flatten)]
     pub provenance: Provenance,
 }
 
-/// A whole run.
-#[derive(Debug, Clone, Serialize)]
+/// A whole run, as `--json` writes it and its readers take it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// Provenance.
     pub meta: Meta,
     /// One point per size.
     pub points: Vec<Point>,
     /// Packet-rate wall of a bandwidth sweep over 2+ sizes.
+    #[serde(default)]
     pub knee: Option<Knee>,
 }
 
@@ -176,7 +183,7 @@ pub fn emit(
     let meta = Meta {
         provider: provider.to_string(),
         method: method.to_string(),
-        label: label.to_string(),
+        label: Some(label.to_string()),
         provenance: crate::provenance(Some(launch.to_string())),
     };
     let report = Report::new(meta, points);
@@ -207,7 +214,7 @@ mod tests {
         Meta {
             provider: "tcp;ofi_rxm".into(),
             method: "libfabric tcp;ofi_rxm on lo".into(),
-            label: "tcp;ofi_rxm".into(),
+            label: Some("tcp;ofi_rxm".into()),
             provenance: Provenance {
                 command: "fabkit perf".into(),
                 commit: "abc".into(),
