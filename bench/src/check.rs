@@ -11,6 +11,7 @@ use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::launch::Launch;
+pub use crate::Over;
 
 /// What the checks run against: anything that executes batches of one-sided
 /// operations on a job's ranks (a fabric [`Rank`], or an MPI window).
@@ -96,18 +97,6 @@ pub struct RankReport {
     pub waits_block: bool,
     /// Checks with their outcome.
     pub checks: Vec<CheckOutcome>,
-}
-
-/// What a check's operations went through.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Over {
-    /// A libfabric provider (what a file written before this field was
-    /// recorded reads as).
-    #[default]
-    Fabric,
-    /// An MPI one-sided window.
-    Mpi,
 }
 
 /// What `fabkit check --json` writes per provider (an array of them):

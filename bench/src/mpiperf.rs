@@ -451,8 +451,8 @@ pub fn command(args: &MpiPerfArgs) -> Result<bool> {
     );
     crate::perf::report::emit(
         &args.sweep,
-        &launch.describe(per_rank.len()),
-        &format!("mpi osc={osc}"),
+        launch.provenance(per_rank.len()),
+        (&format!("mpi osc={osc}"), crate::Over::Mpi),
         (&method, &label),
         points,
     )

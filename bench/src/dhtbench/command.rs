@@ -63,7 +63,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
         let size = fabkit_core::bootstrap::Bootstrap::size(boot);
         let provider =
             format!("mpi osc={}, window {win:?}", crate::mpiperf::osc_in_force()).to_lowercase();
-        return report(args, &samples, &launch.describe(size), &provider, None);
+        return report(args, &samples, launch.provenance(size), &provider, None);
     }
     let runs = launch.run(to, |boot| super::run_rank(args, boot))?;
     let Some(mut runs) = runs else {
@@ -90,7 +90,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
     report(
         args,
         &runs.swap_remove(0),
-        &launch.describe(n),
+        launch.provenance(n),
         &provider,
         rates.as_ref(),
     )
@@ -102,7 +102,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
 fn report(
     args: &DhtArgs,
     samples: &[Sample],
-    launch: &str,
+    provenance: fabkit_core::provenance::Provenance,
     provider: &str,
     rates: Option<&bound::Rates>,
 ) -> Result<bool> {
@@ -140,7 +140,7 @@ fn report(
     }
     let rep = report::Report {
         meta: report::Meta {
-            provenance: crate::provenance(Some(launch.into())),
+            provenance,
             provider: provider.into(),
             notes,
         },

@@ -800,6 +800,7 @@ mod tests {
                     machine: Some("m".into()),
                     cores: Some(2),
                     launch: Some("l".into()),
+                    launcher: None,
                     fabkit: Some("0.1.0".into()),
                 },
                 provider: "p".into(),
@@ -830,6 +831,7 @@ mod tests {
         "meta.fabkit",
         "meta.host",
         "meta.launch",
+        "meta.launcher",
         "meta.machine",
         "meta.notes",
         "meta.provider",
@@ -940,7 +942,10 @@ mod tests {
         });
         let rep = Report {
             meta: Meta {
-                provenance: Provenance::here("c", "v", Some("l".into())),
+                provenance: Provenance {
+                    launcher: Some(fabkit_core::provenance::Launcher::Threads),
+                    ..Provenance::here("c", "v", Some("l".into()))
+                },
                 provider: "p".into(),
                 notes: vec!["n".into()],
             },

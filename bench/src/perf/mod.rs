@@ -772,8 +772,8 @@ pub fn command(args: &PerfArgs) -> Result<bool> {
     }
     report::emit(
         &args.sweep,
-        &launch.describe(per_rank.len()),
-        &args.provider,
+        launch.provenance(per_rank.len()),
+        (&args.provider, crate::Over::Fabric),
         (&method, &label),
         points,
     )

@@ -28,6 +28,10 @@ pub struct Meta {
     /// not parsed from `method`; absent in files of an older fabkit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// What carried the operations (libfabric or MPI windows); absent in
+    /// files of an older fabkit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<crate::Over>,
     /// Command, commit, host, machine, launch and fabkit version.
     #[serde(flatten)]
     pub provenance: Provenance,
@@ -172,19 +176,23 @@ pub fn human(b: usize) -> String {
     }
 }
 
-/// Prints the table and writes JSON/CSV for a perf or mpi-perf run.
+/// Prints the table and writes JSON/CSV for a perf or mpi-perf run on
+/// `provider`, `over` libfabric or MPI, whose ranks' `provenance` says
+/// how they were started.
 pub fn emit(
     sweep: &super::SweepArgs,
-    launch: &str,
-    provider: &str,
+    provenance: Provenance,
+    (provider, over): (&str, crate::Over),
     (method, label): (&str, &str),
     points: Vec<Point>,
 ) -> Result<bool> {
+    let launch = provenance.launch.clone().unwrap_or_default();
     let meta = Meta {
         provider: provider.to_string(),
         method: method.to_string(),
         label: Some(label.to_string()),
-        provenance: crate::provenance(Some(launch.to_string())),
+        over: Some(over),
+        provenance,
     };
     let report = Report::new(meta, points);
     println!(
@@ -215,6 +223,7 @@ mod tests {
             provider: "tcp;ofi_rxm".into(),
             method: "libfabric tcp;ofi_rxm on lo".into(),
             label: Some("tcp;ofi_rxm".into()),
+            over: Some(crate::Over::Fabric),
             provenance: Provenance {
                 command: "fabkit perf".into(),
                 commit: "abc".into(),
@@ -222,6 +231,7 @@ mod tests {
                 machine: Some("test".into()),
                 cores: Some(2),
                 launch: Some("threads".into()),
+                launcher: Some(fabkit_core::provenance::Launcher::Threads),
                 fabkit: Some("0.1.0".into()),
             },
         }
@@ -268,8 +278,10 @@ mod tests {
         "meta.host",
         "meta.label",
         "meta.launch",
+        "meta.launcher",
         "meta.machine",
         "meta.method",
+        "meta.over",
         "meta.provider",
         "points",
         "points[].bidir",

@@ -528,6 +528,7 @@ mod tests {
         "meta.grid",
         "meta.host",
         "meta.launch",
+        "meta.launcher",
         "meta.machine",
         "meta.notes",
         "meta.provider",
@@ -570,7 +571,10 @@ mod tests {
         ];
         let rep = Report {
             meta: Meta {
-                provenance: crate::provenance(Some("l".into())),
+                provenance: fabkit_core::provenance::Provenance {
+                    launcher: Some(fabkit_core::provenance::Launcher::Threads),
+                    ..crate::provenance(Some("l".into()))
+                },
                 provider: "p".into(),
                 grid: "16x8".into(),
                 steps: 1,
