@@ -37,7 +37,9 @@ use fabkit_dht::Variant;
 use serde::Serialize;
 
 use crate::dhtbench::bound::{self, Rate, Rates};
-use crate::dhtbench::report::{self as dht, Run};
+use crate::dhtbench::report::{self as dht, name, variant_name, Run};
+use crate::dhtbench::workload::{PhaseName, Workload};
+use crate::dhtbench::System;
 use crate::exit;
 use crate::flags::{self, Record};
 
@@ -101,9 +103,9 @@ pub enum Itself {
 /// One phase of the one-node run, as the model reads it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Phase {
-    pub variant: String,
-    pub workload: String,
-    pub phase: String,
+    pub variant: Variant,
+    pub workload: Workload,
+    pub phase: PhaseName,
     /// Per DHT operation: reads, writes and atomics across, and
     /// operations on the rank itself.
     pub cross: [f64; 3],
@@ -232,7 +234,7 @@ fn dht_rows(path: &Path, flag: &str) -> Result<Vec<Run>> {
     let rows: Vec<Run> = doc
         .runs
         .into_iter()
-        .filter(|r| r.system == "fabkit")
+        .filter(|r| r.system == System::Fabkit)
         .collect();
     if rows.is_empty() {
         return Err(bad("no fabkit rows".into()));
@@ -280,16 +282,16 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
             return Err(bad(format!(
                 "the {variant} {phase} row has no busy CPU per operation above 0: give a run long \
                  enough to measure it (more -k)",
-                variant = r.variant.as_deref().unwrap_or("?"),
+                variant = r.variant.map_or_else(|| "?".into(), variant_name),
                 phase = r.phase,
             )));
         }
         // Every rank mapped: the shortcut's rounds are memory accesses
         // (near), a fabric's are not.
         let near = t.starts_with("shared memory");
-        let variant = r.variant.clone().unwrap_or_default();
-        let v: Variant = bound::variant_named(&variant)
-            .ok_or_else(|| bad(format!("a row of variant `{variant}`")))?;
+        let Some(v) = r.variant else {
+            return Err(bad("a fabkit row without its variant".into()));
+        };
         let rec = r.record;
         let mut cross = [counted[0] / ops, counted[1] / ops, counted[2] / ops];
         let mut itself = counted[3] / ops;
@@ -305,9 +307,9 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
             itself += ahead * (1.0 - share);
         }
         out.push(Phase {
-            variant,
-            workload: r.workload.clone(),
-            phase: r.phase.clone(),
+            variant: v,
+            workload: r.workload,
+            phase: r.phase,
             cross,
             itself,
             host_ns,
@@ -352,7 +354,9 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
             return Err(exit::usage(format!(
                 "{} {} {}: it sends a kind of operation the perf files give no rate or CPU for \
                  (CPU per transfer is in files of this fabkit); add --perf FILE of it",
-                ph.variant, ph.workload, ph.phase
+                variant_name(ph.variant),
+                name(ph.workload),
+                ph.phase
             )));
         };
         if let Some(rows) = &measured {
@@ -361,7 +365,7 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
             p.measured = rows
                 .iter()
                 .find(|r| {
-                    r.variant.as_deref() == Some(ph.variant.as_str())
+                    r.variant == Some(ph.variant)
                         && r.workload == ph.workload
                         && r.phase == ph.phase
                         && r.record == ph.record
@@ -405,8 +409,8 @@ pub fn print(rows: &[Prediction]) {
         let ph = &p.phase;
         println!(
             "{:<9} {:<6} {:<6} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>8.0} {:>9} {:>9} {:>9} {:<6} {:>9} {:>6}",
-            ph.variant,
-            ph.workload,
+            variant_name(ph.variant),
+            name(ph.workload),
             ph.phase,
             ph.cross[0],
             ph.cross[1],
@@ -486,9 +490,9 @@ mod tests {
 
     fn phase(cross: [f64; 3], itself: f64, host_ns: f64) -> Phase {
         Phase {
-            variant: "lockfree".into(),
-            workload: "paper".into(),
-            phase: "read".into(),
+            variant: Variant::Lockfree,
+            workload: Workload::Paper,
+            phase: PhaseName::Read,
             cross,
             itself,
             host_ns,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::dhtbench::report::name;
+use crate::dhtbench::report::{name, variant_name};
 use crate::exit::usage;
 use crate::perf::report::Report;
 use crate::perf::Point;
@@ -319,7 +319,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
         "| system | variant | transport | workload | dist | phase | record | ranks | launch | batch | depth | Mops/s | min-max | p50 us | p99 us | commit | file |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (rep, file) in reports.iter().zip(files) {
-        let name = file.file_name().map_or_else(
+        let file_name = file.file_name().map_or_else(
             || file.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
@@ -328,10 +328,10 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
                 t,
                 "| {} | {} | {} | {} | {} | {} | {},{} | {} | {} | {} | {} | {:.3} | {:.3}-{:.3} | {:.2} | {} | {} | {} |",
                 r.system,
-                r.variant.as_deref().unwrap_or("-"),
+                r.variant.map_or_else(|| "-".into(), variant_name),
                 r.transport,
-                r.workload,
-                r.distribution,
+                name(r.workload),
+                name(r.distribution),
                 r.phase,
                 r.record.key,
                 r.record.value,
@@ -345,7 +345,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
                 r.latency_us.p50,
                 crate::dhtbench::report::us(r.latency_us.p99),
                 rep.meta.provenance.commit,
-                name
+                file_name
             );
         }
     }
@@ -360,8 +360,8 @@ pub fn command(a: &PlotArgs) -> Result<bool> {
         // fabkit dht reports: throughput against the rank count.
         for r in &mut reports {
             r.runs.retain(|x| {
-                a.workload.as_ref().is_none_or(|w| *w == x.workload)
-                    && a.phase.as_ref().is_none_or(|p| *p == x.phase)
+                a.workload.as_ref().is_none_or(|w| *w == name(x.workload))
+                    && a.phase.as_ref().is_none_or(|p| p == x.phase.as_str())
             });
         }
         if reports.iter().all(|r| r.runs.is_empty()) {

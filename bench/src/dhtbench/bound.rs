@@ -212,7 +212,7 @@ pub fn load(
             return Err(exit::usage(format!(
                 "{flag}: the {} variant sends atomics across and no file gives an atomic rate: \
                  add {flag} FILE from fabkit perf -b -o cas --json FILE",
-                format!("{v:?}").to_lowercase()
+                super::report::variant_name(*v)
             )));
         }
     }
@@ -253,18 +253,6 @@ pub fn sizes(variant: Variant, record: Record) -> (usize, usize) {
         _ => l.data_len(),
     };
     (read, l.data_len())
-}
-
-/// The variant a report row names.
-pub fn variant_named(name: &str) -> Option<Variant> {
-    [
-        Variant::Coarse,
-        Variant::Fine,
-        Variant::Lockfree,
-        Variant::Chunked,
-    ]
-    .into_iter()
-    .find(|v| format!("{v:?}").eq_ignore_ascii_case(name))
 }
 
 /// The rate of the point nearest `bytes`.

@@ -6,7 +6,7 @@ use std::io::Write as _;
 
 use anyhow::Result;
 
-use super::{bound, report, DhtArgs, Sample};
+use super::{bound, report, DhtArgs, RedisOn, Sample, System};
 use crate::launch::Launch;
 
 /// `fabkit dht`: the benchmark on this rank (and the job's others), with
@@ -76,7 +76,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
         // when every rank is on this node.
         let named = runs
             .first()
-            .and_then(|s| s.iter().find(|x| x.system == "fabkit"))
+            .and_then(|s| s.iter().find(|x| x.system == System::Fabkit))
             .map(|x| format!("{} (--shm)", x.transport));
         named.unwrap_or_else(|| {
             format!(
@@ -125,11 +125,10 @@ fn report(
                 .into(),
         );
     }
-    if let Some(r) = runs.iter().find(|r| r.system == "redis") {
-        let on = if r.transport == "redis loopback" {
-            "on loopback"
-        } else {
-            "on its host's address in the ranks' network (-d)"
+    if let Some(on) = samples.iter().find_map(|s| s.redis) {
+        let on = match on {
+            RedisOn::Loopback => "on loopback",
+            RedisOn::Network => "on its host's address in the ranks' network (-d)",
         };
         notes.push(format!(
             "redis: one redis-server per rank {on}, the keys sharded by the DHT's placement, \

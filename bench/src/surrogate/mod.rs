@@ -377,10 +377,7 @@ fn rounds<T: Transport>(
     Ok(out)
 }
 
-/// `coarse`, `fine`, `lockfree`, `chunked`.
-pub fn variant_name(v: Variant) -> String {
-    format!("{v:?}").to_lowercase()
-}
+pub use crate::dhtbench::report::variant_name;
 
 /// Writes `g` as NAME.csv into --grids (rank 0 only): x, y and the nine
 /// species, each printed so that it reads back to the same bits.
