@@ -38,6 +38,7 @@ use serde::Serialize;
 
 use crate::dhtbench::bound::{self, Rate, Rates};
 use crate::dhtbench::report::{self as dht, name, variant_name, Run};
+use crate::dhtbench::transports;
 use crate::dhtbench::workload::{PhaseName, Workload};
 use crate::dhtbench::System;
 use crate::exit;
@@ -251,13 +252,24 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
     let mut out = Vec::new();
     for r in rows {
         let t = r.transport.as_str();
-        // "fabric tcp;ofi_rxm", "shm shortcut + fabric ...", "mpi (osc ...)";
-        // not "shared memory (..., no fabric)" or "local".
-        if t.starts_with("fabric") || t.contains("+ fabric") || t.starts_with("mpi") {
-            return Err(bad(format!(
-                "its DHT ran over `{t}`; give a run on one node without a fabric (fabkit dht -p \
-                 shm --shm -n 2 --json FILE), whose CPU is the DHT's own"
-            )));
+        // Only a run whose every operation was a memory access: the
+        // same-node shortcut with every rank on the node.
+        match r.path {
+            Some(transports::Path::Memory) => {}
+            Some(_) => {
+                return Err(bad(format!(
+                    "its DHT ran over `{t}`; give a run on one node without a fabric (fabkit \
+                     dht -p shm --shm -n 2 --json FILE), whose CPU is the DHT's own"
+                )))
+            }
+            None => {
+                return Err(bad(
+                    "its rows do not say whether the DHT crossed a fabric (no \"path\": an older \
+                     fabkit's file): rerun it with this fabkit (fabkit dht -p shm --shm -n 2 \
+                     --json FILE)"
+                        .into(),
+                ))
+            }
         }
         let c = &r.counters;
         let per_op = c.remote_ops_per_op;
@@ -286,9 +298,9 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
                 phase = r.phase,
             )));
         }
-        // Every rank mapped: the shortcut's rounds are memory accesses
-        // (near), a fabric's are not.
-        let near = t.starts_with("shared memory");
+        // Every rank mapped (the only path let through above): the
+        // shortcut's rounds are memory accesses (near), a fabric's are not.
+        let near = r.path == Some(transports::Path::Memory);
         let Some(v) = r.variant else {
             return Err(bad("a fabkit row without its variant".into()));
         };

@@ -173,6 +173,8 @@ pub struct Sample {
     pub variant: Option<Variant>,
     /// What carried the operations ("fabric shm", "mpi", "redis loopback").
     pub transport: String,
+    /// The path the DHT's operations took (none for Redis).
+    pub path: Option<transports::Path>,
     /// Where Redis's servers listened (none for the DHT).
     pub redis: Option<RedisOn>,
     /// The workload.
@@ -459,7 +461,7 @@ fn finish_phases<'w, S: Store>(
 
 /// Runs every variant and workload on this rank over transports `make`
 /// builds (and `finish` ends), then Redis: the samples of the whole run.
-fn bench_rank<T: Transport>(
+fn bench_rank<T: transports::Carrier>(
     a: &DhtArgs,
     boot: &dyn Bootstrap,
     make: &dyn Fn(&Config) -> Result<T>,
@@ -475,7 +477,7 @@ fn bench_rank<T: Transport>(
                 let phases = workload::phases(&s).map_err(exit::usage)?;
                 let written = drawn(a, w, n, rep)?;
                 let t = make(&cfg)?;
-                let transport = t.name();
+                let (transport, path) = (t.name(), t.path());
                 let mut d = Dht::create(t, cfg, boot)?;
                 if let Some(n) = a.depth {
                     d.set_depth(n)?;
@@ -488,6 +490,7 @@ fn bench_rank<T: Transport>(
                 for (i, ph) in phases.iter().enumerate() {
                     let base = Sample {
                         variant: Some(v),
+                        path: Some(path),
                         depth: d.lanes_for(a.batch),
                         ..Sample::of(a, System::Fabkit, &transport, w, ph, rep, n)
                     };
@@ -717,7 +720,7 @@ struct Bench<'a> {
 
 impl transports::Job for Bench<'_> {
     type Out = Vec<Sample>;
-    fn run<T: Transport>(
+    fn run<T: transports::Carrier>(
         self,
         make: &dyn Fn(&Config) -> Result<T>,
         finish: &dyn Fn(T) -> Result<()>,

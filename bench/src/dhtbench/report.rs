@@ -7,7 +7,8 @@
 //! The JSON schema (`meta` once, a `runs` entry per row of the table):
 //! ```text
 //! {"meta": {"command", "commit", "host", "machine", "launch", "provider", "notes": [..]},
-//!  "runs": [{"system": "fabkit" | "redis", "variant", "transport", "workload",
+//!  "runs": [{"system": "fabkit" | "redis", "variant", "transport",
+//!            "path": "memory" | "rma" | "memory+rma" (none for Redis), "workload",
 //!            "distribution", "record": {"key", "value"}, "ranks", "batch", "phase",
 //!            "reps", "ops_per_sec", "ops_per_sec_min", "ops_per_sec_max",
 //!            "ops_per_sec_reps": [..], "writes_per_sec", "reads_per_sec",
@@ -133,8 +134,14 @@ pub struct Run {
     pub system: System,
     /// DHT variant (none for Redis).
     pub variant: Option<Variant>,
-    /// What carried the operations.
+    /// What carried the operations, in words.
     pub transport: String,
+    /// The path the DHT's operations took: `memory`, `rma` or
+    /// `memory+rma` (`message` and `memory+message` are the message path,
+    /// being built). Absent for Redis rows, and in reports written before
+    /// it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<super::transports::Path>,
     /// Workload.
     pub workload: Workload,
     /// Key distribution.
@@ -362,6 +369,7 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         system: first.system,
         variant: first.variant,
         transport: first.transport.clone(),
+        path: first.path,
         workload: first.workload,
         distribution: first.distribution,
         record,
@@ -930,6 +938,7 @@ mod tests {
         "runs[].ops_per_sec_max",
         "runs[].ops_per_sec_min",
         "runs[].ops_per_sec_reps",
+        "runs[].path",
         "runs[].phase",
         "runs[].ranks",
         "runs[].reads_per_sec",
@@ -957,6 +966,7 @@ mod tests {
     fn golden_the_json_keys_and_the_csv_header_are_todays() {
         // Every optional part filled, so that its keys show.
         let mut s = sample(System::Fabkit, 0, 0.001, &[(1000, 1)]);
+        s.path = Some(super::super::transports::Path::Rma);
         s.single.record(2000);
         s.hot = Some(HotKey::default());
         let mut r = runs(&[s], Record { key: 8, value: 8 }, None);

@@ -402,7 +402,7 @@ struct Rounds<'a> {
 
 impl transports::Job for Rounds<'_> {
     type Out = Vec<Run>;
-    fn run<T: Transport>(
+    fn run<T: transports::Carrier>(
         self,
         make: &dyn Fn(&Config) -> Result<T>,
         finish: &dyn Fn(T) -> Result<()>,
