@@ -11,6 +11,7 @@ use fabkit_fabric::{Rank, RankConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::launch::Launch;
+pub use crate::Over;
 
 /// What the checks run against: anything that executes batches of one-sided
 /// operations on a job's ranks (a fabric [`Rank`], or an MPI window).
@@ -98,16 +99,30 @@ pub struct RankReport {
     pub checks: Vec<CheckOutcome>,
 }
 
-/// What a check's operations went through.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Over {
-    /// A libfabric provider (what a file written before this field was
-    /// recorded reads as).
-    #[default]
-    Fabric,
-    /// An MPI one-sided window.
-    Mpi,
+/// What `fabkit check --json` writes per provider (an array of them):
+/// its fields in the order the file has always had them.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Checked {
+    /// Whether every check of every rank passed.
+    pub ok: bool,
+    /// The provider asked for (`mpi` for MPI windows).
+    pub provider: String,
+    /// Ranks that checked.
+    pub ranks: usize,
+    /// Every rank's view.
+    pub reports: Vec<RankReport>,
+}
+
+impl Checked {
+    /// The checks of `provider` by every rank.
+    pub fn new(provider: &str, reports: Vec<RankReport>) -> Checked {
+        Checked {
+            ok: reports.iter().all(|r| r.checks.iter().all(|c| c.ok)),
+            provider: provider.to_string(),
+            ranks: reports.len(),
+            reports,
+        }
+    }
 }
 
 /// One named check.
@@ -484,15 +499,52 @@ pub fn command(args: &CheckArgs) -> Result<bool> {
         };
         let Some(reports) = reports else { continue };
         all_ok &= print_summary(&reports, &launch.describe(reports.len()));
-        json.push(serde_json::json!({
-            "provider": prov,
-            "ranks": reports.len(),
-            "ok": reports.iter().all(|r| r.checks.iter().all(|c| c.ok)),
-            "reports": reports,
-        }));
+        json.push(Checked::new(prov, reports));
     }
     if let (Some(path), false) = (&args.json, json.is_empty()) {
         crate::output::write_out(path, &(serde_json::to_string_pretty(&json)? + "\n"))?;
     }
     Ok(all_ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key `fabkit check --json` writes, as it is spelled: a field
+    /// renamed or dropped fails here (new ones are added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "[].ok",
+        "[].provider",
+        "[].ranks",
+        "[].reports",
+        "[].reports[].checks",
+        "[].reports[].checks[].detail",
+        "[].reports[].checks[].millis",
+        "[].reports[].checks[].name",
+        "[].reports[].checks[].ok",
+        "[].reports[].domain",
+        "[].reports[].over",
+        "[].reports[].progress_thread",
+        "[].reports[].provider",
+        "[].reports[].rank",
+        "[].reports[].waits_block",
+    ];
+
+    #[test]
+    fn golden_the_json_keys_are_todays() {
+        let rank = RankReport {
+            rank: 0,
+            over: Over::Fabric,
+            provider: "shm".into(),
+            domain: "shm".into(),
+            progress_thread: false,
+            waits_block: false,
+            checks: vec![timed("c", || Ok("d".into()))],
+        };
+        let doc = vec![Checked::new("shm", vec![rank])];
+        assert!(doc[0].ok && doc[0].ranks == 1);
+        let json = serde_json::to_value(&doc).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+    }
 }

@@ -377,11 +377,10 @@ pub fn check_domain(
     hints.domain = domain.map(str::to_string);
     match fabkit_fabric::info::find(&hints, true) {
         Ok(_) => Ok(()),
-        Err(fabkit_fabric::Error::Core(fabkit_core::Error::InvalidArgument(m)))
-            if !m.starts_with("fi_allocinfo") =>
-        {
-            Err(usage(m))
-        }
+        // A domain, interface or network this host does not have, or a
+        // name libfabric cannot take: the command line's to fix. (A
+        // failed libfabric call, out of memory among them, is a Call.)
+        Err(fabkit_fabric::Error::Core(fabkit_core::Error::InvalidArgument(m))) => Err(usage(m)),
         Err(e) => Err(e.into()),
     }
 }

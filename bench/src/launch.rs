@@ -12,6 +12,7 @@ macro_rules! usage {
 
 use anyhow::{anyhow, Context, Result};
 use fabkit_core::bootstrap::{launched_by_mpi, Bootstrap, FileBootstrap, ThreadGroup};
+use fabkit_core::provenance::{Launcher, Provenance};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -96,6 +97,29 @@ impl Launch {
             #[cfg(feature = "mpi")]
             Launch::Mpi(_) => format!("{ranks} ranks under an MPI launcher"),
             Launch::Files(_) => format!("{ranks} ranks as processes (fabkit launch)"),
+        }
+    }
+
+    /// How the ranks were started, as a value.
+    pub fn launcher(&self) -> Launcher {
+        match self {
+            Launch::Threads(_) => Launcher::Threads,
+            #[cfg(feature = "mpi")]
+            Launch::Mpi(_) => Launcher::Mpi,
+            Launch::Files(_) => Launcher::Processes,
+        }
+    }
+
+    /// The provenance of a report of this job's `ranks` ranks: this
+    /// process's, with how the ranks were started in words ([`describe`])
+    /// and as a value ([`launcher`]).
+    ///
+    /// [`describe`]: Launch::describe
+    /// [`launcher`]: Launch::launcher
+    pub fn provenance(&self, ranks: usize) -> Provenance {
+        Provenance {
+            launcher: Some(self.launcher()),
+            ..crate::provenance(Some(self.describe(ranks)))
         }
     }
 

@@ -43,6 +43,19 @@ pub mod surrogate;
 
 pub use fabkit_core::provenance::Provenance;
 
+/// What carried a job's one-sided operations: a libfabric provider or MPI
+/// windows (`check`'s ranks, `perf` and `mpi-perf`'s runs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Over {
+    /// A libfabric provider (what a check file written before this field
+    /// was recorded reads as).
+    #[default]
+    Fabric,
+    /// An MPI one-sided window.
+    Mpi,
+}
+
 /// The git commit fabkit was built from (`git describe --dirty`), or
 /// `unknown` outside a checkout.
 pub const COMMIT: &str = match option_env!("FABKIT_COMMIT") {

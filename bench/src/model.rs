@@ -37,6 +37,10 @@ use fabkit_dht::Variant;
 use serde::Serialize;
 
 use crate::dhtbench::bound::{self, Rate, Rates};
+use crate::dhtbench::report::{self as dht, name, variant_name, Run};
+use crate::dhtbench::transports;
+use crate::dhtbench::workload::{PhaseName, Workload};
+use crate::dhtbench::System;
 use crate::exit;
 use crate::flags::{self, Record};
 
@@ -100,9 +104,9 @@ pub enum Itself {
 /// One phase of the one-node run, as the model reads it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Phase {
-    pub variant: String,
-    pub workload: String,
-    pub phase: String,
+    pub variant: Variant,
+    pub workload: Workload,
+    pub phase: PhaseName,
     /// Per DHT operation: reads, writes and atomics across, and
     /// operations on the rank itself.
     pub cross: [f64; 3],
@@ -114,9 +118,9 @@ pub struct Phase {
     /// The record and the batch of the run, which a measured row must
     /// share to be compared.
     #[serde(skip)]
-    pub record: serde_json::Value,
+    pub record: Record,
     #[serde(skip)]
-    pub batch: serde_json::Value,
+    pub batch: usize,
     /// Reads added because the one-node run planned for memory: chunked
     /// fetches the next chunk with each one where a round costs a round
     /// trip ([`fabkit_dht::Transport::near`] false), one read more per
@@ -225,15 +229,13 @@ pub fn predict(ph: &Phase, fabric: &Fabric, itself: Itself, cores: f64) -> Optio
 }
 
 /// Reads a `fabkit dht --json` file's fabkit rows.
-fn dht_rows(path: &Path, flag: &str) -> Result<Vec<serde_json::Value>> {
+fn dht_rows(path: &Path, flag: &str) -> Result<Vec<Run>> {
     let bad = |why: String| exit::usage(format!("{flag} {}: {why}", path.display()));
-    let doc = bound::read_json(path, flag, "fabkit dht --json")?;
-    let rows: Vec<serde_json::Value> = doc["runs"]
-        .as_array()
-        .ok_or_else(|| bad("no \"runs\": give a file `fabkit dht --json` wrote".into()))?
-        .iter()
-        .filter(|r| r["system"] == "fabkit")
-        .cloned()
+    let doc: dht::Report = bound::read_report(path, flag, "fabkit dht --json", "runs")?;
+    let rows: Vec<Run> = doc
+        .runs
+        .into_iter()
+        .filter(|r| r.system == System::Fabkit)
         .collect();
     if rows.is_empty() {
         return Err(bad("no fabkit rows".into()));
@@ -249,55 +251,60 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
     let bad = |why: String| exit::usage(format!("--ops {}: {why}", path.display()));
     let mut out = Vec::new();
     for r in rows {
-        let t = r["transport"].as_str().unwrap_or("");
-        // "fabric tcp;ofi_rxm", "shm shortcut + fabric ...", "mpi (osc ...)";
-        // not "shared memory (..., no fabric)" or "local".
-        if t.starts_with("fabric") || t.contains("+ fabric") || t.starts_with("mpi") {
-            return Err(bad(format!(
-                "its DHT ran over `{t}`; give a run on one node without a fabric (fabkit dht -p \
-                 shm --shm -n 2 --json FILE), whose CPU is the DHT's own"
-            )));
+        let t = r.transport.as_str();
+        // Only a run whose every operation was a memory access: the
+        // same-node shortcut with every rank on the node.
+        match r.path {
+            Some(transports::Path::Memory) => {}
+            Some(_) => {
+                return Err(bad(format!(
+                    "its DHT ran over `{t}`; give a run on one node without a fabric (fabkit \
+                     dht -p shm --shm -n 2 --json FILE), whose CPU is the DHT's own"
+                )))
+            }
+            None => {
+                return Err(bad(
+                    "its rows do not say whether the DHT crossed a fabric (no \"path\": an older \
+                     fabkit's file): rerun it with this fabkit (fabkit dht -p shm --shm -n 2 \
+                     --json FILE)"
+                        .into(),
+                ))
+            }
         }
-        let c = &r["counters"];
-        let num = |v: &serde_json::Value| v.as_f64().filter(|x| x.is_finite() && *x >= 0.0);
-        let per_op = num(&c["remote_ops_per_op"]).filter(|x| *x > 0.0);
-        let remote = num(&c["remote_ops"]);
-        let (Some(per_op), Some(remote)) = (per_op, remote) else {
+        let c = &r.counters;
+        let per_op = c.remote_ops_per_op;
+        if !(per_op.is_finite() && per_op > 0.0) || c.remote_ops == 0 {
             continue; // a phase that sent nothing
-        };
-        let ops = remote / per_op;
-        let kinds = ["cross_reads", "cross_writes", "cross_atomics", "self_ops"];
-        let counted: Option<Vec<f64>> = kinds.iter().map(|k| num(&c[*k])).collect();
-        let Some(counted) = counted else {
+        }
+        let ops = c.remote_ops as f64 / per_op;
+        let counted = [c.cross_reads, c.cross_writes, c.cross_atomics, c.self_ops];
+        // Every remote operation is counted as sent across or aimed at the
+        // rank itself; a row whose operations are neither comes from a
+        // fabkit that did not count them (the counters read as 0).
+        if counted.iter().sum::<u64>() == 0 {
             return Err(bad(
                 "a row without cross_reads, cross_writes, cross_atomics and self_ops: rerun it \
                  with this fabkit"
                     .into(),
             ));
-        };
-        let Some(host_ns) = num(&r["cpu_ns_per_op"]).filter(|c| *c > 0.0) else {
+        }
+        let counted = counted.map(|n| n as f64);
+        let host_ns = r.cpu_ns_per_op;
+        if !(host_ns.is_finite() && host_ns > 0.0) {
             return Err(bad(format!(
                 "the {variant} {phase} row has no busy CPU per operation above 0: give a run long \
                  enough to measure it (more -k)",
-                variant = r["variant"].as_str().unwrap_or("?"),
-                phase = r["phase"].as_str().unwrap_or("?"),
+                variant = r.variant.map_or_else(|| "?".into(), variant_name),
+                phase = r.phase,
             )));
+        }
+        // Every rank mapped (the only path let through above): the
+        // shortcut's rounds are memory accesses (near), a fabric's are not.
+        let near = r.path == Some(transports::Path::Memory);
+        let Some(v) = r.variant else {
+            return Err(bad("a fabkit row without its variant".into()));
         };
-        // Every rank mapped: the shortcut's rounds are memory accesses
-        // (near), a fabric's are not.
-        let near = t.starts_with("shared memory");
-        let variant = r["variant"].as_str().unwrap_or("").to_string();
-        let v: Variant = bound::variant_named(&variant)
-            .ok_or_else(|| bad(format!("a row of variant `{variant}`")))?;
-        let field = |f: &str| {
-            r["record"][f]
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-        };
-        let rec = match (field("key"), field("value")) {
-            (Some(key), Some(value)) => Record { key, value },
-            _ => return Err(bad("a row without its record {key, value}".into())),
-        };
+        let rec = r.record;
         let mut cross = [counted[0] / ops, counted[1] / ops, counted[2] / ops];
         let mut itself = counted[3] / ops;
         let ahead = if near && v == Variant::Chunked {
@@ -312,15 +319,15 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
             itself += ahead * (1.0 - share);
         }
         out.push(Phase {
-            variant,
-            workload: r["workload"].as_str().unwrap_or("").into(),
-            phase: r["phase"].as_str().unwrap_or("").into(),
+            variant: v,
+            workload: r.workload,
+            phase: r.phase,
             cross,
             itself,
             host_ns,
             sizes: bound::sizes(v, rec),
-            record: r["record"].clone(),
-            batch: r["batch"].clone(),
+            record: rec,
+            batch: r.batch,
             ahead,
         });
     }
@@ -359,7 +366,9 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
             return Err(exit::usage(format!(
                 "{} {} {}: it sends a kind of operation the perf files give no rate or CPU for \
                  (CPU per transfer is in files of this fabkit); add --perf FILE of it",
-                ph.variant, ph.workload, ph.phase
+                variant_name(ph.variant),
+                name(ph.workload),
+                ph.phase
             )));
         };
         if let Some(rows) = &measured {
@@ -368,13 +377,13 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
             p.measured = rows
                 .iter()
                 .find(|r| {
-                    r["variant"] == ph.variant.as_str()
-                        && r["workload"] == ph.workload.as_str()
-                        && r["phase"] == ph.phase.as_str()
-                        && r["record"] == ph.record
-                        && r["batch"] == ph.batch
+                    r.variant == Some(ph.variant)
+                        && r.workload == ph.workload
+                        && r.phase == ph.phase
+                        && r.record == ph.record
+                        && r.batch == ph.batch
                 })
-                .and_then(|r| r["ops_per_sec"].as_f64());
+                .map(|r| r.ops_per_sec);
             p.ratio = p.measured.map(|m| p.ops_per_sec / m);
         }
         out.push(p);
@@ -412,8 +421,8 @@ pub fn print(rows: &[Prediction]) {
         let ph = &p.phase;
         println!(
             "{:<9} {:<6} {:<6} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>8.0} {:>9} {:>9} {:>9} {:<6} {:>9} {:>6}",
-            ph.variant,
-            ph.workload,
+            variant_name(ph.variant),
+            name(ph.workload),
             ph.phase,
             ph.cross[0],
             ph.cross[1],
@@ -493,15 +502,15 @@ mod tests {
 
     fn phase(cross: [f64; 3], itself: f64, host_ns: f64) -> Phase {
         Phase {
-            variant: "lockfree".into(),
-            workload: "paper".into(),
-            phase: "read".into(),
+            variant: Variant::Lockfree,
+            workload: Workload::Paper,
+            phase: PhaseName::Read,
             cross,
             itself,
             host_ns,
             sizes: (192, 192),
-            record: serde_json::Value::Null,
-            batch: serde_json::Value::Null,
+            record: Record { key: 8, value: 8 },
+            batch: 1,
             ahead: 0.0,
         }
     }
@@ -517,6 +526,62 @@ mod tests {
             writes: vec![r(write)],
             atomic: atomic.map(r),
         })
+    }
+
+    /// Every key `fabkit model --json` writes, as it is spelled: a field
+    /// renamed or dropped fails here (new ones are added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "meta",
+        "meta.command",
+        "meta.commit",
+        "meta.cores",
+        "meta.fabkit",
+        "meta.host",
+        "meta.machine",
+        "meta.measured",
+        "meta.ops",
+        "meta.perf",
+        "meta.pps",
+        "rows",
+        "rows[].ahead",
+        "rows[].binds",
+        "rows[].cpu_limit",
+        "rows[].cross",
+        "rows[].fabric_limit",
+        "rows[].host_ns",
+        "rows[].itself",
+        "rows[].measured",
+        "rows[].ops_per_sec",
+        "rows[].phase",
+        "rows[].ratio",
+        "rows[].sizes",
+        "rows[].variant",
+        "rows[].workload",
+    ];
+
+    #[test]
+    fn golden_the_json_keys_are_todays() {
+        let f = rates((200e3, 1.0), (500e3, 1.0), None);
+        let mut p = predict(
+            &phase([1.0, 0.0, 0.0], 1.0, 1000.0),
+            &f,
+            Itself::Fabric,
+            2.0,
+        )
+        .unwrap();
+        (p.measured, p.ratio) = (Some(1.0), Some(1.0));
+        let doc = Report {
+            meta: Meta {
+                provenance: crate::provenance(None),
+                ops: "ops.json".into(),
+                perf: vec!["perf.json".into()],
+                pps: Some(1.0),
+                measured: Some("dht.json".into()),
+            },
+            rows: vec![p],
+        };
+        let json = serde_json::to_value(&doc).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

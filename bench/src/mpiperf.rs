@@ -98,13 +98,26 @@ impl clap::builder::TypedValueParser for MpiOpParser {
         value: &std::ffi::OsStr,
     ) -> std::result::Result<PerfOp, clap::Error> {
         if value == "send" {
-            return Err(clap::Error::raw(
-                clap::error::ErrorKind::InvalidValue,
-                "mpi-perf measures MPI one-sided RMA (-o write, read, cas or fadd); for \
-                 two-sided messages use `fabkit perf -o send` (libfabric) or OSU's \
-                 osu_latency/osu_bw (MPI)",
-            )
-            .with_cmd(cmd));
+            use clap::error::{ContextKind, ContextValue, ErrorKind};
+            let mut e = clap::Error::new(ErrorKind::InvalidValue).with_cmd(cmd);
+            if let Some(a) = arg {
+                e.insert(ContextKind::InvalidArg, ContextValue::String(a.to_string()));
+            }
+            e.insert(
+                ContextKind::InvalidValue,
+                ContextValue::String("send".into()),
+            );
+            // The advice itself, which `exit::clap_line` puts on its line.
+            e.insert(
+                ContextKind::Custom,
+                ContextValue::String(
+                    "mpi-perf measures MPI one-sided RMA (-o write, read, cas or fadd); for \
+                     two-sided messages use `fabkit perf -o send` (libfabric) or OSU's \
+                     osu_latency/osu_bw (MPI)"
+                        .into(),
+                ),
+            );
+            return Err(e);
         }
         clap::builder::EnumValueParser::<MpiOp>::new()
             .parse_ref(cmd, arg, value)
@@ -457,8 +470,8 @@ pub fn command(args: &MpiPerfArgs) -> Result<bool> {
     );
     crate::perf::report::emit(
         &args.sweep,
-        &launch.describe(per_rank.len()),
-        &format!("mpi osc={osc}"),
+        launch.provenance(per_rank.len()),
+        (&format!("mpi osc={osc}"), crate::Over::Mpi),
         (&method, &label),
         points,
     )

@@ -7,8 +7,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+use crate::dhtbench::report::{name, variant_name};
 use crate::exit::usage;
+use crate::perf::report::Report;
+use crate::perf::Point;
+use crate::Over;
 use clap::{Args, ValueEnum};
+use fabkit_core::provenance::Launcher;
 use serde_json::Value;
 
 /// What the y axis shows.
@@ -31,11 +36,11 @@ impl Metric {
         }
     }
 
-    fn value(self, p: &Value) -> Option<f64> {
+    fn value(self, p: &Point) -> Option<f64> {
         match self {
-            Metric::Rate => p["rates"]["mxfers_per_sec"].as_f64(),
-            Metric::Bandwidth => p["rates"]["mb_per_sec"].as_f64(),
-            Metric::Latency => p["latency"]["p50"].as_f64(),
+            Metric::Rate => Some(p.rates.mxfers_per_sec),
+            Metric::Bandwidth => Some(p.rates.mb_per_sec),
+            Metric::Latency => p.latency.map(|l| l.p50),
         }
     }
 }
@@ -81,42 +86,77 @@ pub struct Series {
     pub label: String,
     /// (bytes, value) points.
     pub points: Vec<(f64, f64)>,
+    /// Measured over MPI windows (drawn dashed).
+    pub mpi: bool,
 }
 
-fn label_of(v: &Value) -> String {
-    let m = &v["meta"];
-    let op = v["points"][0]["op"].as_str().unwrap_or("?");
-    let threads = if m["launch"].as_str().is_some_and(|l| l.contains("threads")) {
-        " (in-process)"
-    } else {
-        ""
+/// A run's legend: its label, the first point's operation, and whether
+/// its ranks were threads of one process.
+fn label_of(r: &Report) -> String {
+    let m = &r.meta;
+    let op = r.points.first().map_or_else(|| "?".into(), |p| name(p.op));
+    let threads = match m.provenance.launcher {
+        Some(l) => l == Launcher::Threads,
+        None => older::in_process(m.provenance.launch.as_deref()),
     };
-    // Files of this fabkit say their label; older ones only the prose
-    // method, which is parsed as before.
-    if let Some(label) = m["label"].as_str() {
-        return format!("{label} {op}{threads}");
+    let threads = if threads { " (in-process)" } else { "" };
+    let label = match &m.label {
+        Some(l) => l.clone(),
+        None => older::label(&m.method),
+    };
+    format!("{label} {op}{threads}")
+}
+
+/// Whether a run was measured over MPI windows.
+fn over_mpi(r: &Report) -> bool {
+    r.meta.over.unwrap_or_else(|| older::over(&r.meta.method)) == Over::Mpi
+}
+
+/// Reading a file of an older fabkit, which did not record as values what
+/// a chart needs: its label (`label`), whether it ran over MPI (`over`)
+/// and whether its ranks were threads (`launcher`) are taken from the
+/// words it did record, as `fabkit plot` always took them. A file of this
+/// fabkit has all three, and none of this is read for it.
+mod older {
+    use crate::Over;
+
+    /// The label of a run from its `method`: "libfabric shm on shm,
+    /// threads 1" -> "shm"; "mpi one-sided, osc pt2pt, window allocate,
+    /// sync lockall" -> "MPI pt2pt allocate lockall".
+    pub fn label(method: &str) -> String {
+        method
+            .strip_prefix("libfabric ")
+            .and_then(|s| s.split(" on ").next())
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                let words: Vec<&str> = method
+                    .split(", ")
+                    .skip(1)
+                    .filter_map(|part| part.split_once(' ').map(|(_, v)| v))
+                    .collect();
+                format!("MPI {}", words.join(" "))
+            })
     }
-    let method = m["method"].as_str().unwrap_or("?");
-    // "libfabric shm on shm, threads 1" -> "shm"; MPI keeps its details.
-    let short = method
-        .strip_prefix("libfabric ")
-        .and_then(|s| s.split(" on ").next())
-        .map(str::to_string)
-        .unwrap_or_else(|| {
-            // "mpi one-sided, osc pt2pt, window allocate, sync lockall"
-            //   -> "MPI pt2pt allocate lockall"
-            let words: Vec<&str> = method
-                .split(", ")
-                .skip(1)
-                .filter_map(|part| part.split_once(' ').map(|(_, v)| v))
-                .collect();
-            format!("MPI {}", words.join(" "))
-        });
-    format!("{short} {op}{threads}")
+
+    /// What carried a run, from its `method`: every libfabric run's
+    /// starts "libfabric ", every other was MPI's.
+    pub fn over(method: &str) -> Over {
+        if method.starts_with("libfabric ") {
+            Over::Fabric
+        } else {
+            Over::Mpi
+        }
+    }
+
+    /// Whether the ranks were threads, from `launch` ("2 ranks in-process
+    /// (threads)").
+    pub fn in_process(launch: Option<&str>) -> bool {
+        launch.is_some_and(|l| l.contains("threads"))
+    }
 }
 
 /// Loads result files into series for `metric`.
-pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Value>)> {
+pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Report>)> {
     let mut series = Vec::new();
     let mut docs = Vec::new();
     for path in inputs {
@@ -124,36 +164,35 @@ pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Valu
         // error, like one that is not perf JSON (see the help's exit status).
         let text = std::fs::read_to_string(path)
             .map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| {
+        let not_perf = |e: serde_json::Error| {
             usage(format!(
                 "{} is not a fabkit perf JSON file: {e}",
                 path.display()
             ))
-        })?;
-        let Some(points) = v["points"].as_array() else {
+        };
+        let v: Value = serde_json::from_str(&text).map_err(not_perf)?;
+        if !v["points"].is_array() {
             return Err(usage(format!(
                 "{} has no `points`: write it with perf --json",
                 path.display()
             )));
-        };
+        }
+        let r: Report = serde_json::from_value(v).map_err(not_perf)?;
         // Both axes are logarithmic: a size below 1 B (log2 of 0 is -inf)
         // would stretch the grid without end, so it is refused; values that
         // are 0 or missing are left out, as before.
-        if let Some((i, b)) = points
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p["bytes"].as_f64().map(|b| (i, b)))
-            .find(|&(_, b)| !(b.is_finite() && b >= 1.0))
-        {
+        if let Some((i, p)) = r.points.iter().enumerate().find(|(_, p)| p.bytes < 1) {
             return Err(usage(format!(
-                "{}: point {i} has {b} bytes; a chart of sizes needs at least 1 B per point \
+                "{}: point {i} has {} bytes; a chart of sizes needs at least 1 B per point \
                  (was the file written by perf --json?)",
-                path.display()
+                path.display(),
+                p.bytes
             )));
         }
-        let pts: Vec<(f64, f64)> = points
+        let pts: Vec<(f64, f64)> = r
+            .points
             .iter()
-            .filter_map(|p| Some((p["bytes"].as_f64()?, metric.value(p)?)))
+            .filter_map(|p| Some((p.bytes as f64, metric.value(p)?)))
             .filter(|&(_, y)| y.is_finite() && y > 0.0)
             .collect();
         if pts.is_empty() {
@@ -164,10 +203,11 @@ pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Valu
             )));
         }
         series.push(Series {
-            label: label_of(&v),
+            label: label_of(&r),
             points: pts,
+            mpi: over_mpi(&r),
         });
-        docs.push(v);
+        docs.push(r);
     }
     Ok((series, docs))
 }
@@ -180,7 +220,7 @@ pub fn svg(series: &[Series], title: &str, ylabel: &str) -> String {
         .map(|se| fabkit_chart::LogLine {
             label: se.label.clone(),
             points: se.points.clone(),
-            dashed: se.label.starts_with("MPI"),
+            dashed: se.mpi,
         })
         .collect();
     fabkit_chart::log_lines(title, "transfer size (bytes)", ylabel, &lines, &size_label)
@@ -197,27 +237,28 @@ fn size_label(b: f64) -> String {
 }
 
 /// A markdown table of every point of every run.
-pub fn markdown(docs: &[Value]) -> String {
+pub fn markdown(docs: &[Report]) -> String {
     let mut s = String::from(
         "| run | op | pattern | bytes | Mxfers/s | MB/s | p50 us | p99 us | commit |\n\
          |---|---|---|---:|---:|---:|---:|---:|---|\n",
     );
-    for v in docs {
-        let label = label_of(v);
-        for p in v["points"].as_array().into_iter().flatten() {
+    for r in docs {
+        let label = label_of(r);
+        let commit = Some(r.meta.provenance.commit.as_str()).filter(|c| !c.is_empty());
+        for p in &r.points {
             let f = |x: Option<f64>, prec: usize| x.map_or("-".into(), |x| format!("{x:.prec$}"));
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 label,
-                p["op"].as_str().unwrap_or(""),
-                p["pattern"].as_str().unwrap_or(""),
-                p["bytes"],
-                f(p["rates"]["mxfers_per_sec"].as_f64(), 3),
-                f(p["rates"]["mb_per_sec"].as_f64(), 1),
-                f(p["latency"]["p50"].as_f64(), 2),
-                f(p["latency"]["p99"].as_f64(), 2),
-                v["meta"]["commit"].as_str().unwrap_or("?"),
+                name(p.op),
+                name(p.pattern),
+                p.bytes,
+                f(Some(p.rates.mxfers_per_sec), 3),
+                f(Some(p.rates.mb_per_sec), 1),
+                f(p.latency.map(|l| l.p50), 2),
+                f(p.latency.map(|l| l.p99), 2),
+                commit.unwrap_or("?"),
             );
         }
     }
@@ -278,7 +319,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
         "| system | variant | transport | workload | dist | phase | record | ranks | launch | batch | depth | Mops/s | min-max | p50 us | p99 us | commit | file |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (rep, file) in reports.iter().zip(files) {
-        let name = file.file_name().map_or_else(
+        let file_name = file.file_name().map_or_else(
             || file.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
@@ -287,10 +328,10 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
                 t,
                 "| {} | {} | {} | {} | {} | {} | {},{} | {} | {} | {} | {} | {:.3} | {:.3}-{:.3} | {:.2} | {} | {} | {} |",
                 r.system,
-                r.variant.as_deref().unwrap_or("-"),
+                r.variant.map_or_else(|| "-".into(), variant_name),
                 r.transport,
-                r.workload,
-                r.distribution,
+                name(r.workload),
+                name(r.distribution),
                 r.phase,
                 r.record.key,
                 r.record.value,
@@ -304,7 +345,7 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
                 r.latency_us.p50,
                 crate::dhtbench::report::us(r.latency_us.p99),
                 rep.meta.provenance.commit,
-                name
+                file_name
             );
         }
     }
@@ -319,8 +360,8 @@ pub fn command(a: &PlotArgs) -> Result<bool> {
         // fabkit dht reports: throughput against the rank count.
         for r in &mut reports {
             r.runs.retain(|x| {
-                a.workload.as_ref().is_none_or(|w| *w == x.workload)
-                    && a.phase.as_ref().is_none_or(|p| *p == x.phase)
+                a.workload.as_ref().is_none_or(|w| *w == name(x.workload))
+                    && a.phase.as_ref().is_none_or(|p| p == x.phase.as_str())
             });
         }
         if reports.iter().all(|r| r.runs.is_empty()) {
@@ -355,7 +396,8 @@ pub fn command(a: &PlotArgs) -> Result<bool> {
 mod tests {
     use super::*;
 
-    fn doc(method: &str, pts: &[(u64, f64)]) -> Value {
+    /// A file as an older fabkit wrote it: no label, over or launcher.
+    fn file(method: &str, pts: &[(u64, f64)]) -> Value {
         serde_json::json!({
             "meta": {"method": method, "commit": "abc123"},
             "points": pts.iter().map(|&(b, r)| serde_json::json!({
@@ -366,15 +408,41 @@ mod tests {
         })
     }
 
+    /// The same, as plot reads it.
+    fn doc(method: &str, pts: &[(u64, f64)]) -> Report {
+        serde_json::from_value(file(method, pts)).unwrap()
+    }
+
+    fn launched(mut r: Report, launch: &str) -> Report {
+        r.meta.provenance.launch = Some(launch.into());
+        r
+    }
+
     #[test]
     fn a_label_comes_from_its_field_and_older_files_from_the_method() {
         // The field keeps what the prose method's parsing dropped.
         let mut v = doc("libfabric shm on shm, threads 1, busy-poll", &[(8, 1.0)]);
         assert_eq!(label_of(&v), "shm write");
-        v["meta"]["label"] = "shm (busy-poll)".into();
+        v.meta.label = Some("shm (busy-poll)".into());
         assert_eq!(label_of(&v), "shm (busy-poll) write");
-        v["meta"]["launch"] = "2 ranks in-process (threads)".into();
+        let v = launched(v, "2 ranks in-process (threads)");
         assert_eq!(label_of(&v), "shm (busy-poll) write (in-process)");
+    }
+
+    #[test]
+    fn a_file_of_this_fabkit_is_read_by_its_values_not_its_words() {
+        let mut v = file("libfabric shm on shm, threads 1", &[(8, 1.0)]);
+        v["meta"]["label"] = "mine".into();
+        v["meta"]["over"] = "mpi".into();
+        v["meta"]["launch"] = "2 ranks in-process (threads)".into();
+        v["meta"]["launcher"] = "processes".into();
+        let r: Report = serde_json::from_value(v).unwrap();
+        assert_eq!(label_of(&r), "mine write");
+        assert!(over_mpi(&r));
+        // An older file's words say the opposite of each.
+        let old = doc("libfabric shm on shm, threads 1", &[(8, 1.0)]);
+        assert!(!over_mpi(&old));
+        assert!(over_mpi(&doc("mpi one-sided, osc sm", &[(8, 1.0)])));
     }
 
     #[test]
@@ -383,10 +451,12 @@ mod tests {
             Series {
                 label: "shm write".into(),
                 points: vec![(8.0, 0.7), (4096.0, 0.5), (1048576.0, 0.01)],
+                mpi: false,
             },
             Series {
                 label: "MPI osc sm write".into(),
                 points: vec![(8.0, 50.0), (4096.0, 20.0)],
+                mpi: true,
             },
         ];
         let s = svg(&series, "a < b", "Mtransfers/s");
@@ -416,8 +486,7 @@ mod tests {
             &[(8, 0.2), (184, 0.19)],
         );
         assert_eq!(label_of(&d), "tcp;ofi_rxm write");
-        let mut t = d.clone();
-        t["meta"]["launch"] = "2 ranks in-process (threads)".into();
+        let t = launched(d.clone(), "2 ranks in-process (threads)");
         assert_eq!(label_of(&t), "tcp;ofi_rxm write (in-process)");
         let m = doc(
             "mpi one-sided, osc sm, window allocate, sync lockall",

@@ -19,7 +19,8 @@
 //! - [`host`]: this host's memory, which sizes are checked against, its
 //!   cores and a one-line description of the machine.
 //! - [`provenance`]: where a report was made, by what and how, as every
-//!   report's `meta` carries it.
+//!   report's `meta` carries it; [`schema`]: the key paths of a report's
+//!   JSON, which its golden test pins.
 //! - [`notice`]: what a layer says that is no error of the call at hand;
 //!   printed by the tools, taken by a library that embeds fabkit.
 //! - [`net`]: the addresses of this host's interfaces (one `getifaddrs`
@@ -55,6 +56,7 @@ pub mod net;
 pub mod notice;
 pub mod op;
 pub mod provenance;
+pub mod schema;
 pub mod time;
 pub mod words;
 

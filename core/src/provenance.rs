@@ -29,9 +29,27 @@ pub struct Provenance {
     /// mpirun); absent for reports made from other reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch: Option<String>,
+    /// The same as a value, for the code that reads the report back;
+    /// absent where `launch` is, and in files written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<Launcher>,
     /// The tool's version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabkit: Option<String>,
+}
+
+/// How a job's ranks were started, as a value (what a report's `launch`
+/// says in words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Launcher {
+    /// Threads of one process: in-process ranks, which share its CPU time.
+    Threads,
+    /// Processes that met through a shared directory (`fabkit launch`).
+    Processes,
+    /// Processes under an MPI launcher (mpirun, srun).
+    Mpi,
 }
 
 impl Provenance {
@@ -45,6 +63,7 @@ impl Provenance {
             machine: Some(crate::host::machine()),
             cores: Some(crate::host::online_cpus()),
             launch,
+            launcher: None,
             fabkit: Some(version.to_string()),
         }
     }
@@ -62,6 +81,7 @@ mod tests {
         assert_eq!(p.machine, None);
         assert_eq!(p.cores, None);
         assert_eq!(p.launch, None);
+        assert_eq!(p.launcher, None);
         assert_eq!(p.commit, "abc");
     }
 

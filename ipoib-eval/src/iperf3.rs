@@ -276,7 +276,7 @@ pub fn row(test: &TestSpec, m: &Measured, busy_s: f64, kernel: &str) -> CsvRow {
         Direction::Bidir => "both",
     };
     CsvRow {
-        commit: option_env!("FABKIT_COMMIT").unwrap_or("unknown").into(),
+        commit: crate::COMMIT.into(),
         proto: format!("{:?}", test.proto).to_lowercase(),
         len: test.len,
         streams: test.streams,

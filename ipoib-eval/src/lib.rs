@@ -63,3 +63,17 @@ pub mod wire;
 /// The control port a server listens on unless told otherwise (iperf3's
 /// 5201 plus 100, so both can run side by side).
 pub const DEFAULT_PORT: u16 = 5301;
+
+/// The git commit ipoib-eval was built from (`git describe --dirty`, the
+/// stamp the fabkit command has too), or `unknown` outside a checkout:
+/// what a report and each CSV row say measured them.
+pub const COMMIT: &str = match option_env!("FABKIT_COMMIT") {
+    Some(c) => c,
+    None => "unknown",
+};
+
+/// This process's provenance (command, commit, host, machine, version),
+/// for files made from kept data, such as a sweep's summary.
+pub fn provenance() -> fabkit_core::provenance::Provenance {
+    fabkit_core::provenance::Provenance::here(COMMIT, env!("CARGO_PKG_VERSION"), None)
+}

@@ -426,20 +426,77 @@ pub fn charts(experiment: &str, groups: &[&Group]) -> Vec<(String, String)> {
     out
 }
 
-/// Writes `summary.json` and every experiment's charts of `groups` (read
-/// from `csv_path`) into `dir`; returns the files written.
-pub fn write(csv_path: &Path, groups: &[Group], dir: &Path) -> Result<Vec<PathBuf>, String> {
+/// The commits that measured a sweep CSV's rows (its `commit` column),
+/// each once, in the order the rows first name them; none for a CSV
+/// without the column.
+pub fn measured_commits(csv: &str) -> Vec<String> {
+    let mut rd = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(csv.as_bytes());
+    let Some(col) = rd
+        .headers()
+        .ok()
+        .and_then(|h| h.iter().position(|c| c == "commit"))
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for r in rd.records().flatten() {
+        if let Some(c) = r.get(col).filter(|c| !out.iter().any(|o| o == c)) {
+            out.push(c.to_string());
+        }
+    }
+    out
+}
+
+/// What `summary.json` holds: a sweep's points, the CSV they were read
+/// from, the commits that measured them, and apart from those the
+/// provenance of the summary itself, which may be made again later from
+/// the kept CSV by another build (its own command and commit).
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// Each point's repetitions folded ([`summarize`]).
+    pub points: Vec<Group>,
+    /// The sweep CSV, as its path was given.
+    pub source: String,
+    /// The commits that measured the points ([`measured_commits`]).
+    pub measured_commits: Vec<String>,
+    /// Where, from what command and by what build this summary was made.
+    pub summarized: fabkit_core::provenance::Provenance,
+}
+
+impl Summary {
+    /// The summary of the sweep CSV `csv`, read from `csv_path`, made by
+    /// the build `summarized` describes.
+    pub fn of(
+        csv_path: &Path,
+        csv: &str,
+        summarized: fabkit_core::provenance::Provenance,
+    ) -> Result<Summary, SpecError> {
+        Ok(Summary {
+            points: summarize(csv)?,
+            source: csv_path.display().to_string(),
+            measured_commits: measured_commits(csv),
+            summarized,
+        })
+    }
+}
+
+/// Writes `summary.json` and every experiment's charts of `summary`'s
+/// points into `dir`; returns the files written.
+pub fn write(summary: &Summary, dir: &Path) -> Result<Vec<PathBuf>, String> {
     let io = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let mut written = Vec::new();
-    let json = serde_json::to_string_pretty(&serde_json::json!({
-        "source": csv_path.display().to_string(),
-        "points": groups,
-    }))
-    .map_err(|e| format!("summary: {e}"))?;
+    // Through a JSON value, whose keys are sorted: the layout every kept
+    // summary.json has (it was built with json!).
+    let json = serde_json::to_value(summary)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .map_err(|e| format!("summary: {e}"))?;
     let p = dir.join("summary.json");
     std::fs::write(&p, json + "\n").map_err(|e| io(&p, e))?;
     written.push(p);
+    let groups = &summary.points;
     let mut experiments: Vec<&str> = Vec::new();
     for g in groups {
         if !experiments.contains(&g.experiment.as_str()) {
@@ -479,6 +536,132 @@ mod tests {
         assert_eq!(g[0].settings["qdisc"], "d\"e");
         assert_eq!(g[0].settings["proto"], "");
         assert_eq!(g[0].policy_effect, ["x,\"y\""]);
+    }
+
+    /// Every key of a sweep's `summary.json`, as it is spelled: a field
+    /// renamed or dropped fails here (new ones are added to the list).
+    /// `settings` and `figures` are keyed by [`AXIS_COLUMNS`] and
+    /// [`METRICS`], which a point of a sweep CSV fills.
+    const JSON_KEYS: &[&str] = &[
+        "points",
+        "points[].direction",
+        "points[].experiment",
+        "points[].figures",
+        "points[].figures.client_tx_pps",
+        "points[].figures.client_tx_pps.max",
+        "points[].figures.client_tx_pps.median",
+        "points[].figures.client_tx_pps.min",
+        "points[].figures.client_tx_pps.n",
+        "points[].figures.cycles_per_msg",
+        "points[].figures.cycles_per_msg.max",
+        "points[].figures.cycles_per_msg.median",
+        "points[].figures.cycles_per_msg.min",
+        "points[].figures.cycles_per_msg.n",
+        "points[].figures.gbit_s",
+        "points[].figures.gbit_s.max",
+        "points[].figures.gbit_s.median",
+        "points[].figures.gbit_s.min",
+        "points[].figures.gbit_s.n",
+        "points[].figures.loss",
+        "points[].figures.loss.max",
+        "points[].figures.loss.median",
+        "points[].figures.loss.min",
+        "points[].figures.loss.n",
+        "points[].figures.msgs_per_s",
+        "points[].figures.msgs_per_s.max",
+        "points[].figures.msgs_per_s.median",
+        "points[].figures.msgs_per_s.min",
+        "points[].figures.msgs_per_s.n",
+        "points[].figures.reordered",
+        "points[].figures.reordered.max",
+        "points[].figures.reordered.median",
+        "points[].figures.reordered.min",
+        "points[].figures.reordered.n",
+        "points[].figures.retransmits",
+        "points[].figures.retransmits.max",
+        "points[].figures.retransmits.median",
+        "points[].figures.retransmits.min",
+        "points[].figures.retransmits.n",
+        "points[].figures.server_rx_pps",
+        "points[].figures.server_rx_pps.max",
+        "points[].figures.server_rx_pps.median",
+        "points[].figures.server_rx_pps.min",
+        "points[].figures.server_rx_pps.n",
+        "points[].policy_effect",
+        "points[].repetitions",
+        "points[].settings",
+        "points[].settings.cpus",
+        "points[].settings.gateway",
+        "points[].settings.len",
+        "points[].settings.mtu",
+        "points[].settings.offloads",
+        "points[].settings.policy",
+        "points[].settings.proto",
+        "points[].settings.qdisc",
+        "points[].settings.queues",
+        "points[].settings.rate_bps",
+        "points[].settings.recv",
+        "points[].settings.send",
+        "points[].settings.streams",
+        "points[].settings.txqueuelen",
+        "points[].settings.udp_socket",
+        "points[].tx_queue_share",
+        "points[].tx_size_log2",
+        "source",
+        "measured_commits",
+        "summarized",
+        "summarized.command",
+        "summarized.commit",
+        "summarized.cores",
+        "summarized.fabkit",
+        "summarized.host",
+        "summarized.machine",
+    ];
+
+    #[test]
+    fn golden_the_json_keys_are_todays() {
+        let mut row: Vec<(&str, &str)> = vec![
+            ("key", "exp=e rep=0"),
+            ("experiment", "e"),
+            ("direction", "client->server"),
+        ];
+        row.extend(METRICS.iter().map(|(m, _)| (*m, "1")));
+        row.push(("commit", "a06b33d"));
+        let text = csv(&[&row]);
+        let summary = Summary::of(Path::new("sweep.csv"), &text, crate::provenance()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        write(&summary, dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join("summary.json")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_summary_says_which_commits_measured_it_apart_from_the_one_that_made_it() {
+        let row = |c: &'static str| {
+            vec![
+                ("key", "exp=e rep=0"),
+                ("experiment", "e"),
+                ("direction", "client->server"),
+                ("commit", c),
+            ]
+        };
+        let (a, b) = (row("a06b33d"), row("c0ffee-dirty"));
+        let text = csv(&[&a, &b, &a]);
+        assert_eq!(measured_commits(&text), ["a06b33d", "c0ffee-dirty"]);
+        assert!(measured_commits("key,experiment\nx,e\n").is_empty());
+        let made = fabkit_core::provenance::Provenance {
+            commit: "f00d".into(),
+            ..fabkit_core::provenance::Provenance::default()
+        };
+        let s = Summary::of(Path::new("s.csv"), &text, made).unwrap();
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            json["measured_commits"],
+            serde_json::json!(["a06b33d", "c0ffee-dirty"])
+        );
+        assert_eq!(json["summarized"]["commit"], "f00d");
+        assert_eq!(json["source"], "s.csv");
     }
 
     #[test]

@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::exit;
 use crate::flags::Record;
+use crate::perf::report::Report;
+use crate::perf::{Pattern, PerfOp, Point, WriteCompletion};
 
 /// A fabric rate the bound may use, and where it came from.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -102,18 +104,28 @@ pub fn check(files: &[PathBuf], ranks: usize, mpi: bool) -> Result<()> {
     Ok(())
 }
 
-/// Reads a JSON document a fabkit command wrote (`writer`, such as
-/// `fabkit perf --json`), given as `flag`: a file that cannot be read or
-/// is not JSON is a usage error naming the flag, the file and the writer.
-pub fn read_json(path: &Path, flag: &str, writer: &str) -> Result<serde_json::Value> {
-    let bad = |why: String| {
-        exit::usage(format!(
-            "{flag} {}: {why}; give a file `{writer}` wrote",
-            path.display()
-        ))
-    };
+/// Reads a report a fabkit command wrote (`writer`, such as `fabkit perf
+/// --json`) into its type, given as `flag`: a file that cannot be read, is
+/// not JSON, has no array `list` (a perf report's `points`, a dht
+/// report's `runs`: another command's file) or does not read as the
+/// report is a usage error naming the flag, the file and the writer.
+pub fn read_report<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    flag: &str,
+    writer: &str,
+    list: &str,
+) -> Result<T> {
+    let named = |what: String| exit::usage(format!("{flag} {}: {what}", path.display()));
+    let bad = |why: String| named(format!("{why}; give a file `{writer}` wrote"));
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
+    if !doc[list].is_array() {
+        return Err(named(format!(
+            "no \"{list}\": give a file `{writer}` wrote"
+        )));
+    }
+    serde_json::from_value(doc).map_err(|e| bad(format!("not its report ({e})")))
 }
 
 /// Reads the rates from `fabkit perf --json` files given as `flag`, all
@@ -136,11 +148,8 @@ pub fn load(
     for f in files {
         let name = f.display();
         let bad = |what: String| exit::usage(format!("{flag} {name}: {what}"));
-        let doc = read_json(f, flag, "fabkit perf --json")?;
-        let points = doc["points"]
-            .as_array()
-            .ok_or_else(|| bad("no \"points\": give a file `fabkit perf --json` wrote".into()))?;
-        let theirs = doc["meta"]["provider"].as_str();
+        let doc: Report = read_report(f, flag, "fabkit perf --json", "points")?;
+        let theirs = Some(doc.meta.provider.as_str()).filter(|p| !p.is_empty());
         let (p, on) = want.get_or_insert_with(|| {
             (
                 theirs.unwrap_or_default().to_string(),
@@ -157,32 +166,27 @@ pub fn load(
             }
         }
         let mut used = 0;
-        for (n, p) in points.iter().enumerate() {
+        for (n, p) in doc.points.iter().enumerate() {
             let Some(kind) = kind_of(p) else { continue };
-            if p["threads"].as_u64() != Some(1) {
+            if p.threads != 1 {
                 return Err(bad(format!(
                     "point {n} was measured with {} threads per rank; a DHT rank posts from \
                      one: measure with -T 1",
-                    p["threads"]
+                    p.threads
                 )));
             }
-            let per_sec = p["rates"]["mxfers_per_sec"].as_f64().map(|m| m * 1e6);
-            let (Some(per_sec), Some(bytes)) = (
-                per_sec.filter(|r| r.is_finite() && *r > 0.0),
-                p["bytes"].as_u64().filter(|b| *b > 0),
-            ) else {
+            let per_sec = p.rates.mxfers_per_sec * 1e6;
+            if !(per_sec.is_finite() && per_sec > 0.0 && p.bytes > 0) {
                 return Err(bad(format!(
                     "point {n} has no finite positive rates.mxfers_per_sec and bytes: give a \
                      file fabkit perf wrote, unedited"
                 )));
-            };
+            }
             used += 1;
-            let cpu_ns = p["cpu_ns_per_xfer"]
-                .as_f64()
-                .filter(|c| c.is_finite() && *c >= 0.0);
+            let cpu_ns = p.cpu_ns_per_xfer.filter(|c| c.is_finite() && *c >= 0.0);
             let rate = Rate {
                 per_sec,
-                bytes,
+                bytes: p.bytes as u64,
                 cpu_ns,
             };
             match kind {
@@ -208,7 +212,7 @@ pub fn load(
             return Err(exit::usage(format!(
                 "{flag}: the {} variant sends atomics across and no file gives an atomic rate: \
                  add {flag} FILE from fabkit perf -b -o cas --json FILE",
-                format!("{v:?}").to_lowercase()
+                super::report::variant_name(*v)
             )));
         }
     }
@@ -225,16 +229,16 @@ enum Kind {
 
 /// A point's kind, if the bound can use it: a bidirectional window run;
 /// writes only delivery-complete.
-fn kind_of(p: &serde_json::Value) -> Option<Kind> {
-    if p["pattern"] != "bw" || p["bidir"] != true {
+fn kind_of(p: &Point) -> Option<Kind> {
+    if p.pattern != Pattern::Bw || !p.bidir {
         return None;
     }
-    match p["op"].as_str()? {
-        "read" => Some(Kind::Read),
-        "write" if p["completion"] == "delivery" => Some(Kind::Write),
-        "cas" => Some(Kind::Atomic { cas: true }),
-        "fadd" => Some(Kind::Atomic { cas: false }),
-        _ => None,
+    match p.op {
+        PerfOp::Read => Some(Kind::Read),
+        PerfOp::Write if p.completion == Some(WriteCompletion::Delivery) => Some(Kind::Write),
+        PerfOp::Cas => Some(Kind::Atomic { cas: true }),
+        PerfOp::Fadd => Some(Kind::Atomic { cas: false }),
+        PerfOp::Write | PerfOp::Send => None,
     }
 }
 
@@ -249,18 +253,6 @@ pub fn sizes(variant: Variant, record: Record) -> (usize, usize) {
         _ => l.data_len(),
     };
     (read, l.data_len())
-}
-
-/// The variant a report row names.
-pub fn variant_named(name: &str) -> Option<Variant> {
-    [
-        Variant::Coarse,
-        Variant::Fine,
-        Variant::Lockfree,
-        Variant::Chunked,
-    ]
-    .into_iter()
-    .find(|v| format!("{v:?}").eq_ignore_ascii_case(name))
 }
 
 /// The rate of the point nearest `bytes`.

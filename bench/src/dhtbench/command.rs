@@ -6,7 +6,7 @@ use std::io::Write as _;
 
 use anyhow::Result;
 
-use super::{bound, report, DhtArgs, Sample};
+use super::{bound, report, DhtArgs, RedisOn, Sample, System};
 use crate::launch::Launch;
 
 /// `fabkit dht`: the benchmark on this rank (and the job's others), with
@@ -60,7 +60,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
         let size = fabkit_core::bootstrap::Bootstrap::size(boot);
         let provider =
             format!("mpi osc={}, window {win:?}", crate::mpiperf::osc_in_force()).to_lowercase();
-        return report(args, &samples, &launch.describe(size), &provider, None);
+        return report(args, &samples, launch.provenance(size), &provider, None);
     }
     let runs = launch.run(to, |boot| super::run_rank(args, boot))?;
     let Some(mut runs) = runs else {
@@ -73,7 +73,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
         // when every rank is on this node.
         let named = runs
             .first()
-            .and_then(|s| s.iter().find(|x| x.system == "fabkit"))
+            .and_then(|s| s.iter().find(|x| x.system == System::Fabkit))
             .map(|x| format!("{} (--shm)", x.transport));
         named.unwrap_or_else(|| {
             format!(
@@ -87,7 +87,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
     report(
         args,
         &runs.swap_remove(0),
-        &launch.describe(n),
+        launch.provenance(n),
         &provider,
         rates.as_ref(),
     )
@@ -99,7 +99,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
 fn report(
     args: &DhtArgs,
     samples: &[Sample],
-    launch: &str,
+    provenance: fabkit_core::provenance::Provenance,
     provider: &str,
     rates: Option<&bound::Rates>,
 ) -> Result<bool> {
@@ -122,11 +122,10 @@ fn report(
                 .into(),
         );
     }
-    if let Some(r) = runs.iter().find(|r| r.system == "redis") {
-        let on = if r.transport == "redis loopback" {
-            "on loopback"
-        } else {
-            "on its host's address in the ranks' network (-d)"
+    if let Some(on) = samples.iter().find_map(|s| s.redis) {
+        let on = match on {
+            RedisOn::Loopback => "on loopback",
+            RedisOn::Network => "on its host's address in the ranks' network (-d)",
         };
         notes.push(format!(
             "redis: one redis-server per rank {on}, the keys sharded by the DHT's placement, \
@@ -137,7 +136,7 @@ fn report(
     }
     let rep = report::Report {
         meta: report::Meta {
-            provenance: crate::provenance(Some(launch.into())),
+            provenance,
             provider: provider.into(),
             notes,
         },

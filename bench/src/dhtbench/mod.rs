@@ -46,7 +46,7 @@ pub use args::{validate, variants, DhtArgs, VariantArg};
 pub use command::{command, demo};
 use phase::{Checks, DhtStore, Prepared, RedisStore, Shape, Store};
 use progress::Progress;
-use workload::{Dist, Workload};
+use workload::{Dist, PhaseName, Workload};
 
 /// The hot-key check's counts, summed over ranks.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -115,22 +115,74 @@ pub fn gather(boot: &dyn Bootstrap, mine: &[u64]) -> Result<Vec<Vec<u64>>> {
         .collect())
 }
 
+/// What a row measured: the DHT, or Redis beside it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum System {
+    /// fabkit's DHT.
+    #[default]
+    Fabkit,
+    /// Redis servers, one per rank.
+    Redis,
+}
+
+impl System {
+    /// The name reports give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            System::Fabkit => "fabkit",
+            System::Redis => "redis",
+        }
+    }
+}
+
+impl std::fmt::Display for System {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Where the ranks' Redis servers listened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisOn {
+    /// Every rank on one host: loopback.
+    Loopback,
+    /// Ranks on several hosts: each server on its host's address in the
+    /// ranks' network (`-d`).
+    Network,
+}
+
+impl RedisOn {
+    /// The transport its rows name.
+    pub fn transport(self) -> &'static str {
+        match self {
+            RedisOn::Loopback => "redis loopback",
+            RedisOn::Network => "redis tcp",
+        }
+    }
+}
+
 /// One timed phase of one repetition, measured on every rank and combined:
 /// every rank holds the same copy.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Sample {
-    /// `fabkit` or `redis`.
-    pub system: String,
+    /// The DHT or Redis.
+    pub system: System,
     /// The DHT variant (none for Redis).
     pub variant: Option<Variant>,
     /// What carried the operations ("fabric shm", "mpi", "redis loopback").
     pub transport: String,
+    /// The path the DHT's operations took (none for Redis).
+    pub path: Option<transports::Path>,
+    /// Where Redis's servers listened (none for the DHT).
+    pub redis: Option<RedisOn>,
     /// The workload.
     pub workload: Workload,
     /// Its key distribution.
     pub distribution: Dist,
-    /// Phase name (write, read, mixed; load, run).
-    pub phase: String,
+    /// Which phase of the workload.
+    pub phase: PhaseName,
     /// Repetition, from 0.
     pub rep: u32,
     /// Ranks.
@@ -219,7 +271,7 @@ fn combine(boot: &dyn Bootstrap, mine: &Local, mut s: Sample) -> Result<Sample> 
         c.misses += l.checks.misses;
         c.corrupt += l.checks.corrupt;
     }
-    if s.system == "fabkit" {
+    if s.system == System::Fabkit {
         s.wire_bytes = s.stats.remote_bytes;
     }
     Ok(s)
@@ -240,7 +292,7 @@ fn drawn(
     }
     for r in 0..ranks {
         let phases = workload::phases(&spec(a, w, ranks, r, rep)).map_err(exit::usage)?;
-        if let Some(write) = phases.iter().find(|p| p.name == "write") {
+        if let Some(write) = phases.iter().find(|p| p.name == PhaseName::Write) {
             out.extend(write.ops.iter().map(|o| o.key));
         }
     }
@@ -275,7 +327,7 @@ fn shape<'w>(
         // which the write phase drew only some: a miss there is no loss.
         may_miss: s.workload == Workload::Paper
             && dist_of(a, s.workload) == Dist::Zipf
-            && ph.name == "mixed",
+            && ph.name == PhaseName::Mixed,
         written: Some(written),
         // YCSB's untimed loads are reported (their evictions explain the
         // run's misses) but get no latency pass.
@@ -324,7 +376,7 @@ fn run_phase<S: Store>(
             sample.system,
             sample
                 .variant
-                .map_or("-".into(), |v| format!("{v:?}").to_lowercase()),
+                .map_or_else(|| "-".into(), report::variant_name),
             report::name(sample.workload),
             ph.name,
             boot.rank()
@@ -409,7 +461,7 @@ fn finish_phases<'w, S: Store>(
 
 /// Runs every variant and workload on this rank over transports `make`
 /// builds (and `finish` ends), then Redis: the samples of the whole run.
-fn bench_rank<T: Transport>(
+fn bench_rank<T: transports::Carrier>(
     a: &DhtArgs,
     boot: &dyn Bootstrap,
     make: &dyn Fn(&Config) -> Result<T>,
@@ -425,7 +477,7 @@ fn bench_rank<T: Transport>(
                 let phases = workload::phases(&s).map_err(exit::usage)?;
                 let written = drawn(a, w, n, rep)?;
                 let t = make(&cfg)?;
-                let transport = t.name();
+                let (transport, path) = (t.name(), t.path());
                 let mut d = Dht::create(t, cfg, boot)?;
                 if let Some(n) = a.depth {
                     d.set_depth(n)?;
@@ -438,8 +490,9 @@ fn bench_rank<T: Transport>(
                 for (i, ph) in phases.iter().enumerate() {
                     let base = Sample {
                         variant: Some(v),
+                        path: Some(path),
                         depth: d.lanes_for(a.batch),
-                        ..Sample::of(a, "fabkit", &transport, w, ph, rep, n)
+                        ..Sample::of(a, System::Fabkit, &transport, w, ph, rep, n)
                     };
                     let mut counters = |st: &DhtStore<'_, T>| (st.dht.stats(), 0, 0);
                     let sh = shape(a, &s, (i, rep), ph, &written);
@@ -584,10 +637,10 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
         .map(|c| SocketAddrV4::new(Ipv4Addr::from((c[0] >> 16) as u32), c[0] as u16))
         .collect();
     let mut client = redis::Client::connect(&addrs, a.timeout, &password)?;
-    let label = if across {
-        "redis tcp"
+    let on = if across {
+        RedisOn::Network
     } else {
-        "redis loopback"
+        RedisOn::Loopback
     };
     let mut out = Vec::new();
     for &w in &a.workload {
@@ -606,7 +659,10 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
             };
             let mut pending = Vec::new();
             for (i, ph) in phases.iter().enumerate() {
-                let base = Sample::of(a, "redis", label, w, ph, rep, n);
+                let base = Sample {
+                    redis: Some(on),
+                    ..Sample::of(a, System::Redis, on.transport(), w, ph, rep, n)
+                };
                 let srv = &mut server;
                 let mut counters = |st: &RedisStore<'_>| {
                     let (tx, rx) = st.client.bytes();
@@ -633,7 +689,7 @@ impl Sample {
     #[allow(clippy::too_many_arguments)]
     fn of(
         a: &DhtArgs,
-        system: &str,
+        system: System,
         transport: &str,
         w: Workload,
         ph: &workload::Phase,
@@ -641,11 +697,11 @@ impl Sample {
         ranks: usize,
     ) -> Sample {
         Sample {
-            system: system.into(),
+            system,
             transport: transport.into(),
             workload: w,
             distribution: dist_of(a, w),
-            phase: ph.name.into(),
+            phase: ph.name,
             rep,
             ranks,
             batch: a.batch,
@@ -664,7 +720,7 @@ struct Bench<'a> {
 
 impl transports::Job for Bench<'_> {
     type Out = Vec<Sample>;
-    fn run<T: Transport>(
+    fn run<T: transports::Carrier>(
         self,
         make: &dyn Fn(&Config) -> Result<T>,
         finish: &dyn Fn(T) -> Result<()>,

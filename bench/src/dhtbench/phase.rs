@@ -476,7 +476,7 @@ mod tests {
 
     fn phase(ops: Vec<Op>) -> Phase {
         Phase {
-            name: "run",
+            name: workload::PhaseName::Run,
             timed: true,
             ops,
         }

@@ -7,7 +7,8 @@
 //! The JSON schema (`meta` once, a `runs` entry per row of the table):
 //! ```text
 //! {"meta": {"command", "commit", "host", "machine", "launch", "provider", "notes": [..]},
-//!  "runs": [{"system": "fabkit" | "redis", "variant", "transport", "workload",
+//!  "runs": [{"system": "fabkit" | "redis", "variant", "transport",
+//!            "path": "memory" | "rma" | "memory+rma" (none for Redis), "workload",
 //!            "distribution", "record": {"key", "value"}, "ranks", "batch", "phase",
 //!            "reps", "ops_per_sec", "ops_per_sec_min", "ops_per_sec_max",
 //!            "ops_per_sec_reps": [..], "writes_per_sec", "reads_per_sec",
@@ -22,16 +23,18 @@
 //! `p99_99` is null below 10^6 samples; `latency_us.kind` says what one
 //! sample is ("per batch of 64 operations" or "per operation").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{HotKey, Sample};
+use super::workload::{Dist, PhaseName, Workload};
+use super::{HotKey, Sample, System};
 use crate::flags::Record;
 use crate::hist::Hist;
 use fabkit_core::provenance::Provenance;
+use fabkit_dht::Variant;
 
 /// Where and how the run was made.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,16 +130,22 @@ fn one() -> usize {
 /// One row: a system, variant, workload and phase over its repetitions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
-    /// `fabkit` or `redis`.
-    pub system: String,
-    /// DHT variant, lower case (none for Redis).
-    pub variant: Option<String>,
-    /// What carried the operations.
+    /// The DHT or Redis.
+    pub system: System,
+    /// DHT variant (none for Redis).
+    pub variant: Option<Variant>,
+    /// What carried the operations, in words.
     pub transport: String,
-    /// Workload name.
-    pub workload: String,
+    /// The path the DHT's operations took: `memory`, `rma` or
+    /// `memory+rma` (`message` and `memory+message` are the message path,
+    /// being built). Absent for Redis rows, and in reports written before
+    /// it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<super::transports::Path>,
+    /// Workload.
+    pub workload: Workload,
     /// Key distribution.
-    pub distribution: String,
+    pub distribution: Dist,
     /// Key and value bytes.
     pub record: Record,
     /// Ranks.
@@ -149,7 +158,7 @@ pub struct Run {
     #[serde(default = "one")]
     pub depth: usize,
     /// Phase.
-    pub phase: String,
+    pub phase: PhaseName,
     /// Repetitions.
     pub reps: u32,
     /// Operations per second over all ranks: median of the repetitions.
@@ -230,27 +239,33 @@ pub fn nominal_ghz() -> Option<f64> {
     (c.hz > 0.0).then(|| c.hz / 1e9)
 }
 
-/// A workload's name as the command line takes it.
+/// A workload's (distribution's, perf operation's) name as the command
+/// line takes it.
 pub fn name<T: clap::ValueEnum>(v: T) -> String {
     v.to_possible_value()
         .map_or_else(|| "?".into(), |p| p.get_name().to_string())
 }
 
+/// A variant's name in reports, lower case, as its serde name.
+pub fn variant_name(v: Variant) -> String {
+    format!("{v:?}").to_lowercase()
+}
+
 /// Merges the samples of every repetition into runs, in the order their
 /// first repetition came.
 pub fn runs(samples: &[Sample], record: Record, rates: Option<&super::bound::Rates>) -> Vec<Run> {
-    type Key = (String, Option<String>, String, String, String);
+    type Key = (System, Option<Variant>, String, Workload, PhaseName);
     let key = |s: &Sample| -> Key {
         (
-            s.system.clone(),
-            s.variant.map(|v| format!("{v:?}").to_lowercase()),
+            s.system,
+            s.variant,
             s.transport.clone(),
-            name(s.workload),
-            s.phase.clone(),
+            s.workload,
+            s.phase,
         )
     };
     let mut order: Vec<Key> = Vec::new();
-    let mut groups: BTreeMap<Key, Vec<&Sample>> = BTreeMap::new();
+    let mut groups: HashMap<Key, Vec<&Sample>> = HashMap::new();
     for s in samples {
         let k = key(s);
         if !groups.contains_key(&k) {
@@ -264,8 +279,7 @@ pub fn runs(samples: &[Sample], record: Record, rates: Option<&super::bound::Rat
         .map(|k| {
             let g = &groups[k];
             let mut r = merge(g, record, ghz);
-            let variant = r.variant.as_deref().and_then(super::bound::variant_named);
-            if let (Some(rates), Some(v), "fabkit") = (rates, variant, r.system.as_str()) {
+            if let (Some(rates), Some(v), System::Fabkit) = (rates, r.variant, r.system) {
                 let c = &r.counters;
                 let ops = g.iter().map(|s| s.ops).sum();
                 let counted = [c.cross_reads, c.cross_writes, c.cross_atomics, c.self_ops];
@@ -276,14 +290,14 @@ pub fn runs(samples: &[Sample], record: Record, rates: Option<&super::bound::Rat
         })
         .collect();
     // Each DHT row against Redis's in the same workload and phase.
-    let redis: BTreeMap<(String, String), f64> = out
+    let redis: HashMap<(Workload, PhaseName), f64> = out
         .iter()
-        .filter(|r| r.system == "redis")
-        .map(|r| ((r.workload.clone(), r.phase.clone()), r.ops_per_sec))
+        .filter(|r| r.system == System::Redis)
+        .map(|r| ((r.workload, r.phase), r.ops_per_sec))
         .collect();
-    for r in out.iter_mut().filter(|r| r.system != "redis") {
+    for r in out.iter_mut().filter(|r| r.system != System::Redis) {
         r.vs_redis = redis
-            .get(&(r.workload.clone(), r.phase.clone()))
+            .get(&(r.workload, r.phase))
             .filter(|x| **x > 0.0)
             .map(|x| r.ops_per_sec / x);
     }
@@ -352,16 +366,17 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
     };
     let cpu_per = per(cpu, ops);
     Run {
-        system: first.system.clone(),
-        variant: first.variant.map(|v| format!("{v:?}").to_lowercase()),
+        system: first.system,
+        variant: first.variant,
         transport: first.transport.clone(),
-        workload: name(first.workload),
-        distribution: name(first.distribution),
+        path: first.path,
+        workload: first.workload,
+        distribution: first.distribution,
         record,
         ranks: first.ranks,
         batch: first.batch,
         depth: first.depth,
-        phase: first.phase.clone(),
+        phase: first.phase,
         reps: g.len() as u32,
         ops_per_sec: med,
         ops_per_sec_min: reps.iter().copied().fold(f64::INFINITY, f64::min),
@@ -388,7 +403,9 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
 pub fn sound(runs: &[Run]) -> bool {
     runs.iter().all(|r| {
         let hot = match (&r.variant, &r.hot_key) {
-            (Some(v), Some(h)) => h.foreign == 0 && (v == "lockfree" || h.corrupt + h.missing == 0),
+            (Some(v), Some(h)) => {
+                h.foreign == 0 && (*v == Variant::Lockfree || h.corrupt + h.missing == 0)
+            }
             _ => true,
         };
         r.counters.wrong == 0 && r.counters.false_hits == 0 && hot
@@ -428,9 +445,9 @@ pub fn table(rep: &Report) -> String {
             t,
             "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9.3} {:>15} {:>8.2} {:>8} {:>8} {:>8.0} {:>6.2} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}",
             r.system,
-            r.variant.as_deref().unwrap_or("-"),
-            r.workload,
-            r.distribution,
+            r.variant.map_or_else(|| "-".into(), variant_name),
+            name(r.workload),
+            name(r.distribution),
             r.phase,
             r.ops_per_sec / 1e6,
             format!("{:.3}-{:.3}", r.ops_per_sec_min / 1e6, r.ops_per_sec_max / 1e6),
@@ -450,10 +467,10 @@ pub fn table(rep: &Report) -> String {
     let hot: Vec<String> = rep
         .runs
         .iter()
-        .filter_map(|r| Some((r.variant.as_ref()?, r.hot_key?)))
+        .filter_map(|r| Some((r.variant?, r.hot_key?)))
         .map(|(v, h)| {
             let good = h.reads - h.foreign - h.corrupt - h.missing;
-            let mut s = format!("{v} {good}/{}", h.reads);
+            let mut s = format!("{} {good}/{}", variant_name(v), h.reads);
             for (n, tag) in [
                 (h.foreign, "foreign"),
                 (h.corrupt, "corrupt"),
@@ -480,8 +497,8 @@ pub fn table(rep: &Report) -> String {
             t,
             "  bound {} {} {}: {:.3} Mops/s from the fabric's rates ({:.2} reads, {:.2} writes, \
              {:.2} atomics across per op; {:.2} aimed at itself, not counted): {:.2} of it{}",
-            r.variant.as_deref().unwrap_or("-"),
-            r.workload,
+            r.variant.map_or_else(|| "-".into(), variant_name),
+            name(r.workload),
             r.phase,
             b.ops_per_sec / 1e6,
             b.cross_reads_per_op,
@@ -504,8 +521,8 @@ pub fn table(rep: &Report) -> String {
             Some(format!(
                 "{} {} {} {}: p50 {:.2} p99 {} p99.9 {} ({} samples)",
                 r.system,
-                r.variant.as_deref().unwrap_or("-"),
-                r.workload,
+                r.variant.map_or_else(|| "-".into(), variant_name),
+                name(r.workload),
                 r.phase,
                 l.p50,
                 us(l.p99),
@@ -538,10 +555,10 @@ pub fn table(rep: &Report) -> String {
 #[derive(Debug, Serialize)]
 struct CsvRow<'a> {
     system: &'a str,
-    variant: &'a str,
+    variant: String,
     transport: &'a str,
-    workload: &'a str,
-    distribution: &'a str,
+    workload: String,
+    distribution: String,
     key_bytes: usize,
     value_bytes: usize,
     ranks: usize,
@@ -584,16 +601,16 @@ pub fn csv(rep: &Report) -> Result<String> {
     for r in &rep.runs {
         let l = &r.latency_us;
         w.serialize(CsvRow {
-            system: &r.system,
-            variant: r.variant.as_deref().unwrap_or(""),
+            system: r.system.as_str(),
+            variant: r.variant.map(variant_name).unwrap_or_default(),
             transport: &r.transport,
-            workload: &r.workload,
-            distribution: &r.distribution,
+            workload: name(r.workload),
+            distribution: name(r.distribution),
             key_bytes: r.record.key,
             value_bytes: r.record.value,
             ranks: r.ranks,
             batch: r.batch,
-            phase: &r.phase,
+            phase: r.phase.as_str(),
             reps: r.reps,
             ops_per_sec: r.ops_per_sec,
             ops_per_sec_min: r.ops_per_sec_min,
@@ -656,10 +673,10 @@ pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
             }
             let label = format!(
                 "{} {} {} {} {}, batch {}, {},{} B",
-                r.variant.as_deref().unwrap_or(&r.system),
+                r.variant.map_or_else(|| r.system.to_string(), variant_name),
                 r.transport,
-                r.workload,
-                r.distribution,
+                name(r.workload),
+                name(r.distribution),
                 r.phase,
                 r.batch,
                 r.record.key,
@@ -708,14 +725,14 @@ pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fabkit_dht::{Stats, Variant};
+    use fabkit_dht::Stats;
 
-    fn sample(system: &str, rep: u32, secs: f64, lat: &[(u64, u64)]) -> Sample {
+    fn sample(system: System, rep: u32, secs: f64, lat: &[(u64, u64)]) -> Sample {
         Sample {
-            system: system.into(),
-            variant: (system == "fabkit").then_some(Variant::Lockfree),
+            system,
+            variant: (system == System::Fabkit).then_some(Variant::Lockfree),
             transport: "t".into(),
-            phase: "read".into(),
+            phase: PhaseName::Read,
             rep,
             ranks: 2,
             batch: 64,
@@ -743,10 +760,10 @@ mod tests {
     fn repetitions_merge_into_median_spread_and_ratios_against_redis() {
         let lat = [(1000, 90), (5000, 9), (100_000, 1)];
         let s = vec![
-            sample("fabkit", 0, 0.001, &lat), // 1 M/s
-            sample("fabkit", 1, 0.004, &lat), // 0.25 M/s
-            sample("fabkit", 2, 0.002, &lat), // 0.5 M/s
-            sample("redis", 0, 0.01, &lat),   // 0.1 M/s
+            sample(System::Fabkit, 0, 0.001, &lat), // 1 M/s
+            sample(System::Fabkit, 1, 0.004, &lat), // 0.25 M/s
+            sample(System::Fabkit, 2, 0.002, &lat), // 0.5 M/s
+            sample(System::Redis, 0, 0.01, &lat),   // 0.1 M/s
         ];
         let rec = Record {
             key: 80,
@@ -781,7 +798,7 @@ mod tests {
 
     #[test]
     fn csv_has_a_header_and_a_row_per_run_and_quotes_what_needs_it() {
-        let s = vec![sample("fabkit", 0, 0.001, &[(1000, 1)])];
+        let s = vec![sample(System::Fabkit, 0, 0.001, &[(1000, 1)])];
         let mut r = runs(
             &s,
             Record {
@@ -800,6 +817,7 @@ mod tests {
                     machine: Some("m".into()),
                     cores: Some(2),
                     launch: Some("l".into()),
+                    launcher: None,
                     fabkit: Some("0.1.0".into()),
                 },
                 provider: "p".into(),
@@ -821,9 +839,169 @@ mod tests {
     }
 
     #[test]
+    fn a_rows_enums_are_written_as_the_words_reports_always_had() {
+        let word = |v: serde_json::Value| v.as_str().unwrap().to_string();
+        for s in [System::Fabkit, System::Redis] {
+            assert_eq!(word(serde_json::to_value(s).unwrap()), s.as_str());
+        }
+        use PhaseName::*;
+        for p in [Write, Read, Mixed, Load, Run] {
+            assert_eq!(word(serde_json::to_value(p).unwrap()), p.as_str());
+        }
+        use Variant::*;
+        for v in [Coarse, Fine, Lockfree, Chunked] {
+            assert_eq!(word(serde_json::to_value(v).unwrap()), variant_name(v));
+        }
+        for w in [Workload::Paper, Workload::LoadA, Workload::F] {
+            assert_eq!(word(serde_json::to_value(w).unwrap()), name(w));
+        }
+        for d in [Dist::Uniform, Dist::Zipf, Dist::Latest] {
+            assert_eq!(word(serde_json::to_value(d).unwrap()), name(d));
+        }
+    }
+
+    /// Every key `fabkit dht --json` writes, as it is spelled: a field
+    /// renamed or dropped fails here (new ones are added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "meta",
+        "meta.command",
+        "meta.commit",
+        "meta.cores",
+        "meta.fabkit",
+        "meta.host",
+        "meta.launch",
+        "meta.launcher",
+        "meta.machine",
+        "meta.notes",
+        "meta.provider",
+        "runs",
+        "runs[].batch",
+        "runs[].bound",
+        "runs[].bound.atomic_rate",
+        "runs[].bound.cross_atomics_per_op",
+        "runs[].bound.cross_reads_per_op",
+        "runs[].bound.cross_writes_per_op",
+        "runs[].bound.fraction",
+        "runs[].bound.ops_per_sec",
+        "runs[].bound.read_rate",
+        "runs[].bound.self_ops_per_op",
+        "runs[].bound.write_rate",
+        "runs[].bytes_per_byte",
+        "runs[].counters",
+        "runs[].counters.batches",
+        "runs[].counters.checksum_mismatches",
+        "runs[].counters.corrupt",
+        "runs[].counters.cross_atomics",
+        "runs[].counters.cross_reads",
+        "runs[].counters.cross_writes",
+        "runs[].counters.evictions",
+        "runs[].counters.false_hits",
+        "runs[].counters.hits",
+        "runs[].counters.inserts",
+        "runs[].counters.invalidations",
+        "runs[].counters.lock_retries",
+        "runs[].counters.lost",
+        "runs[].counters.mismatch_rate",
+        "runs[].counters.misses",
+        "runs[].counters.remote_ops",
+        "runs[].counters.remote_ops_per_op",
+        "runs[].counters.self_ops",
+        "runs[].counters.updates",
+        "runs[].counters.wrong",
+        "runs[].cpu_ns_per_op",
+        "runs[].depth",
+        "runs[].distribution",
+        "runs[].hot_key",
+        "runs[].hot_key.corrupt",
+        "runs[].hot_key.foreign",
+        "runs[].hot_key.missing",
+        "runs[].hot_key.reads",
+        "runs[].latency_single_us",
+        "runs[].latency_single_us.kind",
+        "runs[].latency_single_us.p50",
+        "runs[].latency_single_us.p90",
+        "runs[].latency_single_us.p99",
+        "runs[].latency_single_us.p99_9",
+        "runs[].latency_single_us.p99_99",
+        "runs[].latency_single_us.samples",
+        "runs[].latency_us",
+        "runs[].latency_us.kind",
+        "runs[].latency_us.p50",
+        "runs[].latency_us.p90",
+        "runs[].latency_us.p99",
+        "runs[].latency_us.p99_9",
+        "runs[].latency_us.p99_99",
+        "runs[].latency_us.samples",
+        "runs[].nominal_cycles_per_op",
+        "runs[].nominal_ghz",
+        "runs[].ops_per_sec",
+        "runs[].ops_per_sec_max",
+        "runs[].ops_per_sec_min",
+        "runs[].ops_per_sec_reps",
+        "runs[].path",
+        "runs[].phase",
+        "runs[].ranks",
+        "runs[].reads_per_sec",
+        "runs[].record",
+        "runs[].record.key",
+        "runs[].record.value",
+        "runs[].reps",
+        "runs[].system",
+        "runs[].transport",
+        "runs[].variant",
+        "runs[].vs_redis",
+        "runs[].workload",
+        "runs[].writes_per_sec",
+    ];
+
+    /// `fabkit dht --csv`'s header, column by column.
+    const CSV_HEADER: &str = "system,variant,transport,workload,distribution,key_bytes,\
+        value_bytes,ranks,batch,phase,reps,ops_per_sec,ops_per_sec_min,ops_per_sec_max,\
+        writes_per_sec,reads_per_sec,latency_kind,p50_us,p90_us,p99_us,p99_9_us,p99_99_us,\
+        single_p50_us,single_p99_us,cpu_ns_per_op,nominal_cycles_per_op,bytes_per_byte,\
+        vs_redis,hits,misses,lost,false_hits,corrupt,checksum_mismatches,lock_retries,\
+        evictions,remote_ops_per_op,commit,host";
+
+    #[test]
+    fn golden_the_json_keys_and_the_csv_header_are_todays() {
+        // Every optional part filled, so that its keys show.
+        let mut s = sample(System::Fabkit, 0, 0.001, &[(1000, 1)]);
+        s.path = Some(super::super::transports::Path::Rma);
+        s.single.record(2000);
+        s.hot = Some(HotKey::default());
+        let mut r = runs(&[s], Record { key: 8, value: 8 }, None);
+        r[0].bound = Some(super::super::bound::Bound {
+            ops_per_sec: 1.0,
+            fraction: 1.0,
+            cross_reads_per_op: 1.0,
+            cross_writes_per_op: 1.0,
+            cross_atomics_per_op: 1.0,
+            self_ops_per_op: 1.0,
+            read_rate: Some(1.0),
+            write_rate: Some(1.0),
+            atomic_rate: Some(1.0),
+        });
+        let rep = Report {
+            meta: Meta {
+                provenance: Provenance {
+                    launcher: Some(fabkit_core::provenance::Launcher::Threads),
+                    ..Provenance::here("c", "v", Some("l".into()))
+                },
+                provider: "p".into(),
+                notes: vec!["n".into()],
+            },
+            runs: r,
+        };
+        let json = serde_json::to_value(&rep).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+        let text = csv(&rep).unwrap();
+        assert_eq!(text.lines().next(), Some(CSV_HEADER));
+    }
+
+    #[test]
     fn the_ranks_chart_marks_oversubscription_of_the_measuring_machine() {
         let mk = |ranks: usize| {
-            let mut s = sample("fabkit", 0, 0.001, &[(1000, 1)]);
+            let mut s = sample(System::Fabkit, 0, 0.001, &[(1000, 1)]);
             s.ranks = ranks;
             Report {
                 meta: Meta {

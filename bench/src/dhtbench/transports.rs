@@ -3,14 +3,73 @@
 //! to every rank, libfabric with the same-node shortcut (`--shm`), or MPI
 //! windows. A command hands its work as a [`Job`], which receives a maker
 //! and a finisher of one transport type and runs any number of tables on
-//! them.
+//! them; each transport says the [`Path`] its operations take.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use fabkit_core::bootstrap::Bootstrap;
+use fabkit_dht::transport::shm::ShmTransport;
 use fabkit_dht::{Config, Transport};
 use fabkit_fabric::{Rank, RankConfig};
+use serde::{Deserialize, Serialize};
+
+/// How a run's DHT operations reached the ranks' regions: whether, and
+/// how, they crossed a fabric. Written into each DHT row of a report
+/// (`path`), so a reader decides on it and not on the transport's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Path {
+    /// Every operation a memory access: the same-node shortcut with every
+    /// rank on this node, no fabric at all.
+    #[serde(rename = "memory")]
+    Memory,
+    /// One-sided operations through a fabric to every rank, its own too:
+    /// libfabric RMA, or MPI windows.
+    #[serde(rename = "rma")]
+    Rma,
+    /// The same-node shortcut for the ranks on this node, libfabric RMA
+    /// for the others (and every atomic, once one rank is elsewhere).
+    #[serde(rename = "memory+rma")]
+    MemoryRma,
+    /// Messages that the key's owner executes (the message path, being
+    /// built: nothing produces it yet).
+    #[serde(rename = "message")]
+    Message,
+    /// The same-node shortcut for the ranks on this node, messages to
+    /// their owners for the others (being built: nothing produces it yet).
+    #[serde(rename = "memory+message")]
+    MemoryMessage,
+}
+
+/// A transport a [`Job`] runs tables on, which knows the path its
+/// operations take.
+pub trait Carrier: Transport {
+    /// The path of every operation on this transport.
+    fn path(&self) -> Path;
+}
+
+impl Carrier for Rank {
+    fn path(&self) -> Path {
+        Path::Rma
+    }
+}
+
+impl Carrier for ShmTransport {
+    fn path(&self) -> Path {
+        // No fabric rank when every rank is on this node.
+        match self.fabric() {
+            Some(_) => Path::MemoryRma,
+            None => Path::Memory,
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
+impl Carrier for fabkit_dht::transport::mpi::MpiTransport<'_> {
+    fn path(&self) -> Path {
+        Path::Rma
+    }
+}
 
 /// The work a rank does with tables on one kind of transport.
 pub trait Job {
@@ -18,7 +77,7 @@ pub trait Job {
     type Out;
     /// Runs the work: `make` sets up a transport for a table of `Config`
     /// (collective), `finish` ends one (collective).
-    fn run<T: Transport>(
+    fn run<T: Carrier>(
         self,
         make: &dyn Fn(&Config) -> Result<T>,
         finish: &dyn Fn(T) -> Result<()>,
@@ -57,7 +116,6 @@ impl Fabric<'_> {
 /// `--shm`).
 pub fn on_fabric<J: Job>(f: &Fabric<'_>, boot: &dyn Bootstrap, job: J) -> Result<J::Out> {
     if f.shm {
-        use fabkit_dht::transport::shm::ShmTransport;
         let make = |cfg: &Config| {
             ShmTransport::establish(f.rank_config(cfg), boot).with_context(|| {
                 format!(
@@ -125,5 +183,66 @@ struct NapRestore<'b>(&'b fabkit_mpi::MpiBootstrap, Duration);
 impl Drop for NapRestore<'_> {
     fn drop(&mut self) {
         self.0.set_max_nap(self.1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_is_written_as_its_word() {
+        for (p, word) in [
+            (Path::Memory, "memory"),
+            (Path::Rma, "rma"),
+            (Path::MemoryRma, "memory+rma"),
+            (Path::Message, "message"),
+            (Path::MemoryMessage, "memory+message"),
+        ] {
+            assert_eq!(serde_json::to_value(p).unwrap(), word);
+            assert_eq!(serde_json::from_value::<Path>(word.into()).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn each_transport_says_whether_its_operations_cross_a_fabric() {
+        use fabkit_core::bootstrap::ThreadGroup;
+        // Ranks 0 and 1 share a node, rank 2 is "elsewhere" (this machine
+        // has no second node: establish_sharing stands in for one).
+        let elsewhere: [&[bool]; 3] = [
+            &[true, true, false],
+            &[true, true, false],
+            &[false, false, true],
+        ];
+        let boots = ThreadGroup::members(3, Duration::from_secs(30));
+        let paths: Vec<[Path; 3]> = std::thread::scope(|s| {
+            let all: Vec<_> = boots
+                .iter()
+                .map(|b| {
+                    s.spawn(move || {
+                        let rc = || {
+                            let mut rc = RankConfig::new("tcp;ofi_rxm");
+                            rc.region_len = 4096;
+                            rc
+                        };
+                        let one = ShmTransport::establish(rc(), b).unwrap();
+                        let node = one.path();
+                        one.finish(b).unwrap();
+                        let mixed =
+                            ShmTransport::establish_sharing(rc(), b, elsewhere[b.rank()]).unwrap();
+                        let across = mixed.path();
+                        mixed.finish(b).unwrap();
+                        let rank = Rank::establish(rc(), b).unwrap();
+                        let fabric = rank.path();
+                        rank.finish(b).unwrap();
+                        [node, across, fabric]
+                    })
+                })
+                .collect();
+            all.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for p in paths {
+            assert_eq!(p, [Path::Memory, Path::MemoryRma, Path::Rma]);
+        }
     }
 }

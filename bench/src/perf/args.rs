@@ -36,14 +36,16 @@ impl PerfOp {
     }
 }
 
-/// What is measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+/// What is measured (`bw` by default, on the command line and in a
+/// file's point that does not say).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pattern {
     /// One operation in flight: usec/xfer is the mean, min/p50/p99/max
     /// time operations one by one. For send: pingpong, half the round trip.
     Lat,
     /// A window of operations in flight: bandwidth and message rate.
+    #[default]
     Bw,
 }
 

@@ -24,26 +24,35 @@ use serde::{Deserialize, Serialize};
 
 use self::stats::{Latency, Rates};
 
-/// One measured point.
+/// One measured point. Read back from a file, what it leaves out (a file
+/// perf wrote has every field; one a script wrote may have only what its
+/// reader needs) reads as perf's default pattern, 0, false or absent.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Point {
     /// Operation.
     pub op: PerfOp,
     /// Pattern.
+    #[serde(default)]
     pub pattern: Pattern,
     /// Bytes per transfer.
     pub bytes: usize,
     /// Timed transfers (summed over initiators and threads).
+    #[serde(default)]
     pub iters: u64,
     /// Wall time of the timed part, seconds (slowest initiator).
+    #[serde(default)]
     pub secs: f64,
     /// Operations in flight per thread (effective, after the staging cap).
+    #[serde(default)]
     pub window: usize,
     /// Initiating threads per rank.
+    #[serde(default)]
     pub threads: usize,
     /// Both ranks initiated.
+    #[serde(default)]
     pub bidir: bool,
     /// Rates (summed over initiators).
+    #[serde(default)]
     pub rates: Rates,
     /// Latency percentiles (pattern lat; every initiating thread and rank).
     pub latency: Option<Latency>,
@@ -768,8 +777,8 @@ pub fn command(args: &PerfArgs) -> Result<bool> {
     }
     report::emit(
         &args.sweep,
-        &launch.describe(per_rank.len()),
-        &args.provider,
+        launch.provenance(per_rank.len()),
+        (&args.provider, crate::Over::Fabric),
         (&method, &label),
         points,
     )

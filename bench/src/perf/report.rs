@@ -5,36 +5,47 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 use fabkit_core::provenance::Provenance;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::stats::{knee, Knee};
 use super::Point;
 
-/// Where the run came from, stored with the numbers.
-#[derive(Debug, Clone, Serialize)]
+/// Where the run came from, stored with the numbers. What `fabkit plot`,
+/// `dht --bound` and `model --perf` read back: a field a file lacks (one
+/// of an older fabkit, or one a script wrote with only what its reader
+/// needs) reads as empty or absent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Meta {
     /// Provider (for MPI runs: `mpi osc=...`).
+    #[serde(default)]
     pub provider: String,
     /// How the data moved: provider and domain, or MPI component, window
     /// and synchronisation.
+    #[serde(default)]
     pub method: String,
     /// A chart's legend for this run, made from its settings (provider
     /// or MPI component, window and synchronisation, busy-poll, threads),
-    /// not parsed from `method`.
-    pub label: String,
+    /// not parsed from `method`; absent in files of an older fabkit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// What carried the operations (libfabric or MPI windows); absent in
+    /// files of an older fabkit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<crate::Over>,
     /// Command, commit, host, machine, launch and fabkit version.
     #[serde(flatten)]
     pub provenance: Provenance,
 }
 
-/// A whole run.
-#[derive(Debug, Clone, Serialize)]
+/// A whole run, as `--json` writes it and its readers take it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// Provenance.
     pub meta: Meta,
     /// One point per size.
     pub points: Vec<Point>,
     /// Packet-rate wall of a bandwidth sweep over 2+ sizes.
+    #[serde(default)]
     pub knee: Option<Knee>,
 }
 
@@ -165,19 +176,23 @@ pub fn human(b: usize) -> String {
     }
 }
 
-/// Prints the table and writes JSON/CSV for a perf or mpi-perf run.
+/// Prints the table and writes JSON/CSV for a perf or mpi-perf run on
+/// `provider`, `over` libfabric or MPI, whose ranks' `provenance` says
+/// how they were started.
 pub fn emit(
     sweep: &super::SweepArgs,
-    launch: &str,
-    provider: &str,
+    provenance: Provenance,
+    (provider, over): (&str, crate::Over),
     (method, label): (&str, &str),
     points: Vec<Point>,
 ) -> Result<bool> {
+    let launch = provenance.launch.clone().unwrap_or_default();
     let meta = Meta {
         provider: provider.to_string(),
         method: method.to_string(),
-        label: label.to_string(),
-        provenance: crate::provenance(Some(launch.to_string())),
+        label: Some(label.to_string()),
+        over: Some(over),
+        provenance,
     };
     let report = Report::new(meta, points);
     println!(
@@ -207,7 +222,8 @@ mod tests {
         Meta {
             provider: "tcp;ofi_rxm".into(),
             method: "libfabric tcp;ofi_rxm on lo".into(),
-            label: "tcp;ofi_rxm".into(),
+            label: Some("tcp;ofi_rxm".into()),
+            over: Some(crate::Over::Fabric),
             provenance: Provenance {
                 command: "fabkit perf".into(),
                 commit: "abc".into(),
@@ -215,6 +231,7 @@ mod tests {
                 machine: Some("test".into()),
                 cores: Some(2),
                 launch: Some("threads".into()),
+                launcher: Some(fabkit_core::provenance::Launcher::Threads),
                 fabkit: Some("0.1.0".into()),
             },
         }
@@ -242,6 +259,80 @@ mod tests {
             ordering: None,
             cpu_ns_per_xfer: None,
         }
+    }
+
+    /// Every key `fabkit perf --json` (and `mpi-perf --json`) writes, as
+    /// it is spelled: a field renamed or dropped fails here (new ones are
+    /// added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "knee",
+        "knee.first_bound_bytes",
+        "knee.last_flat_bytes",
+        "knee.peak_mb_per_sec",
+        "knee.plateau_mxfers_per_sec",
+        "meta",
+        "meta.command",
+        "meta.commit",
+        "meta.cores",
+        "meta.fabkit",
+        "meta.host",
+        "meta.label",
+        "meta.launch",
+        "meta.launcher",
+        "meta.machine",
+        "meta.method",
+        "meta.over",
+        "meta.provider",
+        "points",
+        "points[].bidir",
+        "points[].bytes",
+        "points[].completion",
+        "points[].cpu_ns_per_xfer",
+        "points[].iters",
+        "points[].latency",
+        "points[].latency.max",
+        "points[].latency.mean",
+        "points[].latency.min",
+        "points[].latency.p50",
+        "points[].latency.p99",
+        "points[].op",
+        "points[].ordering",
+        "points[].ordering.delivery_complete",
+        "points[].ordering.fenced",
+        "points[].ordering.read_backs",
+        "points[].ordering.scattered",
+        "points[].ordering.unordered",
+        "points[].pattern",
+        "points[].rates",
+        "points[].rates.mb_per_sec",
+        "points[].rates.mxfers_per_sec",
+        "points[].rates.usec_per_xfer",
+        "points[].secs",
+        "points[].threads",
+        "points[].window",
+    ];
+
+    /// `fabkit perf --csv`'s header, column by column.
+    const CSV_HEADER: &str = "provider,op,pattern,bidir,bytes,iters,secs,window,mb_per_sec,\
+        usec_per_xfer,mxfers_per_sec,lat_min_us,lat_p50_us,lat_p99_us,lat_max_us";
+
+    #[test]
+    fn golden_the_json_keys_and_the_csv_header_are_todays() {
+        // Every optional part filled, so that its keys show.
+        let mut p = point(8, 1.0, Pattern::Lat);
+        p.completion = Some(super::super::WriteCompletion::Delivery);
+        p.ordering = Some(fabkit_fabric::OrderingStats::default());
+        p.cpu_ns_per_xfer = Some(1.0);
+        let mut r = Report::new(meta(), vec![p]);
+        r.knee = Some(Knee {
+            plateau_mxfers_per_sec: 1.0,
+            last_flat_bytes: 8,
+            first_bound_bytes: Some(64),
+            peak_mb_per_sec: 1.0,
+        });
+        let json = serde_json::to_value(&r).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.csv().lines().next(), Some(CSV_HEADER));
     }
 
     #[test]

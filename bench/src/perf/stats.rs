@@ -38,8 +38,10 @@ impl Latency {
     }
 }
 
-/// Rates of a run of `iters` transfers of `bytes` each in `secs`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+/// Rates of a run of `iters` transfers of `bytes` each in `secs` (0
+/// where a file read back does not say).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Rates {
     /// Megabytes (10^6) per second, as perftest and fabtests count.
     pub mb_per_sec: f64,

@@ -377,10 +377,7 @@ fn rounds<T: Transport>(
     Ok(out)
 }
 
-/// `coarse`, `fine`, `lockfree`, `chunked`.
-pub fn variant_name(v: Variant) -> String {
-    format!("{v:?}").to_lowercase()
-}
+pub use crate::dhtbench::report::variant_name;
 
 /// Writes `g` as NAME.csv into --grids (rank 0 only): x, y and the nine
 /// species, each printed so that it reads back to the same bits.
@@ -405,7 +402,7 @@ struct Rounds<'a> {
 
 impl transports::Job for Rounds<'_> {
     type Out = Vec<Run>;
-    fn run<T: Transport>(
+    fn run<T: transports::Carrier>(
         self,
         make: &dyn Fn(&Config) -> Result<T>,
         finish: &dyn Fn(T) -> Result<()>,
@@ -480,7 +477,7 @@ pub fn command(a: &SurrogateArgs) -> Result<bool> {
         }
         let provider =
             format!("mpi osc={}, window {win:?}", crate::mpiperf::osc_in_force()).to_lowercase();
-        return publish(a, &runs, &launch.describe(boot.size()), &provider);
+        return publish(a, &runs, launch.provenance(boot.size()), &provider);
     }
     let Some(mut all) = launch.run(to, |boot| run_rank(a, boot))? else {
         return Ok(true);
@@ -492,14 +489,19 @@ pub fn command(a: &SurrogateArgs) -> Result<bool> {
         Some(r) => r.transport.clone(),
         None => format!("libfabric {}", a.provider),
     };
-    publish(a, &runs, &launch.describe(n), &provider)
+    publish(a, &runs, launch.provenance(n), &provider)
 }
 
 /// Prints the table and writes what was asked for.
-fn publish(a: &SurrogateArgs, runs: &[Run], launch: &str, provider: &str) -> Result<bool> {
+fn publish(
+    a: &SurrogateArgs,
+    runs: &[Run],
+    provenance: fabkit_core::provenance::Provenance,
+    provider: &str,
+) -> Result<bool> {
     let rep = report::Report {
         meta: report::Meta {
-            provenance: crate::provenance(Some(launch.into())),
+            provenance,
             provider: provider.into(),
             grid: format!("{}x{}", a.grid.0, a.grid.1),
             steps: a.steps,

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use fabkit_dht::Variant;
 use serde::{Deserialize, Serialize};
 
 use super::chem::SPECIES;
@@ -58,11 +59,21 @@ pub struct Error {
     pub species: Vec<String>,
 }
 
+/// Where a break-even that the costs tried do not cross lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outside {
+    /// Below the cheapest cost tried: the cache paid at every cost.
+    Below,
+    /// Above the dearest: it paid at none.
+    Above,
+}
+
 /// A variant, rounding and cost over every round.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// `coarse`, `fine`, `lockfree` or `chunked`.
-    pub variant: String,
+    pub variant: Variant,
     /// What carried the cache's operations.
     pub transport: String,
     /// The keys' rounding: `exact` or significant digits.
@@ -108,7 +119,7 @@ pub struct Row {
     pub break_even_measured_us: Option<f64>,
     /// Where it does not cross: `below` the cheapest cost tried (the
     /// cache paid at every cost) or `above` the dearest (it paid at none).
-    pub break_even_outside: Option<String>,
+    pub break_even_outside: Option<Outside>,
     /// Error against the uncached run.
     pub error: Error,
 }
@@ -133,10 +144,10 @@ fn ratio(num: u64, den: u64) -> f64 {
 /// One row per variant, rounding and cost of `runs`, in the order the
 /// cached runs first ran.
 fn by_configuration(runs: &[Run]) -> Vec<Row> {
-    let mut keys: Vec<(String, String, u32)> = Vec::new();
+    let mut keys: Vec<(Variant, String, u32)> = Vec::new();
     for r in runs {
         if let Some(v) = r.variant {
-            let k = (variant_name(v), r.digits.clone(), r.substeps);
+            let k = (v, r.digits.clone(), r.substeps);
             if !keys.contains(&k) {
                 keys.push(k);
             }
@@ -147,9 +158,7 @@ fn by_configuration(runs: &[Run]) -> Vec<Row> {
             let mine: Vec<&Run> = runs
                 .iter()
                 .filter(|r| {
-                    r.variant.map(variant_name).as_deref() == Some(variant.as_str())
-                        && r.digits == digits
-                        && r.substeps == substeps
+                    r.variant == Some(variant) && r.digits == digits && r.substeps == substeps
                 })
                 .collect();
             let plain = |round: u32| {
@@ -224,7 +233,7 @@ fn by_configuration(runs: &[Run]) -> Vec<Row> {
 /// the measured break-even of its variant and rounding.
 pub fn rows(runs: &[Run]) -> Vec<Row> {
     let mut rows = by_configuration(runs);
-    let crossings: Vec<(Option<f64>, Option<String>)> = rows
+    let crossings: Vec<(Option<f64>, Option<Outside>)> = rows
         .iter()
         .map(|r| {
             let mut same: Vec<&Row> = rows
@@ -235,8 +244,8 @@ pub fn rows(runs: &[Run]) -> Vec<Row> {
             let at = crossing(&same);
             let outside = match at {
                 Some(_) => None,
-                None if same.iter().all(|o| o.speedup > 1.0) => Some("below".to_string()),
-                None if same.iter().all(|o| o.speedup < 1.0) => Some("above".to_string()),
+                None if same.iter().all(|o| o.speedup > 1.0) => Some(Outside::Below),
+                None if same.iter().all(|o| o.speedup < 1.0) => Some(Outside::Above),
                 None => None,
             };
             (at, outside)
@@ -331,10 +340,10 @@ pub fn table(rep: &Report) -> String {
             .map(|o| o.solve_us)
             .fold(r.solve_us, pick)
     };
-    let measured = |r: &Row| match (r.break_even_measured_us, r.break_even_outside.as_deref()) {
+    let measured = |r: &Row| match (r.break_even_measured_us, r.break_even_outside) {
         (Some(b), _) => format!("{b:.2}"),
-        (None, Some("below")) => format!("<{:.2}", cost(f64::min, r)),
-        (None, Some(_)) => format!(">{:.2}", cost(f64::max, r)),
+        (None, Some(Outside::Below)) => format!("<{:.2}", cost(f64::min, r)),
+        (None, Some(Outside::Above)) => format!(">{:.2}", cost(f64::max, r)),
         (None, None) => "-".into(),
     };
     let err = |(v, who): (f64, &str)| {
@@ -348,7 +357,7 @@ pub fn table(rep: &Report) -> String {
         let _ = writeln!(
             t,
             "{:<8} {:>6} {:>8} {:>8.2} {:>8.3} {:>8.3} {:>16} {:>6.1} {:>8} {:>8.2} {:>18} {:>18} {:>18}",
-            r.variant,
+            variant_name(r.variant),
             r.digits,
             r.substeps,
             r.solve_us,
@@ -398,18 +407,18 @@ pub fn charts(rep: &Report) -> Vec<(String, String)> {
     for s in costs {
         let rows: Vec<&Row> = rep.runs.iter().filter(|r| r.substeps == s).collect();
         let mut cats: Vec<String> = Vec::new();
-        let mut variants: Vec<String> = Vec::new();
+        let mut variants: Vec<Variant> = Vec::new();
         for r in &rows {
             if !cats.contains(&r.digits) {
                 cats.push(r.digits.clone());
             }
             if !variants.contains(&r.variant) {
-                variants.push(r.variant.clone());
+                variants.push(r.variant);
             }
         }
         let solve = rows.first().map_or(0.0, |r| r.solve_us);
-        let line = |v: &String, f: &dyn Fn(&Row) -> (f64, f64, f64)| fabkit_chart::Line {
-            label: v.clone(),
+        let line = |v: &Variant, f: &dyn Fn(&Row) -> (f64, f64, f64)| fabkit_chart::Line {
+            label: variant_name(*v),
             points: cats
                 .iter()
                 .map(|c| {
@@ -461,7 +470,6 @@ pub fn charts(rep: &Report) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fabkit_dht::Variant;
 
     fn run(round: u32, variant: Option<Variant>, secs: f64, hits: u64) -> Run {
         Run {
@@ -512,6 +520,82 @@ mod tests {
         assert_eq!(r.break_even_us, Some(4.0));
         assert_eq!(r.error.max[0], 1e-3);
         assert!((r.error.mean[0] - 1e-4).abs() < 1e-18);
+    }
+
+    /// Every key `fabkit surrogate --json` writes, as it is spelled: a
+    /// field renamed or dropped fails here (new ones are added to the list).
+    const JSON_KEYS: &[&str] = &[
+        "meta",
+        "meta.batch",
+        "meta.command",
+        "meta.commit",
+        "meta.cores",
+        "meta.dt",
+        "meta.fabkit",
+        "meta.floor",
+        "meta.grid",
+        "meta.host",
+        "meta.launch",
+        "meta.launcher",
+        "meta.machine",
+        "meta.notes",
+        "meta.provider",
+        "meta.steps",
+        "runs",
+        "runs[].break_even_measured_us",
+        "runs[].break_even_outside",
+        "runs[].break_even_us",
+        "runs[].cache_us_per_cell",
+        "runs[].checksum_mismatches",
+        "runs[].checksum_retries",
+        "runs[].digits",
+        "runs[].error",
+        "runs[].error.max",
+        "runs[].error.mean",
+        "runs[].error.species",
+        "runs[].evictions",
+        "runs[].hit_rate",
+        "runs[].ranks",
+        "runs[].rounds",
+        "runs[].rounds[].secs",
+        "runs[].rounds[].speedup",
+        "runs[].rounds[].uncached_secs",
+        "runs[].secs",
+        "runs[].solve_us",
+        "runs[].speedup",
+        "runs[].speedup_max",
+        "runs[].speedup_min",
+        "runs[].substeps",
+        "runs[].transport",
+        "runs[].uncached_secs",
+        "runs[].variant",
+    ];
+
+    #[test]
+    fn golden_the_json_keys_are_todays() {
+        let runs = [
+            run(0, None, 2.0, 0),
+            run(0, Some(Variant::Lockfree), 1.0, 50),
+        ];
+        let rep = Report {
+            meta: Meta {
+                provenance: fabkit_core::provenance::Provenance {
+                    launcher: Some(fabkit_core::provenance::Launcher::Threads),
+                    ..crate::provenance(Some("l".into()))
+                },
+                provider: "p".into(),
+                grid: "16x8".into(),
+                steps: 1,
+                dt: 1.0,
+                batch: 1,
+                floor: 1e-6,
+                notes: vec!["n".into()],
+            },
+            runs: rows(&runs),
+        };
+        assert_eq!(rep.runs[0].rounds.len(), 1);
+        let json = serde_json::to_value(&rep).unwrap();
+        fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

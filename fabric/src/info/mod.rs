@@ -167,12 +167,10 @@ impl Hints {
     /// also frees the strdup'ed names inside it.
     fn to_raw(&self) -> Result<RawInfo> {
         // SAFETY: fi_allocinfo allocates a zeroed fi_info with its attribute
-        // structs; null means out of memory.
-        let raw = NonNull::new(unsafe { ffi::fi_allocinfo() }).ok_or_else(|| {
-            Error::from(CoreError::InvalidArgument(
-                "fi_allocinfo: out of memory".into(),
-            ))
-        })?;
+        // structs; null means out of memory: a failed call, not a bad
+        // argument (callers take those for the user's to fix).
+        let raw = NonNull::new(unsafe { ffi::fi_allocinfo() })
+            .ok_or_else(|| call_error("fi_allocinfo", ffi::FI_ENOMEM as i32))?;
         let info = RawInfo(raw);
         // SAFETY: `raw` is a valid fi_info from fi_allocinfo; its attr
         // pointers are valid allocations owned by it.

@@ -176,7 +176,7 @@ pub fn run_client(spec: &TestSpec, opts: &ClientOpts) -> Result<Report, RunError
     mine.warnings.extend(warnings);
     let mut r = Report::assemble(spec, addr.to_string(), mine, theirs);
     r.command = std::env::args().collect::<Vec<_>>().join(" ");
-    r.commit = option_env!("FABKIT_COMMIT").unwrap_or("unknown").into();
+    r.commit = crate::COMMIT.into();
     r.started_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

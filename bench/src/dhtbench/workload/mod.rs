@@ -122,11 +122,48 @@ pub struct Op {
     pub key: u64,
 }
 
+/// Which phase of a workload: the paper's `write`, `read` and `mixed`,
+/// YCSB's `load` and `run`, spelled in reports as here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseName {
+    /// The paper's: every rank writes its keys.
+    #[default]
+    Write,
+    /// The paper's: every rank reads every rank's keys (and absent ones).
+    Read,
+    /// The paper's: a mix of reads and updates.
+    Mixed,
+    /// YCSB's: the records inserted (timed in `load-a` only).
+    Load,
+    /// YCSB's: the workload's mix.
+    Run,
+}
+
+impl PhaseName {
+    /// The name reports and `fabkit plot --phase` know it by.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PhaseName::Write => "write",
+            PhaseName::Read => "read",
+            PhaseName::Mixed => "mixed",
+            PhaseName::Load => "load",
+            PhaseName::Run => "run",
+        }
+    }
+}
+
+impl std::fmt::Display for PhaseName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// A run of operations measured (or not) as one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Phase {
-    /// Its name in reports: `write`, `read`, `mixed`, `load` or `run`.
-    pub name: &'static str,
+    /// Which one.
+    pub name: PhaseName,
     /// Whether its time is measured (YCSB's load is setup, except `load-a`).
     pub timed: bool,
     /// This rank's operations, in order.
@@ -305,7 +342,7 @@ fn mixed(
         });
     }
     Ok(Phase {
-        name: "mixed",
+        name: PhaseName::Mixed,
         timed: true,
         ops,
     })
@@ -347,12 +384,12 @@ fn paper_uniform(spec: &Spec) -> Result<Vec<Phase>, String> {
 fn paper_phases(write: Vec<Op>, read: Vec<Op>, mixed: Phase) -> Vec<Phase> {
     vec![
         Phase {
-            name: "write",
+            name: PhaseName::Write,
             timed: true,
             ops: write,
         },
         Phase {
-            name: "read",
+            name: PhaseName::Read,
             timed: true,
             ops: read,
         },
@@ -392,7 +429,7 @@ fn ycsb(spec: &Spec, dist: Dist) -> Result<Vec<Phase>, String> {
         key,
     }));
     let mut out = vec![Phase {
-        name: "load",
+        name: PhaseName::Load,
         timed: spec.workload == Workload::LoadA,
         ops: load,
     }];
@@ -428,7 +465,7 @@ fn ycsb(spec: &Spec, dist: Dist) -> Result<Vec<Phase>, String> {
         ops.push(Op { kind, key });
     }
     out.push(Phase {
-        name: "run",
+        name: PhaseName::Run,
         timed: true,
         ops,
     });
@@ -481,7 +518,9 @@ mod tests {
             s.ops = 100_000;
             let ps = phases(&s).unwrap();
             assert_eq!(
-                ps.iter().map(|p| (p.name, p.timed)).collect::<Vec<_>>(),
+                ps.iter()
+                    .map(|p| (p.name.as_str(), p.timed))
+                    .collect::<Vec<_>>(),
                 [("write", true), ("read", true), ("mixed", true)]
             );
             let write = &ps[0].ops;
@@ -570,7 +609,9 @@ mod tests {
             s.ops = 20_000;
             let ps = phases(&s).unwrap();
             assert_eq!(
-                ps.iter().map(|p| (p.name, p.timed)).collect::<Vec<_>>(),
+                ps.iter()
+                    .map(|p| (p.name.as_str(), p.timed))
+                    .collect::<Vec<_>>(),
                 [("load", false), ("run", true)],
                 "{w:?}"
             );
@@ -590,7 +631,7 @@ mod tests {
         }
         let ps = phases(&spec(Workload::LoadA, 2, 0)).unwrap();
         assert_eq!(ps.len(), 1);
-        assert!(ps[0].timed && ps[0].name == "load");
+        assert!(ps[0].timed && ps[0].name.as_str() == "load");
     }
 
     #[test]

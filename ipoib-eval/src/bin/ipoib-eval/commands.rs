@@ -246,8 +246,8 @@ pub(crate) fn summary(
     let dir = dir.map_or_else(|| plots_dir(csv), PathBuf::from);
     let text = std::fs::read_to_string(csv)
         .map_err(|e| RunError::Usage(SpecError(format!("cannot read {}: {e}", csv.display()))))?;
-    let groups = ipoib_eval::summary::summarize(&text)?;
-    let files = ipoib_eval::summary::write(csv, &groups, &dir).map_err(RunError::Failed)?;
+    let summary = ipoib_eval::summary::Summary::of(csv, &text, ipoib_eval::provenance())?;
+    let files = ipoib_eval::summary::write(&summary, &dir).map_err(RunError::Failed)?;
     out!("{} files in {}", files.len(), dir.display());
     Ok(())
 }
