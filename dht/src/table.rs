@@ -148,6 +148,7 @@ impl<T: Transport> Dht<T> {
         cfg.validate()?;
         let need = cfg.region_len();
         let have = t.region_len(t.rank());
+        let caps = t.caps();
         let local = if have < need {
             Err(Error::RegionTooSmall {
                 rank: t.rank(),
@@ -156,12 +157,12 @@ impl<T: Transport> Dht<T> {
                 buckets: cfg.buckets,
                 variant: cfg.variant,
             })
-        } else if cfg.variant.needs_atomics() && !t.has_atomics() {
+        } else if cfg.variant.needs_atomics() && !caps.atomics {
             Err(Error::NoAtomics {
                 variant: cfg.variant,
                 transport: t.name(),
             })
-        } else if !t.delivers() {
+        } else if !caps.delivers {
             Err(Error::Unordered {
                 transport: t.name(),
             })
@@ -192,10 +193,10 @@ impl<T: Transport> Dht<T> {
             checksum_retries: cfg.checksum_retries,
             rank: t.rank(),
             deadline: crate::config::default_deadline(),
-            near: t.near(),
-            in_order: t.in_order(),
+            near: caps.near,
+            in_order: caps.in_order,
         };
-        let depth = t.depth().clamp(1, MAX_DEPTH);
+        let depth = caps.depth.clamp(1, MAX_DEPTH);
         Ok(Dht {
             work: Mutex::new(Work::new(true)),
             t,
@@ -278,9 +279,10 @@ impl<T: Transport> Dht<T> {
     /// fabric carries one part's batch while the table plans another's
     /// next one. From 1 (one batch at a time, all keys of a run in it) to
     /// [`MAX_DEPTH`], and never more than the transport keeps
-    /// ([`Transport::depth`]: on libfabric, as many windows as its
-    /// completion queue holds with one to spare; 1 on MPI and on the
-    /// same-node path without a fabric), which is also the default. On a
+    /// ([`Caps::depth`](crate::transport::Caps::depth): on libfabric, as
+    /// many windows as its completion queue holds with one to spare; 1 on
+    /// MPI and on the same-node path without a fabric), which is also the
+    /// default. On a
     /// transport of depth 1 more parts would only run one after another.
     /// Accumulating writes and coarse use one: coarse's parts would
     /// contend for the one region lock.
@@ -290,7 +292,7 @@ impl<T: Transport> Dht<T> {
                 "a depth of {depth} batches in flight is out of range: give 1 to {MAX_DEPTH}"
             )));
         }
-        self.depth = depth.min(self.t.depth().max(1));
+        self.depth = depth.min(self.t.caps().depth.max(1));
         Ok(())
     }
 

@@ -6,7 +6,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use super::{Op, Transport};
+use super::{Caps, Op, Transport};
 
 /// A hook: called with the batch's ops (after: as executed). It must not
 /// execute on the transport it is hooked to.
@@ -69,17 +69,8 @@ impl<T: Transport> Transport for HookedTransport<T> {
     fn region_len(&self, rank: usize) -> usize {
         self.inner.region_len(rank)
     }
-    fn has_atomics(&self) -> bool {
-        self.inner.has_atomics()
-    }
-    fn delivers(&self) -> bool {
-        self.inner.delivers()
-    }
-    fn near(&self) -> bool {
-        self.inner.near()
-    }
-    fn in_order(&self) -> bool {
-        self.inner.in_order()
+    fn caps(&self) -> Caps {
+        self.inner.caps()
     }
     fn name(&self) -> String {
         format!("hooked {}", self.inner.name())
@@ -91,9 +82,6 @@ impl<T: Transport> Transport for HookedTransport<T> {
         r
     }
     type Lane = T::Lane;
-    fn depth(&self) -> usize {
-        self.inner.depth()
-    }
     fn lane(&self) -> Result<T::Lane, T::Error> {
         self.inner.lane()
     }

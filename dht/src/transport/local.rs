@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use fabkit_core::{Error, Op, OpKind, Remote, Result};
 
-use super::{Deferred, Transport};
+use super::{Caps, Deferred, Transport};
 
 struct Regions {
     words: Vec<Box<[AtomicU64]>>,
@@ -128,16 +128,21 @@ impl Transport for LocalTransport {
     fn region_len(&self, _rank: usize) -> usize {
         self.shared.len
     }
-    fn has_atomics(&self) -> bool {
-        true
+    fn caps(&self) -> Caps {
+        Caps {
+            atomics: true,
+            // Every op has taken effect when its batch returns.
+            delivers: true,
+            near: false,
+            // Ops run one after another (acquire loads, release stores,
+            // atomics acquire-release), and the first error stops the
+            // batch.
+            in_order: true,
+            depth: self.depth,
+        }
     }
     fn name(&self) -> String {
         "local".into()
-    }
-    /// Ops run one after another (acquire loads, release stores, atomics
-    /// acquire-release), and the first error stops the batch.
-    fn in_order(&self) -> bool {
-        true
     }
 
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<()> {
@@ -145,9 +150,6 @@ impl Transport for LocalTransport {
     }
 
     type Lane = Deferred;
-    fn depth(&self) -> usize {
-        self.depth
-    }
     fn post(&self, lane: &mut Deferred, ops: &mut [Op<'_>]) -> Result<bool> {
         if lane.post(self.depth) {
             return Ok(true);

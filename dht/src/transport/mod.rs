@@ -34,6 +34,44 @@ pub mod shm;
 
 pub use fabkit_core::{Completion, Op, OpKind, Remote};
 
+/// What a transport can do, as one value ([`Transport::caps`]). It does
+/// not change while the transport lives: the table reads it when it is
+/// created. A wrapper passes it on whole or changes a field, saying why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Whether remote atomics (compare-and-swap, fetch-add, fetch, swap)
+    /// are available. The table refuses a variant that needs them
+    /// without ([`crate::Error::NoAtomics`]), and the faulty transport
+    /// tears reads only with them.
+    pub atomics: bool,
+    /// Whether a write that asks for [`Completion::Delivery`] gets it: the
+    /// DHT's locks and claims rely on their data landing before their
+    /// release, so the table refuses a transport without
+    /// ([`crate::Error::Unordered`]). True unless the transport knows it
+    /// cannot (a provider that offers neither delivery completion, a fence
+    /// nor read-after-write order).
+    pub delivers: bool,
+    /// Whether every rank's region is memory this process maps, so that a
+    /// round of operations costs about what its memory accesses do, not a
+    /// network round trip. Machines then fetch no further ahead than their
+    /// next step needs (chunked reads one chunk per round, not two). False
+    /// unless the transport knows.
+    pub near: bool,
+    /// Whether the ops of one batch take effect one after another, in the
+    /// batch's order, with each op's reads and writes ordered after the
+    /// previous op's as acquire loads and release stores order them; and
+    /// an error stops the batch at the failing op. Machines then put steps
+    /// that do not depend on an earlier op's result into one batch (a fine
+    /// reader's snapshot of the lock word, the data and the check). False
+    /// unless the transport knows: a NIC's ops in one batch are unordered.
+    pub in_order: bool,
+    /// How many batches the transport keeps in flight at once, each on a
+    /// lane of its own (see [`Transport::post`]), while the driver plans
+    /// the next of another: 1 unless it posts and polls. The table keeps
+    /// no more in flight ([`crate::Dht::set_depth`]).
+    pub depth: usize,
+}
+
 /// Executes batches of one-sided operations on the ranks' regions.
 pub trait Transport {
     /// What a failed batch or region lock says. Wrappers (the test
@@ -48,8 +86,9 @@ pub trait Transport {
     fn ranks(&self) -> usize;
     /// Bytes of `rank`'s region.
     fn region_len(&self, rank: usize) -> usize;
-    /// Whether remote atomics are available.
-    fn has_atomics(&self) -> bool;
+    /// What the transport can do, which the table and the machines plan
+    /// by (see [`Caps`]).
+    fn caps(&self) -> Caps;
     /// Posts every op and returns when all have completed. Ops in one batch
     /// are unordered; to order two, use two batches.
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error>;
@@ -58,16 +97,9 @@ pub trait Transport {
 
     /// Where one batch in flight is kept (see [`Transport::post`]). Its
     /// `Default` is a lane that needs nothing made ahead: on a transport
-    /// of [`Transport::depth`] 1 it runs each batch to its end in `post`
+    /// of [`Caps::depth`] 1 it runs each batch to its end in `post`
     /// (the table gives callers other than its own such a lane).
     type Lane: Default + Send;
-
-    /// How many batches the transport keeps in flight at once, each on a
-    /// lane of its own, while the driver plans the next of another: 1
-    /// unless it posts and polls.
-    fn depth(&self) -> usize {
-        1
-    }
 
     /// A lane for batches in flight; what it holds (a registered staging
     /// buffer) is made now, once, and kept for every batch posted on it.
@@ -102,35 +134,6 @@ pub trait Transport {
         Ok(())
     }
 
-    /// Whether a write that asks for [`Completion::Delivery`] gets it: the
-    /// DHT's locks and claims rely on their data landing before their
-    /// release. True unless the transport knows it cannot (a provider that
-    /// offers neither delivery completion, a fence nor read-after-write
-    /// order).
-    fn delivers(&self) -> bool {
-        true
-    }
-
-    /// Whether every rank's region is memory this process maps, so that a
-    /// round of operations costs about what its memory accesses do, not a
-    /// network round trip. Machines then fetch no further ahead than their
-    /// next step needs (chunked reads one chunk per round, not two). False
-    /// unless the transport knows.
-    fn near(&self) -> bool {
-        false
-    }
-
-    /// Whether the ops of one batch take effect one after another, in the
-    /// batch's order, with each op's reads and writes ordered after the
-    /// previous op's as acquire loads and release stores order them; and
-    /// an error stops the batch at the failing op. Machines then put steps
-    /// that do not depend on an earlier op's result into one batch (a fine
-    /// reader's snapshot of the lock word, the data and the check). False
-    /// unless the transport knows: a NIC's ops in one batch are unordered.
-    fn in_order(&self) -> bool {
-        false
-    }
-
     /// Locks `rank`'s whole region with the transport's own mechanism, if it
     /// has one (MPI: `MPI_Win_lock`), for the coarse variant. `Ok(false)`:
     /// no such mechanism, and the variant drives a lock word with atomics.
@@ -158,8 +161,14 @@ impl Transport for fabkit_fabric::Rank {
     fn region_len(&self, rank: usize) -> usize {
         fabkit_fabric::Rank::region_len(self, rank).unwrap_or(0)
     }
-    fn has_atomics(&self) -> bool {
-        self.config().atomics && self.atomic_support().all()
+    fn caps(&self) -> Caps {
+        Caps {
+            atomics: self.config().atomics && self.atomic_support().all(),
+            delivers: self.ordering() != fabkit_fabric::Ordering::None,
+            near: false,
+            in_order: false,
+            depth: self.lanes(),
+        }
     }
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
         fabkit_fabric::Rank::execute(self, ops)
@@ -167,13 +176,7 @@ impl Transport for fabkit_fabric::Rank {
     fn name(&self) -> String {
         format!("fabric {}", self.info().provider())
     }
-    fn delivers(&self) -> bool {
-        self.ordering() != fabkit_fabric::Ordering::None
-    }
     type Lane = Option<fabkit_fabric::Lane>;
-    fn depth(&self) -> usize {
-        self.lanes()
-    }
     fn lane(&self) -> Result<Self::Lane, Self::Error> {
         fabkit_fabric::Rank::lane(self).map(Some)
     }
@@ -206,23 +209,14 @@ impl<T: Transport + ?Sized> Transport for &T {
     fn region_len(&self, rank: usize) -> usize {
         (**self).region_len(rank)
     }
-    fn has_atomics(&self) -> bool {
-        (**self).has_atomics()
+    fn caps(&self) -> Caps {
+        (**self).caps()
     }
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
         (**self).execute(ops)
     }
     fn name(&self) -> String {
         (**self).name()
-    }
-    fn delivers(&self) -> bool {
-        (**self).delivers()
-    }
-    fn near(&self) -> bool {
-        (**self).near()
-    }
-    fn in_order(&self) -> bool {
-        (**self).in_order()
     }
     fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, Self::Error> {
         (**self).lock_region(rank, exclusive)
@@ -231,9 +225,6 @@ impl<T: Transport + ?Sized> Transport for &T {
         (**self).unlock_region(rank)
     }
     type Lane = T::Lane;
-    fn depth(&self) -> usize {
-        (**self).depth()
-    }
     fn lane(&self) -> Result<Self::Lane, Self::Error> {
         (**self).lane()
     }

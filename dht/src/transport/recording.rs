@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use fabkit_core::{Completion, Op, OpKind, Remote};
 
-use super::Transport;
+use super::{Caps, Transport};
 
 /// One logged operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,17 +76,8 @@ impl<T: Transport> Transport for RecordingTransport<T> {
     fn region_len(&self, rank: usize) -> usize {
         self.inner.region_len(rank)
     }
-    fn has_atomics(&self) -> bool {
-        self.inner.has_atomics()
-    }
-    fn delivers(&self) -> bool {
-        self.inner.delivers()
-    }
-    fn near(&self) -> bool {
-        self.inner.near()
-    }
-    fn in_order(&self) -> bool {
-        self.inner.in_order()
+    fn caps(&self) -> Caps {
+        self.inner.caps()
     }
     fn name(&self) -> String {
         format!("recording {}", self.inner.name())
@@ -96,9 +87,6 @@ impl<T: Transport> Transport for RecordingTransport<T> {
         self.inner.execute(ops)
     }
     type Lane = T::Lane;
-    fn depth(&self) -> usize {
-        self.inner.depth()
-    }
     fn lane(&self) -> Result<T::Lane, T::Error> {
         self.inner.lane()
     }

@@ -31,7 +31,7 @@
 //!   models a writer that ignores the reader's locks, so use it on variants
 //!   that claim to detect torn reads (checksums), not on locking ones. It
 //!   needs atomics in the inner transport: without
-//!   [`Transport::has_atomics`], reads are split but never torn. Other ranks
+//!   [`Caps::atomics`], reads are split but never torn. Other ranks
 //!   can see the garbage while it is there, as they would see a real
 //!   writer's bytes; a trailing partial word of the second half is not torn.
 //! - **Delayed writes** ([`Faults::delay_writes`], [`Faults::delay_prob`]): a
@@ -83,7 +83,7 @@ use std::time::Duration;
 
 use fabkit_core::{Completion, Error, Op, Remote};
 
-use super::Transport;
+use super::{Caps, Transport};
 
 /// When a delayed write becomes visible at its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -420,7 +420,7 @@ impl<T: Transport> FaultyTransport<T> {
                     let hi = (off + len - 1) / 8 * 8;
                     let at = lo + 8 * st.rng.below((hi - lo) / 8 + 1);
                     let cut = (at - off) as usize;
-                    let tear = self.inner.has_atomics() && st.rng.chance(f.tear_reads);
+                    let tear = self.inner.caps().atomics && st.rng.chance(f.tear_reads);
                     let words = if tear { (into.len() - cut) / 8 } else { 0 };
                     let garbage = (0..words).map(|_| st.rng.next()).collect();
                     st.injected.split_reads += 1;
@@ -637,14 +637,15 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     fn region_len(&self, rank: usize) -> usize {
         self.inner.region_len(rank)
     }
-    fn has_atomics(&self) -> bool {
-        self.inner.has_atomics()
-    }
-    fn delivers(&self) -> bool {
-        self.inner.delivers()
-    }
-    fn near(&self) -> bool {
-        self.inner.near()
+    fn caps(&self) -> Caps {
+        Caps {
+            // It reorders a batch's ops (and splits its reads), so it
+            // never keeps their order, whatever the inner transport does.
+            in_order: false,
+            // Its own lanes: batches held back until completed.
+            depth: self.faults.lanes.max(1),
+            ..self.inner.caps()
+        }
     }
     fn name(&self) -> String {
         format!("faulty {}", self.inner.name())
@@ -657,11 +658,8 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     }
 
     type Lane = FaultyLane;
-    fn depth(&self) -> usize {
-        self.faults.lanes.max(1)
-    }
     fn post(&self, lane: &mut FaultyLane, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
-        if !lane.deferred.post(self.depth()) {
+        if !lane.deferred.post(self.caps().depth) {
             return self.execute(ops).map(|()| false);
         }
         let mut st = self.state.lock().unwrap();
