@@ -15,6 +15,9 @@
 //!   faults (reordered batches, split and torn reads, delayed write
 //!   visibility, the Nth op failing), so tests can check a variant survives
 //!   what a real NIC may do.
+//! - [`wrap::Wrapper`]: how those three (and `&T`) wrap a transport: each
+//!   overrides only what it changes, and everything else reaches the inner
+//!   transport through one impl, so none can miss a method.
 //! - `fabkit_fabric::Rank` (feature `fabric`): native libfabric, any
 //!   provider.
 //! - `shm::ShmTransport` (feature `fabric`): direct access to the regions
@@ -31,6 +34,7 @@ pub mod mpi;
 pub mod recording;
 #[cfg(feature = "fabric")]
 pub mod shm;
+pub mod wrap;
 
 pub use fabkit_core::{Completion, Op, OpKind, Remote};
 
@@ -195,47 +199,6 @@ impl Transport for fabkit_fabric::Rank {
             Some(l) => fabkit_fabric::Rank::complete(self, l, ops),
             None => Ok(()),
         }
-    }
-}
-
-impl<T: Transport + ?Sized> Transport for &T {
-    type Error = T::Error;
-    fn rank(&self) -> usize {
-        (**self).rank()
-    }
-    fn ranks(&self) -> usize {
-        (**self).ranks()
-    }
-    fn region_len(&self, rank: usize) -> usize {
-        (**self).region_len(rank)
-    }
-    fn caps(&self) -> Caps {
-        (**self).caps()
-    }
-    fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
-        (**self).execute(ops)
-    }
-    fn name(&self) -> String {
-        (**self).name()
-    }
-    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, Self::Error> {
-        (**self).lock_region(rank, exclusive)
-    }
-    fn unlock_region(&self, rank: usize) -> Result<(), Self::Error> {
-        (**self).unlock_region(rank)
-    }
-    type Lane = T::Lane;
-    fn lane(&self) -> Result<Self::Lane, Self::Error> {
-        (**self).lane()
-    }
-    fn post(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<bool, Self::Error> {
-        (**self).post(lane, ops)
-    }
-    fn ready(&self, lane: &Self::Lane) -> bool {
-        (**self).ready(lane)
-    }
-    fn complete(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
-        (**self).complete(lane, ops)
     }
 }
 

@@ -83,6 +83,7 @@ use std::time::Duration;
 
 use fabkit_core::{Completion, Error, Op, Remote};
 
+use super::wrap::{WrapLane, WrapperLane};
 use super::{Caps, Transport};
 
 /// When a delayed write becomes visible at its target.
@@ -258,7 +259,8 @@ struct State {
     posted: u64,
 }
 
-/// A [`FaultyTransport`]'s lane: a batch posted, not yet run.
+/// A [`FaultyTransport`]'s own part of a lane: a batch posted, not yet
+/// run.
 #[derive(Debug, Default)]
 pub struct FaultyLane {
     deferred: super::Deferred,
@@ -362,6 +364,11 @@ impl<T: Transport> FaultyTransport<T> {
             keep(&mut first, self.apply(w));
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// Batches a driver may keep in flight: its own lanes, 1 for none.
+    fn lanes(&self) -> usize {
+        self.faults.lanes.max(1)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -625,17 +632,15 @@ fn keep<E>(first: &mut Option<E>, result: Result<(), E>) {
     }
 }
 
-impl<T: Transport> Transport for FaultyTransport<T> {
-    type Error = T::Error;
+impl<T: Transport> super::wrap::Wrapper for FaultyTransport<T> {
+    type Inner = T;
+    type OwnLane = FaultyLane;
 
-    fn rank(&self) -> usize {
-        self.inner.rank()
+    fn inner(&self) -> &T {
+        &self.inner
     }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn region_len(&self, rank: usize) -> usize {
-        self.inner.region_len(rank)
+    fn name(&self) -> String {
+        format!("faulty {}", self.inner.name())
     }
     fn caps(&self) -> Caps {
         Caps {
@@ -643,47 +648,9 @@ impl<T: Transport> Transport for FaultyTransport<T> {
             // never keeps their order, whatever the inner transport does.
             in_order: false,
             // Its own lanes: batches held back until completed.
-            depth: self.faults.lanes.max(1),
+            depth: self.lanes(),
             ..self.inner.caps()
         }
-    }
-    fn name(&self) -> String {
-        format!("faulty {}", self.inner.name())
-    }
-    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, T::Error> {
-        self.inner.lock_region(rank, exclusive)
-    }
-    fn unlock_region(&self, rank: usize) -> Result<(), T::Error> {
-        self.inner.unlock_region(rank)
-    }
-
-    type Lane = FaultyLane;
-    fn post(&self, lane: &mut FaultyLane, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
-        if !lane.deferred.post(self.caps().depth) {
-            return self.execute(ops).map(|()| false);
-        }
-        let mut st = self.state.lock().unwrap();
-        st.posted += 1;
-        lane.number = st.posted;
-        st.in_flight.push(lane.number);
-        Ok(true)
-    }
-    fn ready(&self, _lane: &FaultyLane) -> bool {
-        self.state.lock().unwrap().rng.chance(0.5)
-    }
-    fn complete(&self, lane: &mut FaultyLane, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
-        if !lane.deferred.take() {
-            return Ok(());
-        }
-        {
-            let mut st = self.state.lock().unwrap();
-            let n = lane.number;
-            if st.in_flight.iter().any(|&m| m < n) {
-                st.injected.overtaking_batches += 1;
-            }
-            st.in_flight.retain(|&m| m != n);
-        }
-        self.execute(ops)
     }
 
     /// Applies the writes delayed until this batch, executes the batch with
@@ -703,6 +670,45 @@ impl<T: Transport> Transport for FaultyTransport<T> {
         }
         first.map_or(Ok(()), Err)
     }
+
+    /// Its own lane only: a batch runs, with its faults, through the inner
+    /// transport's `execute`, never on the inner's lanes, so none is made.
+    fn lane(&self) -> Result<WrapperLane<Self>, T::Error> {
+        Ok(WrapLane::default())
+    }
+    fn post(&self, lane: &mut WrapperLane<Self>, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
+        let lane = &mut lane.own;
+        if !lane.deferred.post(self.lanes()) {
+            return Transport::execute(self, ops).map(|()| false);
+        }
+        let mut st = self.state.lock().unwrap();
+        st.posted += 1;
+        lane.number = st.posted;
+        st.in_flight.push(lane.number);
+        Ok(true)
+    }
+    /// By chance, one in two, so that batches complete in another order
+    /// than posted.
+    fn ready(&self, _lane: &WrapperLane<Self>) -> bool {
+        self.state.lock().unwrap().rng.chance(0.5)
+    }
+    fn complete(&self, lane: &mut WrapperLane<Self>, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
+        let lane = &mut lane.own;
+        if !lane.deferred.take() {
+            return Ok(());
+        }
+        {
+            let mut st = self.state.lock().unwrap();
+            let n = lane.number;
+            if st.in_flight.iter().any(|&m| m < n) {
+                st.injected.overtaking_batches += 1;
+            }
+            st.in_flight.retain(|&m| m != n);
+        }
+        Transport::execute(self, ops)
+    }
+    // lock_region and unlock_region are the inner transport's, unchanged
+    // (see the module's docs on delayed writes).
 }
 
 impl<T: Transport> Drop for FaultyTransport<T> {
