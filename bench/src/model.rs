@@ -123,7 +123,7 @@ pub struct Phase {
     pub batch: usize,
     /// Reads added because the one-node run planned for memory: chunked
     /// fetches the next chunk with each one where a round costs a round
-    /// trip ([`fabkit_dht::Transport::near`] false), one read more per
+    /// trip ([`fabkit_dht::transport::Caps::near`] false), one read more per
     /// operation, aimed like its others.
     pub ahead: f64,
 }

@@ -83,9 +83,11 @@ fn every_variant_over_messages_on_real_providers() {
                     }
                     assert_eq!(d.read(&key(r * 100 + 99)).unwrap(), Read::Miss);
                 }
-                // Hot keys from every rank at once: whole values only.
+                // Every rank has read everything before the hot key (no
+                // rank's key) is raced on from every rank: whole values only.
+                b.barrier().unwrap();
                 for round in 0..50u64 {
-                    let k = key(7);
+                    let k = key(9999);
                     d.write(&k, &value(&k, me, round, 24)).unwrap();
                     if let Read::Hit(v) = d.read(&k).unwrap() {
                         assert!(value_ok(&k, &v), "{prov} {variant:?}: a torn value");

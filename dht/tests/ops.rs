@@ -10,7 +10,7 @@ use fabkit_core::bootstrap::ThreadGroup;
 use fabkit_core::Bootstrap;
 use fabkit_dht::transport::faulty::{Faults, FaultyTransport};
 use fabkit_dht::transport::local::LocalTransport;
-use fabkit_dht::transport::recording::RecordingTransport;
+use fabkit_dht::transport::recording::{Event, RecordingTransport};
 use fabkit_dht::transport::OpKind::*;
 use fabkit_dht::{Dht, Read, Variant, Write};
 
@@ -137,6 +137,57 @@ fn coarse_locks_the_region_once_per_batch() {
             vec![Write; 10],
             vec![CompareAndSwap]
         ]
+    );
+}
+
+#[test]
+fn coarse_on_a_transport_with_its_own_region_lock_takes_it_through_the_recorder() {
+    // The local transport's region lock stands in for MPI_Win_lock. The
+    // recorder must pass it through: else coarse falls back to the lock
+    // word, with atomics the real transport would never see.
+    let cfg = small(Variant::Coarse, 256);
+    let t = LocalTransport::group(1, cfg.region_len())
+        .pop()
+        .unwrap()
+        .with_region_lock();
+    let boot = ThreadGroup::members(1, Duration::from_secs(5))
+        .pop()
+        .unwrap();
+    let d = Dht::create(RecordingTransport::new(t), cfg, &boot).unwrap();
+    d.write(&key(1), &value(&key(1), 0, 0, 24)).unwrap();
+    assert_eq!(
+        d.transport().kinds(),
+        vec![vec![Read], vec![Write]],
+        "under the region lock: no lock word"
+    );
+    let b = d.transport().batches();
+    let lock = |exclusive| Event::LockRegion {
+        rank: 0,
+        exclusive,
+        taken: true,
+    };
+    assert_eq!(
+        d.transport().events(),
+        vec![
+            lock(true),
+            Event::Batch(b[0].clone()),
+            Event::Batch(b[1].clone()),
+            Event::UnlockRegion { rank: 0 }
+        ],
+        "a writer locks the region exclusively around its batches"
+    );
+    d.transport().clear();
+    assert!(matches!(d.read(&key(1)).unwrap(), Read::Hit(_)));
+    assert_eq!(d.transport().kinds(), vec![vec![Read]]);
+    let b = d.transport().batches();
+    assert_eq!(
+        d.transport().events(),
+        vec![
+            lock(false),
+            Event::Batch(b[0].clone()),
+            Event::UnlockRegion { rank: 0 }
+        ],
+        "a reader shares it"
     );
 }
 

@@ -149,7 +149,7 @@ fn with_every_region_mapped_there_is_no_fabric_and_chunked_reads_one_chunk_a_rou
                 rc.atomics = true;
                 let t = ShmTransport::establish(rc, b).unwrap();
                 assert!(t.fabric().is_none(), "every rank is on this node");
-                assert!(t.near() && t.cpu_atomics());
+                assert!(t.caps().near && t.cpu_atomics());
                 let rec = RecordingTransport::new(&t);
                 let d = Dht::create(&rec, cfg, b).unwrap();
                 let k = key(b.rank() as u64);

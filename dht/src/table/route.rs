@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use fabkit_core::Bootstrap;
 
-use super::{Dht, Work};
+use super::drive::Work;
+use super::Dht;
 use crate::config::Config;
 use crate::message::serve::{Owner, Service};
 use crate::message::wire::{self, Kind, Reply, Request, Sizes};

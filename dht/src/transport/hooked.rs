@@ -6,6 +6,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use super::wrap::WrapperLane;
 use super::{Op, Transport};
 
 /// A hook: called with the batch's ops (after: as executed). It must not
@@ -57,32 +58,12 @@ fn run(hook: &Mutex<Option<Hook>>, ops: &[Op<'_>]) {
     }
 }
 
-impl<T: Transport> Transport for HookedTransport<T> {
-    type Error = T::Error;
+impl<T: Transport> super::wrap::Wrapper for HookedTransport<T> {
+    type Inner = T;
+    type OwnLane = ();
 
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn region_len(&self, rank: usize) -> usize {
-        self.inner.region_len(rank)
-    }
-    fn has_atomics(&self) -> bool {
-        self.inner.has_atomics()
-    }
-    fn delivers(&self) -> bool {
-        self.inner.delivers()
-    }
-    fn near(&self) -> bool {
-        self.inner.near()
-    }
-    fn by_memory(&self, rank: usize) -> bool {
-        self.inner.by_memory(rank)
-    }
-    fn in_order(&self) -> bool {
-        self.inner.in_order()
+    fn inner(&self) -> &T {
+        &self.inner
     }
     fn name(&self) -> String {
         format!("hooked {}", self.inner.name())
@@ -93,35 +74,19 @@ impl<T: Transport> Transport for HookedTransport<T> {
         run(&self.after, ops);
         r
     }
-    type Lane = T::Lane;
-    fn depth(&self) -> usize {
-        self.inner.depth()
-    }
-    fn lane(&self) -> Result<T::Lane, T::Error> {
-        self.inner.lane()
-    }
     /// The hook before runs as the batch is posted; the hook after, once
     /// it has completed (at once, unless it is in flight).
-    fn post(&self, lane: &mut T::Lane, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
+    fn post(&self, lane: &mut WrapperLane<Self>, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
         run(&self.before, ops);
-        let r = self.inner.post(lane, ops);
+        let r = self.inner.post(&mut lane.inner, ops);
         if !matches!(r, Ok(true)) {
             run(&self.after, ops);
         }
         r
     }
-    fn ready(&self, lane: &T::Lane) -> bool {
-        self.inner.ready(lane)
-    }
-    fn complete(&self, lane: &mut T::Lane, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
-        let r = self.inner.complete(lane, ops);
+    fn complete(&self, lane: &mut WrapperLane<Self>, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
+        let r = self.inner.complete(&mut lane.inner, ops);
         run(&self.after, ops);
         r
-    }
-    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, T::Error> {
-        self.inner.lock_region(rank, exclusive)
-    }
-    fn unlock_region(&self, rank: usize) -> Result<(), T::Error> {
-        self.inner.unlock_region(rank)
     }
 }

@@ -7,19 +7,36 @@
 //! Every op has taken effect when `execute` returns, so a write meets
 //! [`Completion::Delivery`](fabkit_core::Completion::Delivery) trivially:
 //! its word stores are `Release` and precede any later op of this thread.
+//!
+//! By default it has no region lock of its own, so the coarse variant
+//! drives a lock word with atomics; [`LocalTransport::with_region_lock`]
+//! gives it one, standing in for `MPI_Win_lock`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use fabkit_core::words::{prefetch_words, read_words, with_prefetch, write_words};
-use std::sync::Arc;
 
 use fabkit_core::{Error, Op, OpKind, Remote, Result};
 
-use super::{Deferred, Transport};
+use super::{Caps, Deferred, Transport};
 
 struct Regions {
     words: Vec<Box<[AtomicU64]>>,
     len: usize,
+    /// Each region's lock, for handles made
+    /// [`LocalTransport::with_region_lock`].
+    locks: Vec<RegionLock>,
+}
+
+/// A reader-writer lock on one region, as `MPI_Win_lock` takes one on a
+/// target's window: shared by any number of holders, or exclusive.
+#[derive(Default)]
+struct RegionLock {
+    /// 0: free; n > 0: n shared holders; -1: one exclusive holder.
+    holders: Mutex<isize>,
+    /// Notified when holders leave.
+    left: Condvar,
 }
 
 /// One rank's handle on the shared regions.
@@ -32,6 +49,9 @@ pub struct LocalTransport {
     /// The ranks this handle reaches by memory (see
     /// [`LocalTransport::reaching`]); every rank when `None`.
     reach: Option<Arc<[bool]>>,
+    /// Whether [`Transport::lock_region`] takes the region's lock (see
+    /// [`LocalTransport::with_region_lock`]).
+    region_lock: bool,
 }
 
 impl std::fmt::Debug for LocalTransport {
@@ -54,6 +74,7 @@ impl LocalTransport {
                 .map(|_| (0..words).map(|_| AtomicU64::new(0)).collect())
                 .collect(),
             len: region_len,
+            locks: (0..ranks).map(|_| RegionLock::default()).collect(),
         });
         (0..ranks)
             .map(|rank| LocalTransport {
@@ -61,8 +82,25 @@ impl LocalTransport {
                 shared: shared.clone(),
                 depth: 1,
                 reach: None,
+                region_lock: false,
             })
             .collect()
+    }
+
+    /// This handle with a region lock of its own, standing in for
+    /// `MPI_Win_lock` (what the MPI transport gives the coarse
+    /// variant): [`Transport::lock_region`] takes the target region's
+    /// reader-writer lock, waiting while another handle holds it
+    /// incompatibly (at most the default operation deadline, 30 s times
+    /// `FABKIT_TIMEOUT_SCALE`: then a [`Error::Timeout`] naming a
+    /// compare-and-swap, what a lock word would have taken), and answers
+    /// true. Give it to every handle of the group, as MPI gives every
+    /// rank the same window: the lock excludes only handles that take it
+    /// too, and batches outside it take nothing. Tests run a coarse table
+    /// on the transport's own lock this way.
+    pub fn with_region_lock(mut self) -> Self {
+        self.region_lock = true;
+        self
     }
 
     /// This handle with room for `depth` batches in flight (at least 1):
@@ -126,6 +164,13 @@ impl LocalTransport {
         }
     }
 
+    fn lock_of(&self, rank: usize) -> Result<&RegionLock> {
+        self.shared.locks.get(rank).ok_or(Error::NoSuchRank {
+            peer: rank,
+            ranks: self.shared.words.len(),
+        })
+    }
+
     fn word(&self, op: OpKind, at: Remote) -> Result<&AtomicU64> {
         if !at.offset.is_multiple_of(8) {
             return Err(Error::InvalidArgument(format!(
@@ -149,16 +194,21 @@ impl Transport for LocalTransport {
     fn region_len(&self, _rank: usize) -> usize {
         self.shared.len
     }
-    fn has_atomics(&self) -> bool {
-        true
+    fn caps(&self) -> Caps {
+        Caps {
+            atomics: true,
+            // Every op has taken effect when its batch returns.
+            delivers: true,
+            near: false,
+            // Ops run one after another (acquire loads, release stores,
+            // atomics acquire-release), and the first error stops the
+            // batch.
+            in_order: true,
+            depth: self.depth,
+        }
     }
     fn name(&self) -> String {
         "local".into()
-    }
-    /// Ops run one after another (acquire loads, release stores, atomics
-    /// acquire-release), and the first error stops the batch.
-    fn in_order(&self) -> bool {
-        true
     }
     /// Every region is this process's memory; a test keeps some ranks
     /// from it with [`LocalTransport::reaching`], as ranks on another node.
@@ -174,10 +224,56 @@ impl Transport for LocalTransport {
         with_prefetch(ops, |op| self.prefetch(op), |op| self.one(op))
     }
 
-    type Lane = Deferred;
-    fn depth(&self) -> usize {
-        self.depth
+    /// With [`LocalTransport::with_region_lock`]: takes `rank`'s region
+    /// lock (see there). Without: false, no lock of its own.
+    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool> {
+        if !self.region_lock {
+            return Ok(false);
+        }
+        let lock = self.lock_of(rank)?;
+        let timeout = crate::config::default_deadline();
+        let free = |h: &mut isize| if exclusive { *h != 0 } else { *h < 0 };
+        let (mut h, waited) = lock
+            .left
+            .wait_timeout_while(
+                lock.holders.lock().unwrap_or_else(PoisonError::into_inner),
+                timeout,
+                free,
+            )
+            .unwrap_or_else(PoisonError::into_inner);
+        if waited.timed_out() {
+            return Err(Error::Timeout {
+                op: OpKind::CompareAndSwap,
+                peer: rank,
+                timeout,
+            });
+        }
+        *h = if exclusive { -1 } else { *h + 1 };
+        Ok(true)
     }
+
+    /// With [`LocalTransport::with_region_lock`]: gives back one hold of
+    /// `rank`'s region lock; an error if nobody holds it.
+    fn unlock_region(&self, rank: usize) -> Result<()> {
+        if !self.region_lock {
+            return Ok(());
+        }
+        let lock = self.lock_of(rank)?;
+        let mut h = lock.holders.lock().unwrap_or_else(PoisonError::into_inner);
+        *h = match *h {
+            0 => {
+                return Err(Error::InvalidArgument(format!(
+                    "unlock_region({rank}): rank {rank}'s region is not locked"
+                )))
+            }
+            -1 => 0,
+            n => n - 1,
+        };
+        lock.left.notify_all();
+        Ok(())
+    }
+
+    type Lane = Deferred;
     fn post(&self, lane: &mut Deferred, ops: &mut [Op<'_>]) -> Result<bool> {
         if lane.post(self.depth) {
             return Ok(true);
@@ -281,5 +377,46 @@ mod tests {
             }])
             .unwrap_err();
         assert!(matches!(err, Error::OutOfBounds { .. }));
+    }
+
+    #[test]
+    fn the_region_lock_is_shared_or_exclusive_and_only_when_asked_for() {
+        let plain = &LocalTransport::group(2, 64)[0];
+        assert!(!plain.lock_region(1, true).unwrap(), "no lock of its own");
+        plain.unlock_region(1).unwrap();
+
+        let g: Vec<_> = LocalTransport::group(2, 64)
+            .into_iter()
+            .map(LocalTransport::with_region_lock)
+            .collect();
+        assert!(g[0].lock_region(1, false).unwrap());
+        assert!(g[1].lock_region(1, false).unwrap(), "readers share it");
+        assert!(
+            g[1].lock_region(0, true).unwrap(),
+            "another region's is free"
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(g[1].lock_region(1, true).unwrap());
+                tx.send(()).unwrap();
+                g[1].unlock_region(1).unwrap();
+            });
+            g[0].unlock_region(1).unwrap();
+            assert!(
+                rx.recv_timeout(std::time::Duration::from_millis(50))
+                    .is_err(),
+                "a writer waits for every reader"
+            );
+            g[1].unlock_region(1).unwrap();
+            rx.recv().unwrap();
+        });
+        g[1].unlock_region(0).unwrap();
+        let err = g[0].unlock_region(1).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(matches!(
+            g[0].lock_region(2, true).unwrap_err(),
+            Error::NoSuchRank { peer: 2, .. }
+        ));
     }
 }

@@ -15,6 +15,9 @@
 //!   faults (reordered batches, split and torn reads, delayed write
 //!   visibility, the Nth op failing), so tests can check a variant survives
 //!   what a real NIC may do.
+//! - [`wrap::Wrapper`]: how those three (and `&T`) wrap a transport: each
+//!   overrides only what it changes, and everything else reaches the inner
+//!   transport through one impl, so none can miss a method.
 //! - `fabkit_fabric::Rank` (feature `fabric`): native libfabric, any
 //!   provider.
 //! - `shm::ShmTransport` (feature `fabric`): direct access to the regions
@@ -31,8 +34,47 @@ pub mod mpi;
 pub mod recording;
 #[cfg(feature = "fabric")]
 pub mod shm;
+pub mod wrap;
 
 pub use fabkit_core::{Completion, Op, OpKind, Remote};
+
+/// What a transport can do, as one value ([`Transport::caps`]). It does
+/// not change while the transport lives: the table reads it when it is
+/// created. A wrapper passes it on whole or changes a field, saying why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Whether remote atomics (compare-and-swap, fetch-add, fetch, swap)
+    /// are available. The table refuses a variant that needs them
+    /// without ([`crate::Error::NoAtomics`]), and the faulty transport
+    /// tears reads only with them.
+    pub atomics: bool,
+    /// Whether a write that asks for [`Completion::Delivery`] gets it: the
+    /// DHT's locks and claims rely on their data landing before their
+    /// release, so the table refuses a transport without
+    /// ([`crate::Error::Unordered`]). True unless the transport knows it
+    /// cannot (a provider that offers neither delivery completion, a fence
+    /// nor read-after-write order).
+    pub delivers: bool,
+    /// Whether every rank's region is memory this process maps, so that a
+    /// round of operations costs about what its memory accesses do, not a
+    /// network round trip. Machines then fetch no further ahead than their
+    /// next step needs (chunked reads one chunk per round, not two). False
+    /// unless the transport knows.
+    pub near: bool,
+    /// Whether the ops of one batch take effect one after another, in the
+    /// batch's order, with each op's reads and writes ordered after the
+    /// previous op's as acquire loads and release stores order them; and
+    /// an error stops the batch at the failing op. Machines then put steps
+    /// that do not depend on an earlier op's result into one batch (a fine
+    /// reader's snapshot of the lock word, the data and the check). False
+    /// unless the transport knows: a NIC's ops in one batch are unordered.
+    pub in_order: bool,
+    /// How many batches the transport keeps in flight at once, each on a
+    /// lane of its own (see [`Transport::post`]), while the driver plans
+    /// the next of another: 1 unless it posts and polls. The table keeps
+    /// no more in flight ([`crate::Dht::set_depth`]).
+    pub depth: usize,
+}
 
 /// Executes batches of one-sided operations on the ranks' regions.
 pub trait Transport {
@@ -48,8 +90,9 @@ pub trait Transport {
     fn ranks(&self) -> usize;
     /// Bytes of `rank`'s region.
     fn region_len(&self, rank: usize) -> usize;
-    /// Whether remote atomics are available.
-    fn has_atomics(&self) -> bool;
+    /// What the transport can do, which the table and the machines plan
+    /// by (see [`Caps`]).
+    fn caps(&self) -> Caps;
     /// Posts every op and returns when all have completed. Ops in one batch
     /// are unordered; to order two, use two batches.
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error>;
@@ -58,16 +101,9 @@ pub trait Transport {
 
     /// Where one batch in flight is kept (see [`Transport::post`]). Its
     /// `Default` is a lane that needs nothing made ahead: on a transport
-    /// of [`Transport::depth`] 1 it runs each batch to its end in `post`
+    /// of [`Caps::depth`] 1 it runs each batch to its end in `post`
     /// (the table gives callers other than its own such a lane).
     type Lane: Default + Send;
-
-    /// How many batches the transport keeps in flight at once, each on a
-    /// lane of its own, while the driver plans the next of another: 1
-    /// unless it posts and polls.
-    fn depth(&self) -> usize {
-        1
-    }
 
     /// A lane for batches in flight; what it holds (a registered staging
     /// buffer) is made now, once, and kept for every batch posted on it.
@@ -102,24 +138,6 @@ pub trait Transport {
         Ok(())
     }
 
-    /// Whether a write that asks for [`Completion::Delivery`] gets it: the
-    /// DHT's locks and claims rely on their data landing before their
-    /// release. True unless the transport knows it cannot (a provider that
-    /// offers neither delivery completion, a fence nor read-after-write
-    /// order).
-    fn delivers(&self) -> bool {
-        true
-    }
-
-    /// Whether every rank's region is memory this process maps, so that a
-    /// round of operations costs about what its memory accesses do, not a
-    /// network round trip. Machines then fetch no further ahead than their
-    /// next step needs (chunked reads one chunk per round, not two). False
-    /// unless the transport knows.
-    fn near(&self) -> bool {
-        false
-    }
-
     /// Whether `rank`'s region is memory this process maps, reached by
     /// loads, stores and CPU atomics: on the message path, the ranks the
     /// table reaches this way keep doing so, and the others' keys go to
@@ -127,17 +145,6 @@ pub trait Transport {
     /// False unless the transport knows.
     fn by_memory(&self, rank: usize) -> bool {
         let _ = rank;
-        false
-    }
-
-    /// Whether the ops of one batch take effect one after another, in the
-    /// batch's order, with each op's reads and writes ordered after the
-    /// previous op's as acquire loads and release stores order them; and
-    /// an error stops the batch at the failing op. Machines then put steps
-    /// that do not depend on an earlier op's result into one batch (a fine
-    /// reader's snapshot of the lock word, the data and the check). False
-    /// unless the transport knows: a NIC's ops in one batch are unordered.
-    fn in_order(&self) -> bool {
         false
     }
 
@@ -168,8 +175,14 @@ impl Transport for fabkit_fabric::Rank {
     fn region_len(&self, rank: usize) -> usize {
         fabkit_fabric::Rank::region_len(self, rank).unwrap_or(0)
     }
-    fn has_atomics(&self) -> bool {
-        self.config().atomics && self.atomic_support().all()
+    fn caps(&self) -> Caps {
+        Caps {
+            atomics: self.config().atomics && self.atomic_support().all(),
+            delivers: self.ordering() != fabkit_fabric::Ordering::None,
+            near: false,
+            in_order: false,
+            depth: self.lanes(),
+        }
     }
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
         fabkit_fabric::Rank::execute(self, ops)
@@ -177,13 +190,7 @@ impl Transport for fabkit_fabric::Rank {
     fn name(&self) -> String {
         format!("fabric {}", self.info().provider())
     }
-    fn delivers(&self) -> bool {
-        self.ordering() != fabkit_fabric::Ordering::None
-    }
     type Lane = Option<fabkit_fabric::Lane>;
-    fn depth(&self) -> usize {
-        self.lanes()
-    }
     fn lane(&self) -> Result<Self::Lane, Self::Error> {
         fabkit_fabric::Rank::lane(self).map(Some)
     }
@@ -202,62 +209,6 @@ impl Transport for fabkit_fabric::Rank {
             Some(l) => fabkit_fabric::Rank::complete(self, l, ops),
             None => Ok(()),
         }
-    }
-}
-
-impl<T: Transport + ?Sized> Transport for &T {
-    type Error = T::Error;
-    fn rank(&self) -> usize {
-        (**self).rank()
-    }
-    fn ranks(&self) -> usize {
-        (**self).ranks()
-    }
-    fn region_len(&self, rank: usize) -> usize {
-        (**self).region_len(rank)
-    }
-    fn has_atomics(&self) -> bool {
-        (**self).has_atomics()
-    }
-    fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
-        (**self).execute(ops)
-    }
-    fn name(&self) -> String {
-        (**self).name()
-    }
-    fn delivers(&self) -> bool {
-        (**self).delivers()
-    }
-    fn near(&self) -> bool {
-        (**self).near()
-    }
-    fn by_memory(&self, rank: usize) -> bool {
-        (**self).by_memory(rank)
-    }
-    fn in_order(&self) -> bool {
-        (**self).in_order()
-    }
-    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, Self::Error> {
-        (**self).lock_region(rank, exclusive)
-    }
-    fn unlock_region(&self, rank: usize) -> Result<(), Self::Error> {
-        (**self).unlock_region(rank)
-    }
-    type Lane = T::Lane;
-    fn depth(&self) -> usize {
-        (**self).depth()
-    }
-    fn lane(&self) -> Result<Self::Lane, Self::Error> {
-        (**self).lane()
-    }
-    fn post(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<bool, Self::Error> {
-        (**self).post(lane, ops)
-    }
-    fn ready(&self, lane: &Self::Lane) -> bool {
-        (**self).ready(lane)
-    }
-    fn complete(&self, lane: &mut Self::Lane, ops: &mut [Op<'_>]) -> Result<(), Self::Error> {
-        (**self).complete(lane, ops)
     }
 }
 

@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 use fabkit_core::Bootstrap;
 use fabkit_mpi::{MpiBootstrap, Op, Result, Window, WindowKind};
 
-use super::Transport;
+use super::{Caps, Transport};
 
 /// A DHT transport over an MPI window.
 pub struct MpiTransport<'env> {
@@ -121,8 +121,16 @@ impl Transport for MpiTransport<'_> {
     fn region_len(&self, _rank: usize) -> usize {
         self.len
     }
-    fn has_atomics(&self) -> bool {
-        true
+    fn caps(&self) -> Caps {
+        Caps {
+            atomics: true,
+            // Every batch ends with MPI_Win_flush (or MPI_Win_unlock) on
+            // its targets: see the module's docs.
+            delivers: true,
+            near: false,
+            in_order: false,
+            depth: 1,
+        }
     }
     fn name(&self) -> String {
         format!(

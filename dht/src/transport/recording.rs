@@ -1,10 +1,12 @@
 //! A transport that logs every batch it executes, for tests that assert the
-//! exact remote operations a variant issues.
+//! exact remote operations a variant issues, and every region lock it is
+//! asked for, in the order of the batches.
 
 use std::sync::Mutex;
 
 use fabkit_core::{Completion, Op, OpKind, Remote};
 
+use super::wrap::WrapperLane;
 use super::Transport;
 
 /// One logged operation.
@@ -18,11 +20,33 @@ pub struct Logged {
     pub len: usize,
 }
 
-/// Wraps a transport and records its batches.
+/// One thing a [`RecordingTransport`] passed on, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A batch executed or posted, its ops in order.
+    Batch(Vec<Logged>),
+    /// [`Transport::lock_region`] was asked for.
+    LockRegion {
+        /// Whose region.
+        rank: usize,
+        /// Exclusive (a writer) or shared (a reader).
+        exclusive: bool,
+        /// Whether the transport took a lock of its own (`MPI_Win_lock`);
+        /// false: it has none, or failed to take it.
+        taken: bool,
+    },
+    /// [`Transport::unlock_region`] was asked for.
+    UnlockRegion {
+        /// Whose region.
+        rank: usize,
+    },
+}
+
+/// Wraps a transport and records its batches and region locks.
 #[derive(Debug)]
 pub struct RecordingTransport<T> {
     inner: T,
-    log: Mutex<Vec<Vec<Logged>>>,
+    log: Mutex<Vec<Event>>,
     /// Per batch, the completion each op asked for (writes only).
     completions: Mutex<Vec<Vec<Option<Completion>>>>,
 }
@@ -39,6 +63,18 @@ impl<T: Transport> RecordingTransport<T> {
 
     /// Every batch so far, in order.
     pub fn batches(&self) -> Vec<Vec<Logged>> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter_map(|e| match e {
+                Event::Batch(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Everything so far, in order: the batches of [`Self::batches`] and
+    /// the region locks around them.
+    pub fn events(&self) -> Vec<Event> {
         self.log.lock().unwrap().clone()
     }
 
@@ -64,32 +100,12 @@ impl<T: Transport> RecordingTransport<T> {
     }
 }
 
-impl<T: Transport> Transport for RecordingTransport<T> {
-    type Error = T::Error;
+impl<T: Transport> super::wrap::Wrapper for RecordingTransport<T> {
+    type Inner = T;
+    type OwnLane = ();
 
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn region_len(&self, rank: usize) -> usize {
-        self.inner.region_len(rank)
-    }
-    fn has_atomics(&self) -> bool {
-        self.inner.has_atomics()
-    }
-    fn delivers(&self) -> bool {
-        self.inner.delivers()
-    }
-    fn near(&self) -> bool {
-        self.inner.near()
-    }
-    fn by_memory(&self, rank: usize) -> bool {
-        self.inner.by_memory(rank)
-    }
-    fn in_order(&self) -> bool {
-        self.inner.in_order()
+    fn inner(&self) -> &T {
+        &self.inner
     }
     fn name(&self) -> String {
         format!("recording {}", self.inner.name())
@@ -98,24 +114,26 @@ impl<T: Transport> Transport for RecordingTransport<T> {
         self.log(ops);
         self.inner.execute(ops)
     }
-    type Lane = T::Lane;
-    fn depth(&self) -> usize {
-        self.inner.depth()
-    }
-    fn lane(&self) -> Result<T::Lane, T::Error> {
-        self.inner.lane()
-    }
     /// Logged as it is posted: batches of several lanes appear in the
     /// order they went out.
-    fn post(&self, lane: &mut T::Lane, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
+    fn post(&self, lane: &mut WrapperLane<Self>, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
         self.log(ops);
-        self.inner.post(lane, ops)
+        self.inner.post(&mut lane.inner, ops)
     }
-    fn ready(&self, lane: &T::Lane) -> bool {
-        self.inner.ready(lane)
+    /// Logged once answered, with whether the lock was taken.
+    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, T::Error> {
+        let r = self.inner.lock_region(rank, exclusive);
+        self.log.lock().unwrap().push(Event::LockRegion {
+            rank,
+            exclusive,
+            taken: matches!(r, Ok(true)),
+        });
+        r
     }
-    fn complete(&self, lane: &mut T::Lane, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
-        self.inner.complete(lane, ops)
+    /// Logged before it is passed on: after every batch under the lock.
+    fn unlock_region(&self, rank: usize) -> Result<(), T::Error> {
+        self.log.lock().unwrap().push(Event::UnlockRegion { rank });
+        self.inner.unlock_region(rank)
     }
 }
 
@@ -132,7 +150,7 @@ impl<T> RecordingTransport<T> {
         let asked = ops.iter().map(Op::completion).collect();
         // Both logs under the first lock, so their batches stay aligned.
         let mut log = self.log.lock().unwrap();
-        log.push(batch);
+        log.push(Event::Batch(batch));
         self.completions.lock().unwrap().push(asked);
     }
 }
@@ -175,5 +193,41 @@ mod tests {
         assert_eq!(t.batches().len(), 2);
         t.clear();
         assert!(t.completions().is_empty());
+    }
+
+    #[test]
+    fn region_locks_are_events_between_the_batches_not_batches() {
+        let g = LocalTransport::group(2, 64);
+        let t = RecordingTransport::new(g[0].clone());
+        assert!(!t.lock_region(1, true).unwrap());
+        let mut v = 0;
+        t.execute(&mut [Op::Fetch {
+            at: Remote::new(1, 8),
+            value: &mut v,
+        }])
+        .unwrap();
+        t.unlock_region(1).unwrap();
+        assert_eq!(t.kinds(), vec![vec![OpKind::Fetch]]);
+        assert_eq!(
+            t.events(),
+            vec![
+                Event::LockRegion {
+                    rank: 1,
+                    exclusive: true,
+                    taken: false
+                },
+                Event::Batch(t.batches()[0].clone()),
+                Event::UnlockRegion { rank: 1 },
+            ]
+        );
+        let t = RecordingTransport::new(g[0].clone().with_region_lock());
+        assert!(t.lock_region(1, false).unwrap());
+        assert!(matches!(
+            t.events()[..],
+            [Event::LockRegion { taken: true, .. }]
+        ));
+        t.unlock_region(1).unwrap();
+        t.clear();
+        assert!(t.events().is_empty());
     }
 }

@@ -30,7 +30,7 @@ use fabkit_core::Error as CoreError;
 use fabkit_fabric::shm::{SharedSegment, SHM_DIR};
 use fabkit_fabric::{Error, Op, OpKind, Rank, RankConfig, Remote, Result};
 
-use super::Transport;
+use super::{Caps, Transport};
 
 /// A fabric rank whose same-node peers' regions are mapped; no fabric at
 /// all when every rank is on this node.
@@ -345,24 +345,23 @@ impl Transport for ShmTransport {
     fn region_len(&self, rank: usize) -> usize {
         self.lens.get(rank).copied().unwrap_or(0)
     }
-    fn has_atomics(&self) -> bool {
-        self.cpu_atomics || self.fabric.as_ref().is_some_and(Transport::has_atomics)
-    }
-    fn delivers(&self) -> bool {
-        // Same-node writes are done when `execute` returns.
-        self.fabric.as_ref().is_none_or(Transport::delivers)
-    }
-    fn near(&self) -> bool {
-        self.fabric.is_none()
+    fn caps(&self) -> Caps {
+        let fabric = self.fabric.as_ref().map(Transport::caps);
+        Caps {
+            atomics: self.cpu_atomics || fabric.is_some_and(|c| c.atomics),
+            // Same-node writes are done when `execute` returns.
+            delivers: fabric.is_none_or(|c| c.delivers),
+            near: fabric.is_none(),
+            // With every rank on this node, ops are copies and CPU atomics
+            // run one after another (see `direct`), stopping at the first
+            // error; with a fabric, same-node ops are done before the
+            // others go out.
+            in_order: fabric.is_none(),
+            depth: fabric.map_or(1, |c| c.depth),
+        }
     }
     fn by_memory(&self, rank: usize) -> bool {
         self.maps(rank)
-    }
-    /// With every rank on this node, ops are copies and CPU atomics run
-    /// one after another (see `direct`), stopping at the first error;
-    /// with a fabric, same-node ops are done before the others go out.
-    fn in_order(&self) -> bool {
-        self.fabric.is_none()
     }
     fn name(&self) -> String {
         match &self.fabric {
@@ -413,9 +412,6 @@ impl Transport for ShmTransport {
     }
 
     type Lane = ShmLane;
-    fn depth(&self) -> usize {
-        self.fabric.as_ref().map_or(1, Rank::lanes)
-    }
     fn lane(&self) -> Result<ShmLane> {
         Ok(ShmLane {
             fabric: self.fabric.as_ref().map(Rank::lane).transpose()?,

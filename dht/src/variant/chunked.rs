@@ -4,7 +4,7 @@
 //! runs do not cluster. A chunk wraps past the region's last bucket to
 //! bucket 0 (two reads then). Each round fetches two chunks (the
 //! next one with the current), halving round trips for long probes; where
-//! a round costs no round trip ([`crate::transport::Transport::near`]: every
+//! a round costs no round trip ([`crate::transport::Caps::near`]: every
 //! region mapped), one, halving the bytes read instead.
 //!
 //! Every store is made under a claim of the bucket's state word (see

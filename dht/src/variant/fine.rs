@@ -11,7 +11,7 @@
 //! word again, and keeps the data only if both fetches saw the same free
 //! value (a sequence lock; three batches, as the seed's fetch-add, read,
 //! fetch-add; one batch on a transport that keeps a batch's order,
-//! [`crate::transport::Transport::in_order`]). So a steady stream of
+//! [`crate::transport::Caps::in_order`]). So a steady stream of
 //! readers cannot starve a writer, and a reader that fails holds nothing. The seed's readers count themselves
 //! into the word instead; an increment whose batch failed could be neither
 //! kept (the bucket would stay read-locked) nor safely undone.

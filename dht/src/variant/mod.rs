@@ -110,9 +110,9 @@ pub(crate) struct Shape {
     pub(crate) rank: usize,
     /// How long one operation may wait on locks, claims and re-reads.
     pub(crate) deadline: Duration,
-    /// Rounds are memory accesses, not round trips ([`crate::transport::Transport::near`]).
+    /// Rounds are memory accesses, not round trips ([`crate::transport::Caps::near`]).
     pub(crate) near: bool,
-    /// A batch's ops take effect in order ([`crate::transport::Transport::in_order`]).
+    /// A batch's ops take effect in order ([`crate::transport::Caps::in_order`]).
     pub(crate) in_order: bool,
 }
 

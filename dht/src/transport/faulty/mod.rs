@@ -31,7 +31,7 @@
 //!   models a writer that ignores the reader's locks, so use it on variants
 //!   that claim to detect torn reads (checksums), not on locking ones. It
 //!   needs atomics in the inner transport: without
-//!   [`Transport::has_atomics`], reads are split but never torn. Other ranks
+//!   [`Caps::atomics`], reads are split but never torn. Other ranks
 //!   can see the garbage while it is there, as they would see a real
 //!   writer's bytes; a trailing partial word of the second half is not torn.
 //! - **Delayed writes** ([`Faults::delay_writes`], [`Faults::delay_prob`]): a
@@ -83,7 +83,8 @@ use std::time::Duration;
 
 use fabkit_core::{Completion, Error, Op, Remote};
 
-use super::Transport;
+use super::wrap::{WrapLane, WrapperLane};
+use super::{Caps, Transport};
 
 /// When a delayed write becomes visible at its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,7 +259,8 @@ struct State {
     posted: u64,
 }
 
-/// A [`FaultyTransport`]'s lane: a batch posted, not yet run.
+/// A [`FaultyTransport`]'s own part of a lane: a batch posted, not yet
+/// run.
 #[derive(Debug, Default)]
 pub struct FaultyLane {
     deferred: super::Deferred,
@@ -364,6 +366,11 @@ impl<T: Transport> FaultyTransport<T> {
         first.map_or(Ok(()), Err)
     }
 
+    /// Batches a driver may keep in flight: its own lanes, 1 for none.
+    fn lanes(&self) -> usize {
+        self.faults.lanes.max(1)
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -420,7 +427,7 @@ impl<T: Transport> FaultyTransport<T> {
                     let hi = (off + len - 1) / 8 * 8;
                     let at = lo + 8 * st.rng.below((hi - lo) / 8 + 1);
                     let cut = (at - off) as usize;
-                    let tear = self.inner.has_atomics() && st.rng.chance(f.tear_reads);
+                    let tear = self.inner.caps().atomics && st.rng.chance(f.tear_reads);
                     let words = if tear { (into.len() - cut) / 8 } else { 0 };
                     let garbage = (0..words).map(|_| st.rng.next()).collect();
                     st.injected.split_reads += 1;
@@ -625,26 +632,12 @@ fn keep<E>(first: &mut Option<E>, result: Result<(), E>) {
     }
 }
 
-impl<T: Transport> Transport for FaultyTransport<T> {
-    type Error = T::Error;
+impl<T: Transport> super::wrap::Wrapper for FaultyTransport<T> {
+    type Inner = T;
+    type OwnLane = FaultyLane;
 
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn region_len(&self, rank: usize) -> usize {
-        self.inner.region_len(rank)
-    }
-    fn has_atomics(&self) -> bool {
-        self.inner.has_atomics()
-    }
-    fn delivers(&self) -> bool {
-        self.inner.delivers()
-    }
-    fn near(&self) -> bool {
-        self.inner.near()
+    fn inner(&self) -> &T {
+        &self.inner
     }
     fn by_memory(&self, rank: usize) -> bool {
         self.inner.by_memory(rank)
@@ -652,43 +645,15 @@ impl<T: Transport> Transport for FaultyTransport<T> {
     fn name(&self) -> String {
         format!("faulty {}", self.inner.name())
     }
-    fn lock_region(&self, rank: usize, exclusive: bool) -> Result<bool, T::Error> {
-        self.inner.lock_region(rank, exclusive)
-    }
-    fn unlock_region(&self, rank: usize) -> Result<(), T::Error> {
-        self.inner.unlock_region(rank)
-    }
-
-    type Lane = FaultyLane;
-    fn depth(&self) -> usize {
-        self.faults.lanes.max(1)
-    }
-    fn post(&self, lane: &mut FaultyLane, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
-        if !lane.deferred.post(self.depth()) {
-            return self.execute(ops).map(|()| false);
+    fn caps(&self) -> Caps {
+        Caps {
+            // It reorders a batch's ops (and splits its reads), so it
+            // never keeps their order, whatever the inner transport does.
+            in_order: false,
+            // Its own lanes: batches held back until completed.
+            depth: self.lanes(),
+            ..self.inner.caps()
         }
-        let mut st = self.state.lock().unwrap();
-        st.posted += 1;
-        lane.number = st.posted;
-        st.in_flight.push(lane.number);
-        Ok(true)
-    }
-    fn ready(&self, _lane: &FaultyLane) -> bool {
-        self.state.lock().unwrap().rng.chance(0.5)
-    }
-    fn complete(&self, lane: &mut FaultyLane, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
-        if !lane.deferred.take() {
-            return Ok(());
-        }
-        {
-            let mut st = self.state.lock().unwrap();
-            let n = lane.number;
-            if st.in_flight.iter().any(|&m| m < n) {
-                st.injected.overtaking_batches += 1;
-            }
-            st.in_flight.retain(|&m| m != n);
-        }
-        self.execute(ops)
     }
 
     /// Applies the writes delayed until this batch, executes the batch with
@@ -708,6 +673,45 @@ impl<T: Transport> Transport for FaultyTransport<T> {
         }
         first.map_or(Ok(()), Err)
     }
+
+    /// Its own lane only: a batch runs, with its faults, through the inner
+    /// transport's `execute`, never on the inner's lanes, so none is made.
+    fn lane(&self) -> Result<WrapperLane<Self>, T::Error> {
+        Ok(WrapLane::default())
+    }
+    fn post(&self, lane: &mut WrapperLane<Self>, ops: &mut [Op<'_>]) -> Result<bool, T::Error> {
+        let lane = &mut lane.own;
+        if !lane.deferred.post(self.lanes()) {
+            return Transport::execute(self, ops).map(|()| false);
+        }
+        let mut st = self.state.lock().unwrap();
+        st.posted += 1;
+        lane.number = st.posted;
+        st.in_flight.push(lane.number);
+        Ok(true)
+    }
+    /// By chance, one in two, so that batches complete in another order
+    /// than posted.
+    fn ready(&self, _lane: &WrapperLane<Self>) -> bool {
+        self.state.lock().unwrap().rng.chance(0.5)
+    }
+    fn complete(&self, lane: &mut WrapperLane<Self>, ops: &mut [Op<'_>]) -> Result<(), T::Error> {
+        let lane = &mut lane.own;
+        if !lane.deferred.take() {
+            return Ok(());
+        }
+        {
+            let mut st = self.state.lock().unwrap();
+            let n = lane.number;
+            if st.in_flight.iter().any(|&m| m < n) {
+                st.injected.overtaking_batches += 1;
+            }
+            st.in_flight.retain(|&m| m != n);
+        }
+        Transport::execute(self, ops)
+    }
+    // lock_region and unlock_region are the inner transport's, unchanged
+    // (see the module's docs on delayed writes).
 }
 
 impl<T: Transport> Drop for FaultyTransport<T> {

@@ -59,7 +59,7 @@ fn name_and_delegation() {
     let f = FaultyTransport::new(g[1].clone(), Faults::default());
     assert_eq!(f.name(), "faulty local");
     assert_eq!((f.rank(), f.ranks(), f.region_len(0)), (1, 2, 256));
-    assert!(f.has_atomics());
+    assert!(f.caps().atomics);
     assert!(!f.lock_region(0, true).unwrap());
     f.unlock_region(0).unwrap();
 }
@@ -271,8 +271,11 @@ impl Transport for NoAtomics {
     fn region_len(&self, rank: usize) -> usize {
         self.0.region_len(rank)
     }
-    fn has_atomics(&self) -> bool {
-        false
+    fn caps(&self) -> Caps {
+        Caps {
+            atomics: false,
+            ..self.0.caps()
+        }
     }
     fn execute(&self, ops: &mut [Op<'_>]) -> Result<(), Error> {
         self.0.execute(ops)
