@@ -385,6 +385,12 @@ pub fn check_domain(
     }
 }
 
+/// A path of `--path`: memory, rma, message or auto.
+pub fn path(s: &str) -> Result<fabkit_dht::Path, String> {
+    fabkit_dht::Path::named(s)
+        .ok_or_else(|| format!("`{s}` is not a path: give memory, rma, message or auto"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

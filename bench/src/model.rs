@@ -255,7 +255,7 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
         // Only a run whose every operation was a memory access: the
         // same-node shortcut with every rank on the node.
         match r.path {
-            Some(transports::Path::Memory) => {}
+            Some(transports::Taken::Memory) => {}
             Some(_) => {
                 return Err(bad(format!(
                     "its DHT ran over `{t}`; give a run on one node without a fabric (fabkit \
@@ -300,7 +300,7 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
         }
         // Every rank mapped (the only path let through above): the
         // shortcut's rounds are memory accesses (near), a fabric's are not.
-        let near = r.path == Some(transports::Path::Memory);
+        let near = r.path == Some(transports::Taken::Memory);
         let Some(v) = r.variant else {
             return Err(bad("a fabkit row without its variant".into()));
         };

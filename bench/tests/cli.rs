@@ -969,7 +969,7 @@ fn model_predicts_from_perf_files_and_a_one_node_run_and_refuses_what_would_fit_
         assert!(cpu > 0.0 && cpu.is_finite(), "{v:#}");
     }
     // The one-node run (every rank mapped, no fabric) and one over the
-    // shm provider, to compare with and never to predict from.
+    // shm provider's RMA, to compare with and never to predict from.
     let dht = [
         "dht",
         "-n",
@@ -982,7 +982,7 @@ fn model_predicts_from_perf_files_and_a_one_node_run_and_refuses_what_would_fit_
     ];
     for (file, how) in [
         (&ops, &["-p", "shm", "--shm"][..]),
-        (&over, &["-p", "shm"][..]),
+        (&over, &["-p", "shm", "--path", "rma"][..]),
     ] {
         let out = run(fabkit().args(dht).args(how).args(["--json", file]));
         assert!(out.status.success(), "{}", stdout(&out));
@@ -1294,7 +1294,20 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         ),
         // A variant that needs atomics on a provider without them.
         (
-            &["dht", "-p", "net", "-v", "fine", "-n", "2", "--no-redis"],
+            // (on the rma path: the memory path, auto's on one node, needs
+            // no provider atomics)
+            &[
+                "dht",
+                "-p",
+                "net",
+                "-v",
+                "fine",
+                "-n",
+                "2",
+                "--no-redis",
+                "--path",
+                "rma",
+            ],
             "provider `net` cannot do u64 atomics",
         ),
         // perf: ran for ever or overflowed.
@@ -1507,12 +1520,14 @@ fn json_to_stdout_is_only_json_for_every_subcommand_that_writes_it() {
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         let text = stdout(&out);
         if args.contains(&"--csv") {
-            // CSV only: every line has the header's number of fields.
-            let fields = |l: &str| l.split(',').count();
-            let mut lines = text.lines();
-            let n = fields(lines.next().unwrap());
+            // CSV only: every record has the header's number of fields
+            // (read as CSV: a transport's name may hold a quoted comma).
+            let mut r = csv::Reader::from_reader(text.as_bytes());
+            let n = r.headers().unwrap().len();
             assert!(n > 3, "{text}");
-            assert!(lines.all(|l| fields(l) == n), "{text}");
+            let records: Vec<_> = r.records().map(|x| x.unwrap()).collect();
+            assert!(!records.is_empty(), "{text}");
+            assert!(records.iter().all(|x| x.len() == n), "{text}");
             continue;
         }
         let v: Result<Value, _> = serde_json::from_str(&text);

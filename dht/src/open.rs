@@ -22,7 +22,7 @@ use fabkit_fabric::{Executes, Hints, Mailbox, MailboxConfig, Rank, RankConfig};
 
 use crate::config::Config;
 use crate::outcome::{Error, Result};
-use crate::path::{self, Carrier, Plan, Way};
+use crate::path::{self, Carrier, Plan, Taken, Way};
 use crate::placement::KeyHash;
 use crate::transport::shm::ShmTransport;
 use crate::Dht;
@@ -165,9 +165,8 @@ pub struct Opened<'b> {
     pub table: Table<'b>,
     /// How it reaches ranks on its node and elsewhere, and why.
     pub plan: Plan,
-    /// Its path as reports print it (`memory`, `rma`, `memory+rma`,
-    /// `message`, `memory+message`).
-    pub path: &'static str,
+    /// The path it took, as reports write it.
+    pub path: Taken,
 }
 
 /// Which ranks share this rank's node (a machine and a network
@@ -218,7 +217,7 @@ pub fn open<'b>(cfg: &Config, r: &Recipe<'b>, boot: &dyn Bootstrap) -> Result<Op
     );
     let plan = planned?;
     agreed?;
-    let path = plan.label(!one_node);
+    let path = plan.taken(!one_node);
     let table = build(cfg, r, boot, &plan, &near)?;
     Ok(Opened { table, plan, path })
 }

@@ -109,20 +109,67 @@ pub struct Plan {
     pub why: String,
 }
 
-impl Plan {
-    /// The table's path in one word, as reports print it: `memory` (no
-    /// rank elsewhere), `rma`, `message`, or `memory+rma` / `memory+message`
-    /// when the node's ranks and the others go two ways. `far_ranks`:
-    /// whether any rank is on another node.
-    pub fn label(&self, far_ranks: bool) -> &'static str {
-        match (self.near, far_ranks.then_some(self.far)) {
-            (Way::Memory, None) => "memory",
-            (Way::Memory, Some(Way::Rma)) => "memory+rma",
-            (Way::Memory, Some(Way::Message)) => "memory+message",
-            (Way::Rma, _) => "rma",
-            (Way::Message, _) => "message",
-            (Way::Memory, Some(Way::Memory)) => "memory",
+/// The path a table took, as reports write it: how its operations reached
+/// the ranks of its node and those elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Taken {
+    /// Every operation a memory access (every rank on this node).
+    #[serde(rename = "memory")]
+    Memory,
+    /// One-sided operations to every rank, its own too.
+    #[serde(rename = "rma")]
+    Rma,
+    /// Memory within the node, one-sided operations to other nodes.
+    #[serde(rename = "memory+rma")]
+    MemoryRma,
+    /// Requests to every other rank's owner; its own keys by memory.
+    #[serde(rename = "message")]
+    Message,
+    /// Memory within the node, requests to the owners elsewhere.
+    #[serde(rename = "memory+message")]
+    MemoryMessage,
+}
+
+impl Taken {
+    /// The word reports write.
+    pub fn name(self) -> &'static str {
+        match self {
+            Taken::Memory => "memory",
+            Taken::Rma => "rma",
+            Taken::MemoryRma => "memory+rma",
+            Taken::Message => "message",
+            Taken::MemoryMessage => "memory+message",
         }
+    }
+
+    /// Whether some operation crossed a fabric or MPI (anything but
+    /// memory alone).
+    pub fn crosses(self) -> bool {
+        self != Taken::Memory
+    }
+
+    /// Whether keys went to their owners as requests.
+    pub fn messages(self) -> bool {
+        matches!(self, Taken::Message | Taken::MemoryMessage)
+    }
+}
+
+impl Plan {
+    /// The path the table takes: `far_ranks` says whether any rank is on
+    /// another node.
+    pub fn taken(&self, far_ranks: bool) -> Taken {
+        match (self.near, far_ranks.then_some(self.far)) {
+            (Way::Memory, None | Some(Way::Memory)) => Taken::Memory,
+            (Way::Memory, Some(Way::Rma)) => Taken::MemoryRma,
+            (Way::Memory, Some(Way::Message)) => Taken::MemoryMessage,
+            (Way::Rma, _) => Taken::Rma,
+            (Way::Message, _) => Taken::Message,
+        }
+    }
+
+    /// [`Plan::taken`]'s word.
+    pub fn label(&self, far_ranks: bool) -> &'static str {
+        self.taken(far_ranks).name()
     }
 }
 

@@ -29,7 +29,7 @@ fn each_path_opens_the_table_its_plan_says_and_works() {
                     s.spawn(move || {
                         let r = Recipe::fabric("tcp;ofi_rxm");
                         let t = open(&cfg, &r, b).unwrap();
-                        assert_eq!(t.path, label, "{path:?} {variant:?}: {}", t.plan.why);
+                        assert_eq!(t.path.name(), label, "{path:?} {variant:?}: {}", t.plan.why);
                         let me = b.rank() as u64;
                         fabkit_dht::with_table!(&t.table, d => {
                             let k = key(me);

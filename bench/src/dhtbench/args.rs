@@ -129,9 +129,19 @@ pub struct DhtArgs {
     pub timeout: Duration,
     /// Give ranks on the same node direct access to each other's regions
     /// (shared memory), with libfabric for the rest; atomics are CPU atomics
-    /// only when every rank is on this node.
+    /// only when every rank is on this node. The spelling of --path memory.
     #[arg(long)]
     pub shm: bool,
+    /// How operations travel to a key's owner: memory (loads and stores
+    /// within a node, RMA to other nodes), rma (one-sided operations to
+    /// every rank), message (one request per owner and batch, run by the
+    /// owner's service thread), or auto: memory within a node; across
+    /// nodes RMA where a NIC or the kernel executes every operation the
+    /// variant sends, messages where the target's CPU would (`fabkit info`
+    /// says which per provider; under MPI, messages need
+    /// MPI_THREAD_MULTIPLE).
+    #[arg(long, value_name = "PATH", value_parser = flags::path)]
+    pub path: Option<fabkit_dht::Path>,
     /// Also write the results as JSON to FILE (`-` for stdout): `{meta:
     /// {command, commit, host, machine, launch, provider, notes}, runs:
     /// [{system, variant, transport, workload, distribution, record, ranks,

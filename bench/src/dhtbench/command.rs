@@ -68,21 +68,26 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
     };
     // Every rank holds the same combined samples; rank 0's are reported.
     let n = runs.len();
-    let provider = if args.shm {
-        // The transport's own name says whether a fabric is in it: none
-        // when every rank is on this node.
-        let named = runs
-            .first()
-            .and_then(|s| s.iter().find(|x| x.system == System::Fabkit))
-            .map(|x| format!("{} (--shm)", x.transport));
-        named.unwrap_or_else(|| {
-            format!(
-                "libfabric {} with the same-node shortcut (--shm)",
-                args.provider
-            )
-        })
+    // The fabkit rows say what carried them and the path they took; the
+    // memory path on one node has no fabric in it at all.
+    let first = runs
+        .first()
+        .and_then(|s| s.iter().find(|x| x.system == System::Fabkit));
+    let flag = if args.shm {
+        "--shm".to_string()
     } else {
-        format!("libfabric {}", args.provider)
+        format!("--path {}", args.path.unwrap_or_default().name())
+    };
+    let provider = match first {
+        Some(x) if x.path == Some(super::transports::Taken::Memory) => {
+            format!("{} ({flag})", x.transport)
+        }
+        Some(x) => format!(
+            "libfabric {} ({flag}: {})",
+            args.provider,
+            x.path.map_or("?", |p| p.name())
+        ),
+        None => format!("libfabric {} ({flag})", args.provider),
     };
     report(
         args,

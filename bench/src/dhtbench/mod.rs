@@ -36,7 +36,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use fabkit_core::bootstrap::Bootstrap;
-use fabkit_dht::{Config, Dht, Read, Stats, Transport, Variant};
+use fabkit_dht::message::Messenger;
+use fabkit_dht::{Dht, Read, Stats, Transport, Variant};
 use serde::{Deserialize, Serialize};
 
 use crate::exit;
@@ -64,7 +65,12 @@ pub struct HotKey {
 /// Every rank writes the hot key at once, then every rank reads it; the
 /// value a rank writes in a round is tagged with both, so a read that is
 /// not a whole value of that round is foreign.
-fn hot_key<T: Transport>(d: &Dht<T>, a: &DhtArgs, id: u64, boot: &dyn Bootstrap) -> Result<HotKey> {
+fn hot_key<T: Transport, M: Messenger>(
+    d: &Dht<T, M>,
+    a: &DhtArgs,
+    id: u64,
+    boot: &dyn Bootstrap,
+) -> Result<HotKey> {
     let (me, n) = (boot.rank() as u64, boot.size() as u64);
     let (klen, vlen) = (a.record.key, a.record.value);
     let mut k = vec![0; klen];
@@ -174,7 +180,7 @@ pub struct Sample {
     /// What carried the operations ("fabric shm", "mpi", "redis loopback").
     pub transport: String,
     /// The path the DHT's operations took (none for Redis).
-    pub path: Option<transports::Path>,
+    pub path: Option<transports::Taken>,
     /// Where Redis's servers listened (none for the DHT).
     pub redis: Option<RedisOn>,
     /// The workload.
@@ -459,64 +465,81 @@ fn finish_phases<'w, S: Store>(
     Ok(out)
 }
 
-/// Runs every variant and workload on this rank over transports `make`
-/// builds (and `finish` ends), then Redis: the samples of the whole run.
-fn bench_rank<T: transports::Carrier>(
+/// Runs every variant and workload on this rank over the tables `tables`
+/// makes, then Redis: the samples of the whole run.
+fn bench_rank(
     a: &DhtArgs,
     boot: &dyn Bootstrap,
-    make: &dyn Fn(&Config) -> Result<T>,
-    finish: &dyn Fn(T) -> Result<()>,
+    tables: &transports::Tables<'_>,
 ) -> Result<Vec<Sample>> {
-    let (me, n) = (boot.rank(), boot.size());
     let mut out = Vec::new();
     for v in variants(a) {
         let cfg = config(a, v)?;
         for (wi, &w) in a.workload.iter().enumerate() {
             for rep in 0..a.reps {
-                let s = spec(a, w, n, me, rep);
-                let phases = workload::phases(&s).map_err(exit::usage)?;
-                let written = drawn(a, w, n, rep)?;
-                let t = make(&cfg)?;
-                let (transport, path) = (t.name(), t.path());
-                let mut d = Dht::create(t, cfg, boot)?;
-                if let Some(n) = a.depth {
-                    d.set_depth(n)?;
-                }
-                let mut store = DhtStore {
-                    dht: &d,
-                    out: vec![fabkit_dht::Write::Inserted; a.batch],
-                };
-                let mut pending = Vec::new();
-                for (i, ph) in phases.iter().enumerate() {
-                    let base = Sample {
-                        variant: Some(v),
-                        path: Some(path),
-                        depth: d.lanes_for(a.batch),
-                        ..Sample::of(a, System::Fabkit, &transport, w, ph, rep, n)
-                    };
-                    let mut counters = |st: &DhtStore<'_, T>| (st.dht.stats(), 0, 0);
-                    let sh = shape(a, &s, (i, rep), ph, &written);
-                    let p = run_phase(a, boot, &mut store, (ph, i), &sh, &mut counters, base)?;
-                    pending.extend(p);
-                }
-                let shapes = |i: usize| shape(a, &s, (i, rep), &phases[i], &written);
-                out.extend(finish_phases(boot, &mut store, &phases, &shapes, pending)?);
-                // The hot-key check once per variant, on a loaded table.
-                // Values under 16 B carry no writer's tag (workload::
-                // fill_value), so a mix of two writers' could not be told.
-                if wi == 0 && rep == 0 && a.hot_rounds > 0 && a.record.value >= 16 {
-                    let hot = hot_key(&d, a, workload::hot_key(&s), boot)?;
-                    if let Some(last) = out.last_mut() {
-                        last.hot = Some(hot);
-                    }
-                }
-                drop(store);
-                finish(d.free(boot)?)?;
+                let mut t = tables.open(&cfg)?;
+                let path = t.path;
+                let hot = wi == 0 && rep == 0;
+                let samples = fabkit_dht::with_table!(&mut t.table, d => {
+                    bench_table(a, boot, d, (v, w, rep), path, hot)
+                })?;
+                out.extend(samples);
+                tables.close(t)?;
             }
         }
     }
     if !a.no_redis {
         out.extend(redis_rank(a, boot)?);
+    }
+    Ok(out)
+}
+
+/// The phases of workload `w`, repetition `rep`, on the table `d` of
+/// variant `v`; with the hot-key check where `hot`.
+fn bench_table<T: Transport, M: Messenger>(
+    a: &DhtArgs,
+    boot: &dyn Bootstrap,
+    d: &mut Dht<T, M>,
+    (v, w, rep): (Variant, Workload, u32),
+    path: transports::Taken,
+    hot: bool,
+) -> Result<Vec<Sample>> {
+    let (me, n) = (boot.rank(), boot.size());
+    let s = spec(a, w, n, me, rep);
+    let phases = workload::phases(&s).map_err(exit::usage)?;
+    let written = drawn(a, w, n, rep)?;
+    let transport = transports::carried_by(d);
+    if let Some(n) = a.depth {
+        d.set_depth(n)?;
+    }
+    let d = &*d;
+    let mut store = DhtStore {
+        dht: d,
+        out: vec![fabkit_dht::Write::Inserted; a.batch],
+    };
+    let mut pending = Vec::new();
+    for (i, ph) in phases.iter().enumerate() {
+        let base = Sample {
+            variant: Some(v),
+            path: Some(path),
+            depth: d.lanes_for(a.batch),
+            ..Sample::of(a, System::Fabkit, &transport, w, ph, rep, n)
+        };
+        let mut counters = |st: &DhtStore<'_, T, M>| (st.dht.stats(), 0, 0);
+        let sh = shape(a, &s, (i, rep), ph, &written);
+        let p = run_phase(a, boot, &mut store, (ph, i), &sh, &mut counters, base)?;
+        pending.extend(p);
+    }
+    let shapes = |i: usize| shape(a, &s, (i, rep), &phases[i], &written);
+    let mut out = finish_phases(boot, &mut store, &phases, &shapes, pending)?;
+    // The hot-key check once per variant, on a loaded table. Values under
+    // 16 B carry no writer's tag (workload::fill_value), so a mix of two
+    // writers' could not be told.
+    if hot && a.hot_rounds > 0 && a.record.value >= 16 {
+        let hot = hot_key(d, a, workload::hot_key(&s), boot)?;
+        if let Some(last) = out.last_mut() {
+            last.hot = Some(hot);
+        }
     }
     Ok(out)
 }
@@ -711,49 +734,34 @@ impl Sample {
     }
 }
 
-/// The benchmark as a [`transports::Job`]: every variant and workload on
-/// this rank's transports, then Redis.
-struct Bench<'a> {
-    a: &'a DhtArgs,
-    boot: &'a dyn Bootstrap,
-}
-
-impl transports::Job for Bench<'_> {
-    type Out = Vec<Sample>;
-    fn run<T: transports::Carrier>(
-        self,
-        make: &dyn Fn(&Config) -> Result<T>,
-        finish: &dyn Fn(T) -> Result<()>,
-    ) -> Result<Vec<Sample>> {
-        bench_rank(self.a, self.boot, make, finish)
-    }
-}
-
-/// The libfabric path `a` asks for.
-pub fn fabric_of(a: &DhtArgs) -> transports::Fabric<'_> {
-    transports::Fabric {
+/// What `a` asks of the tables' transport.
+pub fn fabric_of(a: &DhtArgs) -> Result<transports::Fabric<'_>> {
+    Ok(transports::Fabric {
         provider: &a.provider,
         domain: a.domain.as_deref(),
         timeout: a.timeout,
         batch: a.batch,
-        shm: a.shm,
-    }
+        path: transports::path_of(a.path, a.shm)?,
+    })
 }
 
-/// Runs the benchmark on this rank over libfabric (or the same-node
-/// shortcut with --shm).
+/// Runs the benchmark on this rank over libfabric.
 pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
-    transports::on_fabric(&fabric_of(a), boot, Bench { a, boot })
+    bench_rank(a, boot, &transports::Tables::fabric(&fabric_of(a)?, boot))
 }
 
-/// Runs the benchmark on this rank over MPI windows.
+/// Runs the benchmark on this rank over MPI.
 #[cfg(feature = "mpi")]
 pub fn run_rank_mpi(
     a: &DhtArgs,
     kind: fabkit_mpi::window::WindowKind,
     boot: &fabkit_mpi::MpiBootstrap,
 ) -> Result<Vec<Sample>> {
-    transports::on_mpi(kind, boot, Bench { a, boot })
+    bench_rank(
+        a,
+        boot,
+        &transports::Tables::mpi(&fabric_of(a)?, kind, boot),
+    )
 }
 
 /// How long a rank waits for the others at a phase barrier: a rank may be

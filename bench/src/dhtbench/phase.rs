@@ -12,6 +12,7 @@ use crate::hist::Hist;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use fabkit_dht::message::{Messenger, NoMessages};
 use fabkit_dht::{Dht, Found, Transport, Write};
 
 use super::progress::Progress;
@@ -225,14 +226,14 @@ pub trait Store {
 
 /// The DHT as a store, with its outcome buffer.
 #[derive(Debug)]
-pub struct DhtStore<'a, T: Transport> {
+pub struct DhtStore<'a, T: Transport, M: Messenger = NoMessages> {
     /// The table.
-    pub dht: &'a Dht<T>,
+    pub dht: &'a Dht<T, M>,
     /// Write outcomes, one batch long.
     pub out: Vec<Write>,
 }
 
-impl<T: Transport> Store for DhtStore<'_, T> {
+impl<T: Transport, M: Messenger> Store for DhtStore<'_, T, M> {
     fn read(
         &mut self,
         keys: &[&[u8]],

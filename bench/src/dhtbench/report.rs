@@ -120,6 +120,20 @@ pub struct Counters {
     /// See `cross_reads`.
     #[serde(default)]
     pub cross_atomics: u64,
+    /// Keys of the DHT's operations that the rank making them owned (read
+    /// or written in its own region, never leaving it).
+    #[serde(default)]
+    pub own_keys: u64,
+    /// Request messages of the message path (one per owner and batch), and
+    /// the keys they carried.
+    #[serde(default)]
+    pub requests: u64,
+    /// See `requests`.
+    #[serde(default)]
+    pub request_keys: u64,
+    /// Bytes of the requests and their replies.
+    #[serde(default)]
+    pub message_bytes: u64,
 }
 
 /// The depth of a report from before lanes.
@@ -141,7 +155,7 @@ pub struct Run {
     /// being built). Absent for Redis rows, and in reports written before
     /// it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<super::transports::Path>,
+    pub path: Option<super::transports::Taken>,
     /// Workload.
     pub workload: Workload,
     /// Key distribution.
@@ -195,6 +209,11 @@ pub struct Run {
     /// What the fabric's own rates allow (`--bound`), and how near.
     #[serde(default)]
     pub bound: Option<super::bound::Bound>,
+    /// The share of the row's DHT operations whose key the rank making
+    /// them owned (its own region; 1/ranks of uniform keys); none for
+    /// Redis, and in reports written before it was counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_share: Option<f64>,
 }
 
 /// The whole report.
@@ -354,6 +373,10 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         c.cross_reads += st.cross_reads;
         c.cross_writes += st.cross_writes;
         c.cross_atomics += st.cross_atomics;
+        c.own_keys += st.own_keys;
+        c.requests += st.requests;
+        c.request_keys += st.request_keys;
+        c.message_bytes += st.message_bytes;
     }
     let per = |x: u64, n: u64| if n == 0 { 0.0 } else { x as f64 / n as f64 };
     let reads: u64 = g.iter().map(|s| s.reads).sum();
@@ -365,6 +388,7 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         "per operation (closed loop)".into()
     };
     let cpu_per = per(cpu, ops);
+    let own_share = (first.system == System::Fabkit).then(|| per(c.own_keys, ops));
     Run {
         system: first.system,
         variant: first.variant,
@@ -395,6 +419,7 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         counters: c,
         hot_key: g.iter().find_map(|s| s.hot),
         bound: None,
+        own_share,
     }
 }
 
@@ -435,15 +460,16 @@ pub fn table(rep: &Report) -> String {
     );
     let _ = writeln!(
         t,
-        "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9} {:>15} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}",
+        "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9} {:>15} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}  {:<14} {:>4}",
         "system", "variant", "wkld", "dist", "phase", "Mops/s", "(min-max)", "p50 us", "p99 us",
-        "p99.9us", "cpu ns", "B/B", "hits", "lost", "corrupt", "mismatch", "locks", "xredis"
+        "p99.9us", "cpu ns", "B/B", "hits", "lost", "corrupt", "mismatch", "locks", "xredis",
+        "path", "own%"
     );
     for r in &rep.runs {
         let c = &r.counters;
         let _ = writeln!(
             t,
-            "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9.3} {:>15} {:>8.2} {:>8} {:>8} {:>8.0} {:>6.2} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}",
+            "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9.3} {:>15} {:>8.2} {:>8} {:>8} {:>8.0} {:>6.2} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}  {:<14} {:>4}",
             r.system,
             r.variant.map_or_else(|| "-".into(), variant_name),
             name(r.workload),
@@ -462,6 +488,8 @@ pub fn table(rep: &Report) -> String {
             c.checksum_mismatches,
             c.lock_retries,
             r.vs_redis.map_or("-".into(), |x| format!("{x:.2}x")),
+            r.path.map_or("-", |p| p.name()),
+            r.own_share.map_or("-".into(), |x| format!("{:.0}", x * 100.0)),
         );
     }
     let hot: Vec<String> = rep
@@ -593,6 +621,8 @@ struct CsvRow<'a> {
     remote_ops_per_op: f64,
     commit: &'a str,
     host: &'a str,
+    path: &'a str,
+    own_share: Option<f64>,
 }
 
 /// The report as CSV, a header and a row per run.
@@ -640,6 +670,8 @@ pub fn csv(rep: &Report) -> Result<String> {
             remote_ops_per_op: r.counters.remote_ops_per_op,
             commit: &rep.meta.provenance.commit,
             host: &rep.meta.provenance.host,
+            path: r.path.map_or("", |p| p.name()),
+            own_share: r.own_share,
         })?;
     }
     Ok(String::from_utf8(
@@ -892,6 +924,10 @@ mod tests {
         "runs[].counters.checksum_mismatches",
         "runs[].counters.corrupt",
         "runs[].counters.cross_atomics",
+        "runs[].counters.message_bytes",
+        "runs[].counters.own_keys",
+        "runs[].counters.request_keys",
+        "runs[].counters.requests",
         "runs[].counters.cross_reads",
         "runs[].counters.cross_writes",
         "runs[].counters.evictions",
@@ -938,6 +974,7 @@ mod tests {
         "runs[].ops_per_sec_max",
         "runs[].ops_per_sec_min",
         "runs[].ops_per_sec_reps",
+        "runs[].own_share",
         "runs[].path",
         "runs[].phase",
         "runs[].ranks",
@@ -960,13 +997,13 @@ mod tests {
         writes_per_sec,reads_per_sec,latency_kind,p50_us,p90_us,p99_us,p99_9_us,p99_99_us,\
         single_p50_us,single_p99_us,cpu_ns_per_op,nominal_cycles_per_op,bytes_per_byte,\
         vs_redis,hits,misses,lost,false_hits,corrupt,checksum_mismatches,lock_retries,\
-        evictions,remote_ops_per_op,commit,host";
+        evictions,remote_ops_per_op,commit,host,path,own_share";
 
     #[test]
     fn golden_the_json_keys_and_the_csv_header_are_todays() {
         // Every optional part filled, so that its keys show.
         let mut s = sample(System::Fabkit, 0, 0.001, &[(1000, 1)]);
-        s.path = Some(super::super::transports::Path::Rma);
+        s.path = Some(super::super::transports::Taken::Rma);
         s.single.record(2000);
         s.hot = Some(HotKey::default());
         let mut r = runs(&[s], Record { key: 8, value: 8 }, None);

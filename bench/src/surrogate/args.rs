@@ -36,9 +36,15 @@ pub struct SurrogateArgs {
     #[arg(short, long, value_enum, default_value = "all")]
     pub variant: VariantArg,
     /// Give ranks on the same node direct access to each other's regions
-    /// (shared memory), with libfabric for the rest.
+    /// (shared memory), with libfabric for the rest. The spelling of
+    /// --path memory.
     #[arg(long)]
     pub shm: bool,
+    /// How the cache's operations travel to a key's owner: memory, rma,
+    /// message (one request per owner and batch, answered by the owner's
+    /// service thread while it computes) or auto (see `fabkit dht --help`).
+    #[arg(long, value_name = "PATH", value_parser = flags::path)]
+    pub path: Option<fabkit_dht::Path>,
     /// The grid, columns x rows.
     #[arg(long, value_name = "NXxNY", default_value = "48x24", value_parser = flags::grid)]
     pub grid: (usize, usize),

@@ -29,7 +29,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use fabkit_core::bootstrap::Bootstrap;
-use fabkit_dht::{Config, Dht, Found, Stats, Transport, Variant, Write};
+use fabkit_dht::message::{Messenger, NoMessages};
+use fabkit_dht::transport::local::LocalTransport;
+use fabkit_dht::{Dht, Found, Stats, Transport, Variant, Write};
 use serde::{Deserialize, Serialize};
 
 pub use args::{validate, SurrogateArgs, DT};
@@ -49,6 +51,8 @@ pub struct Run {
     /// What carried the cache's operations ("fabric shm", "mpi"); empty
     /// for the uncached run.
     pub transport: String,
+    /// The path the cache's operations took; none for the uncached run.
+    pub path: Option<transports::Taken>,
     /// The keys' rounding (`exact` or digits); empty for the uncached run.
     pub digits: String,
     /// The solver's sub-steps.
@@ -93,8 +97,8 @@ struct Counts {
 }
 
 /// The cache a run uses: a table and the keys' rounding.
-struct Cache<'d, T: Transport> {
-    dht: &'d Dht<T>,
+struct Cache<'d, T: Transport, M: Messenger> {
+    dht: &'d Dht<T, M>,
     digits: Digits,
 }
 
@@ -125,10 +129,10 @@ impl Batch {
 /// Reacts `cells[..]` (the batch's cells) with the solver, or through the
 /// cache, counting into `n`. The cache's cost is the batch's time less its
 /// solves': making keys, the lookups, taking hits and writing the misses.
-fn react<T: Transport>(
+fn react<T: Transport, M: Messenger>(
     cells: &mut [chem::State],
     substeps: u32,
-    cache: Option<&Cache<'_, T>>,
+    cache: Option<&Cache<'_, T, M>>,
     b: &mut Batch,
     n: &mut Counts,
 ) -> Result<()> {
@@ -187,11 +191,11 @@ fn react<T: Transport>(
 
 /// Runs the simulation on this rank: the final grid (the same on every
 /// rank) and what this rank counted.
-fn simulate<T: Transport>(
+fn simulate<T: Transport, M: Messenger>(
     a: &SurrogateArgs,
     boot: &dyn Bootstrap,
     substeps: u32,
-    cache: Option<&Cache<'_, T>>,
+    cache: Option<&Cache<'_, T, M>>,
 ) -> Result<(Grid, Counts)> {
     let (nx, ny) = a.grid;
     let mut g = Grid::new(nx, ny);
@@ -269,6 +273,7 @@ fn blank(round: u32, substeps: u32, ranks: usize) -> Run {
         round,
         variant: None,
         transport: String::new(),
+        path: None,
         digits: String::new(),
         substeps,
         ranks,
@@ -288,13 +293,14 @@ fn blank(round: u32, substeps: u32, ranks: usize) -> Run {
 /// The uncached run of `round` at `sub`: checked against the first round's
 /// grid, which it must repeat bit for bit (it is the reference every error
 /// is measured against), or kept as that reference.
-fn uncached<T: Transport>(
+fn uncached(
     a: &SurrogateArgs,
     boot: &dyn Bootstrap,
     (round, sub): (u32, u32),
     refs: &mut Vec<(u32, Grid)>,
 ) -> Result<Run> {
-    let (g, n) = simulate::<T>(a, boot, sub, None)?;
+    // No table: any table type will do for the absent cache.
+    let (g, n) = simulate::<LocalTransport, NoMessages>(a, boot, sub, None)?;
     let run = combine(boot, &n, blank(round, sub, boot.size()))?;
     match refs.iter().find(|(s, _)| *s == sub) {
         Some((_, r)) if *r != g => anyhow::bail!(
@@ -312,15 +318,14 @@ fn uncached<T: Transport>(
     Ok(run)
 }
 
-/// The rounds of runs on this rank over transports `make` builds. Per
+/// The rounds of runs on this rank over the tables `tables` makes. Per
 /// round and cost, the uncached run comes first in even rounds and last in
 /// odd ones, with the cached runs in reverse order, so that no
 /// configuration always runs at the same distance from its baseline.
-fn rounds<T: Transport>(
+fn rounds(
     a: &SurrogateArgs,
     boot: &dyn Bootstrap,
-    make: &dyn Fn(&Config) -> Result<T>,
-    finish: &dyn Fn(T) -> Result<()>,
+    tables: &transports::Tables<'_>,
 ) -> Result<Vec<Run>> {
     let size = boot.size();
     let mut refs: Vec<(u32, Grid)> = Vec::new();
@@ -337,18 +342,17 @@ fn rounds<T: Transport>(
         }
         for &sub in &a.substeps {
             if !odd {
-                out.push(uncached::<T>(a, boot, (round, sub), &mut refs)?);
+                out.push(uncached(a, boot, (round, sub), &mut refs)?);
             }
             for &(v, digits) in &plan {
                 let cfg = args::config(a, v, size)?;
-                let t = make(&cfg)?;
-                let transport = t.name();
-                let d = Dht::create(t, cfg, boot)?;
-                let cache = Cache { dht: &d, digits };
-                let (got, n) = simulate(a, boot, sub, Some(&cache))
-                    .with_context(|| format!("the {} cache, --digits {digits}", variant_name(v)))?;
-                let stats = d.stats_all(boot)?;
-                finish(d.free(boot)?)?;
+                let t = tables.open(&cfg)?;
+                let path = t.path;
+                let ran = fabkit_dht::with_table!(&t.table, d => {
+                    cached(a, boot, d, sub, digits, v)
+                });
+                tables.close(t)?;
+                let (transport, got, n, stats) = ran?;
                 // Even rounds made the reference before the cached runs;
                 // odd ones have the first round's.
                 let reference = match refs.iter().find(|(s, _)| *s == sub) {
@@ -358,6 +362,7 @@ fn rounds<T: Transport>(
                 let run = Run {
                     variant: Some(v),
                     transport,
+                    path: Some(path),
                     digits: digits.to_string(),
                     stats,
                     error: Some(grid::error(&got, reference, a.floor)),
@@ -370,7 +375,7 @@ fn rounds<T: Transport>(
                 }
             }
             if odd {
-                out.push(uncached::<T>(a, boot, (round, sub), &mut refs)?);
+                out.push(uncached(a, boot, (round, sub), &mut refs)?);
             }
         }
     }
@@ -394,44 +399,52 @@ fn write_grid(a: &SurrogateArgs, boot: &dyn Bootstrap, g: &Grid, name: &str) -> 
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// The rounds as a [`transports::Job`].
-struct Rounds<'a> {
-    a: &'a SurrogateArgs,
-    boot: &'a dyn Bootstrap,
+/// The simulation with the cache `d` (the table of variant `v`, keys at
+/// `digits`): what carried it, the final grid, the per-rank counts and the
+/// table's counters summed over ranks.
+fn cached<T: Transport, M: Messenger>(
+    a: &SurrogateArgs,
+    boot: &dyn Bootstrap,
+    d: &Dht<T, M>,
+    sub: u32,
+    digits: Digits,
+    v: Variant,
+) -> Result<(String, Grid, Counts, fabkit_dht::Stats)> {
+    let cache = Cache { dht: d, digits };
+    let (got, n) = simulate(a, boot, sub, Some(&cache))
+        .with_context(|| format!("the {} cache, --digits {digits}", variant_name(v)))?;
+    let stats = d.stats_all(boot)?;
+    Ok((transports::carried_by(d), got, n, stats))
 }
 
-impl transports::Job for Rounds<'_> {
-    type Out = Vec<Run>;
-    fn run<T: transports::Carrier>(
-        self,
-        make: &dyn Fn(&Config) -> Result<T>,
-        finish: &dyn Fn(T) -> Result<()>,
-    ) -> Result<Vec<Run>> {
-        rounds(self.a, self.boot, make, finish)
-    }
-}
-
-/// Runs every round on this rank over libfabric (or the same-node shortcut
-/// with --shm).
-pub fn run_rank(a: &SurrogateArgs, boot: &dyn Bootstrap) -> Result<Vec<Run>> {
-    let f = transports::Fabric {
+/// What `a` asks of the tables' transport.
+fn fabric_of(a: &SurrogateArgs) -> Result<transports::Fabric<'_>> {
+    Ok(transports::Fabric {
         provider: &a.provider,
         domain: a.domain.as_deref(),
         timeout: a.timeout,
         batch: a.batch,
-        shm: a.shm,
-    };
-    transports::on_fabric(&f, boot, Rounds { a, boot })
+        path: transports::path_of(a.path, a.shm)?,
+    })
 }
 
-/// Runs every round on this rank over MPI windows.
+/// Runs every round on this rank over libfabric.
+pub fn run_rank(a: &SurrogateArgs, boot: &dyn Bootstrap) -> Result<Vec<Run>> {
+    rounds(a, boot, &transports::Tables::fabric(&fabric_of(a)?, boot))
+}
+
+/// Runs every round on this rank over MPI.
 #[cfg(feature = "mpi")]
 pub fn run_rank_mpi(
     a: &SurrogateArgs,
     kind: fabkit_mpi::window::WindowKind,
     boot: &fabkit_mpi::MpiBootstrap,
 ) -> Result<Vec<Run>> {
-    transports::on_mpi(kind, boot, Rounds { a, boot })
+    rounds(
+        a,
+        boot,
+        &transports::Tables::mpi(&fabric_of(a)?, kind, boot),
+    )
 }
 
 /// `fabkit surrogate`: checks the command line, runs every rank, and on the

@@ -76,6 +76,10 @@ pub struct Row {
     pub variant: Variant,
     /// What carried the cache's operations.
     pub transport: String,
+    /// The path they took (absent in reports written before it was
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<crate::dhtbench::transports::Taken>,
     /// The keys' rounding: `exact` or significant digits.
     pub digits: String,
     /// The solver's sub-steps.
@@ -205,6 +209,7 @@ fn by_configuration(runs: &[Run]) -> Vec<Row> {
             Some(Row {
                 variant,
                 transport: first.transport.clone(),
+                path: first.path,
                 digits,
                 substeps,
                 ranks: first.ranks,
@@ -476,6 +481,7 @@ mod tests {
             round,
             variant,
             transport: "t".into(),
+            path: None,
             digits: if variant.is_some() {
                 "4".into()
             } else {
