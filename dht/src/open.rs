@@ -283,9 +283,9 @@ fn build<'b>(
             mc.domain = r.domain.clone();
             mc.timeout = r.timeout;
             let m = Mailbox::establish(mc, boot).map_err(Error::transport)?;
-            Ok(Table::Message(Dht::create_with_messages(
-                t, exec, m, *cfg, boot, hash,
-            )?))
+            let d = Dht::create_with_messages(t, exec, m, *cfg, boot, hash)?;
+            d.warm_up(boot)?;
+            Ok(Table::Message(d))
         }
         (near_way, far_way) => Err(Error::Internal(format!(
             "no table reaches its node by {near_way:?} and other nodes by {far_way:?}"

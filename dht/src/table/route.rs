@@ -33,7 +33,13 @@ pub(crate) struct Links<M: Messenger> {
     /// a random start: a late reply of another table never matches).
     next_id: AtomicU64,
     /// The executor's counters: what the service ran for peers.
-    served: Arc<dyn Fn() -> Stats + Send + Sync>,
+    served: Arc<dyn Counted>,
+}
+
+/// The counters of what a service ran.
+trait Counted: Send + Sync {
+    fn stats(&self) -> Stats;
+    fn reset(&self);
 }
 
 impl<M: Messenger> Links<M> {
@@ -47,7 +53,7 @@ impl<M: Messenger> Links<M> {
     pub(crate) fn served(&self) -> Stats {
         Stats {
             own_keys: 0,
-            ..(self.served)()
+            ..self.served.stats()
         }
     }
 }
@@ -144,9 +150,50 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
             by_message,
             sizes,
             next_id: AtomicU64::new(fabkit_core::random_u64() >> 1),
-            served: Arc::new(move || executor.dht.stats()),
+            served: executor,
         };
         Ok(Dht::assemble(t, cfg, key_hash, Some(links)))
+    }
+
+    /// Sends every rank reached by messages one request (a read of a key
+    /// it owns) and waits for the answers, so that the fabric's connections
+    /// (made on first use by `ofi_rxm` and MPI alike) are made now, and not
+    /// in a caller's first timed operations; then, once every rank has, the
+    /// table's counters start from zero. Collective; [`crate::open`] does
+    /// it for every table it makes on the message path. Nothing to do on
+    /// other tables.
+    pub fn warm_up(&self, boot: &dyn Bootstrap) -> Result<()> {
+        let Some(l) = &self.links else {
+            return Ok(());
+        };
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        let mut key = vec![0u8; self.cfg.key_len];
+        for owner in (0..self.t.ranks()).filter(|&r| l.by_message[r]) {
+            // A key of `owner`'s, found by trying: a rank owns about 1/ranks
+            // of them, so a few thousand draws find one for any job size
+            // fabkit runs; one not found leaves that connection to its first
+            // use.
+            for i in 0..1u64 << 16 {
+                let x = warm_key_word(owner as u64, i);
+                for (j, b) in key.iter_mut().enumerate() {
+                    *b = (x >> (8 * (j % 8))) as u8 ^ j as u8;
+                }
+                if self.shape.place.rank_of(self.key_hash.hash(&key)) as usize == owner {
+                    keys.push(key.clone());
+                    break;
+                }
+            }
+        }
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let warmed = self.with_work(|w| self.run(Mode::Read, &refs, &[], w));
+        // Every rank waits for every other's warm-up before the counters
+        // are reset, so none of a peer's warm-up requests is counted after.
+        crate::collective::agree(boot, "warming up", warmed.map(|()| Vec::new()))?;
+        *self.stats.lock().unwrap() = Stats::default();
+        l.served.reset();
+        // And no rank's first request reaches a service that has yet to
+        // reset its counters.
+        boot.barrier().map_err(Error::Bootstrap)
     }
 
     /// The messenger of a table on the message path.
@@ -333,6 +380,20 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
 /// which the service runs peers' requests on.
 struct Executor<E: Transport> {
     dht: Dht<E, NoMessages>,
+}
+
+impl<E: Transport + Send + Sync + 'static> Counted for Executor<E> {
+    fn stats(&self) -> Stats {
+        self.dht.stats()
+    }
+    fn reset(&self) {
+        *self.dht.stats.lock().unwrap() = Stats::default();
+    }
+}
+
+/// A word of keys drawn for `owner`: distinct per try.
+fn warm_key_word(owner: u64, i: u64) -> u64 {
+    crate::placement::mix(owner.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i)
 }
 
 impl<E: Transport + Send + Sync + 'static> Owner for Executor<E> {
