@@ -48,6 +48,13 @@ fn env_num<T: std::str::FromStr>(name: &str) -> Result<T> {
 impl Launch {
     /// MPI when started by a launcher, else `n` threads.
     pub fn detect(n: usize) -> Result<Launch> {
+        Launch::detect_threads(n, false)
+    }
+
+    /// [`Launch::detect`], asking MPI (if it is the launcher) for
+    /// `MPI_THREAD_MULTIPLE` where `multiple`: tables that may take the
+    /// message path serve requests from a thread of their own.
+    pub fn detect_threads(n: usize, multiple: bool) -> Result<Launch> {
         if let Some(dir) = std::env::var_os(ENV_DIR) {
             let secs: String = env_num(ENV_TIMEOUT)?;
             let timeout =
@@ -60,9 +67,13 @@ impl Launch {
         }
         #[cfg(feature = "mpi")]
         {
-            let boot = fabkit_mpi::MpiBootstrap::init().context("initialising MPI")?;
+            let boot =
+                fabkit_mpi::MpiBootstrap::init_threads(fabkit_mpi::DEFAULT_TIMEOUT, multiple)
+                    .context("initialising MPI")?;
             Ok(Launch::Mpi(boot))
         }
+        #[cfg(not(feature = "mpi"))]
+        let _ = multiple;
         #[cfg(not(feature = "mpi"))]
         Err(anyhow!(
             "started by an MPI launcher, but this fabkit was built without the `mpi` feature"

@@ -117,6 +117,10 @@ pub enum Table<'b> {
     /// MPI windows.
     #[cfg(feature = "mpi")]
     MpiRma(Dht<MpiTransport<'b>>),
+    /// This rank's region (and its node's) by memory, the others' keys as
+    /// requests over MPI point-to-point.
+    #[cfg(feature = "mpi")]
+    MpiMessage(Dht<ShmTransport, fabkit_mpi::Mailbox>),
     #[cfg(not(feature = "mpi"))]
     #[doc(hidden)]
     _Never(std::convert::Infallible, std::marker::PhantomData<&'b ()>),
@@ -139,6 +143,7 @@ macro_rules! with_table {
             $crate::open::Table::Memory($d) => $e,
             $crate::open::Table::Message($d) => $e,
             $crate::open::Table::MpiRma($d) => $e,
+            $crate::open::Table::MpiMessage($d) => $e,
         }
     };
 }
@@ -181,11 +186,10 @@ fn same_node(boot: &dyn Bootstrap) -> Result<Vec<bool>> {
 /// found here.
 fn carrier(r: &Recipe<'_>, one_node: bool) -> Result<Carrier> {
     #[cfg(feature = "mpi")]
-    if let Some((boot, _)) = &r.mpi {
-        let _ = boot;
-        // A service thread needs MPI_THREAD_MULTIPLE; until the bootstrap
-        // says what MPI gave, none is assumed.
-        return Ok(Carrier::Mpi { threads: false });
+    if r.mpi.is_some() {
+        return Ok(Carrier::Mpi {
+            threads: fabkit_mpi::threads_multiple(),
+        });
     }
     let mut hints = Hints::new(r.provider.clone(), fabkit_fabric::Caps::RMA);
     hints.domain = r.domain.clone();
@@ -261,6 +265,14 @@ fn build<'b>(
                     hash,
                 )?))
             }
+            (near_way, Way::Message) => {
+                let (t, exec) = memory_for_messages(cfg, mb.get(), near, near_way)?;
+                let m = fabkit_mpi::Mailbox::create(mb.get(), r.timeout, crate::MAX_MESSAGE)
+                    .map_err(Error::transport)?;
+                let d = Dht::create_with_messages(t, exec, m, *cfg, mb.get(), hash)?;
+                d.warm_up(mb.get())?;
+                Ok(Table::MpiMessage(d))
+            }
             _ => Err(Error::Config(format!(
                 "the {} path over MPI is not built in this fabkit",
                 plan.label(true)
@@ -322,6 +334,8 @@ impl Table<'_> {
             Table::Message(d) => d.free(boot)?.finish(boot).map_err(Error::transport),
             #[cfg(feature = "mpi")]
             Table::MpiRma(d) => d.free(boot)?.free().map_err(Error::transport),
+            #[cfg(feature = "mpi")]
+            Table::MpiMessage(d) => d.free(boot)?.finish(boot).map_err(Error::transport),
             #[cfg(not(feature = "mpi"))]
             Table::_Never(n, _) => match n {},
         }

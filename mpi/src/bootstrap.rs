@@ -92,7 +92,22 @@ impl MpiBootstrap {
     /// included, wait `timeout` (times [`fabkit_core::time::timeout_scale`]) for
     /// the other ranks.
     pub fn init_with_timeout(timeout: Duration) -> Result<Self> {
-        let universe = mpi::initialize().ok_or_else(|| {
+        Self::init_threads(timeout, false)
+    }
+
+    /// [`MpiBootstrap::init_with_timeout`], asking MPI for
+    /// `MPI_THREAD_MULTIPLE` where `multiple` (the DHT's message path
+    /// answers requests from a thread of its own: [`crate::Mailbox`]).
+    /// Not asked for otherwise: Open MPI 4.1's one-sided component
+    /// `pt2pt`, the one that serves `MPI_Win_create` and other nodes,
+    /// refuses to run under it.
+    pub fn init_threads(timeout: Duration, multiple: bool) -> Result<Self> {
+        let init = if multiple {
+            mpi::initialize_with_threading(mpi::Threading::Multiple).map(|(u, _)| u)
+        } else {
+            mpi::initialize()
+        };
+        let universe = init.ok_or_else(|| {
             Error::from(CoreError::Bootstrap(
                 "MPI is already initialized in this process".into(),
             ))
@@ -199,6 +214,14 @@ impl MpiBootstrap {
         boot.comm = boot.dup_world(dups[0])?;
         boot.fin_comm = boot.dup_world(dups[1])?;
         Ok(boot)
+    }
+
+    /// A communicator of the caller's own over this bootstrap's ranks (a
+    /// duplicate, made under its deadline, that returns errors): the
+    /// message path's. Collective.
+    pub(crate) fn duplicate(&self, what: &'static str) -> Result<ffi::MPI_Comm> {
+        self.usable()?;
+        self.dup_world(what)
     }
 
     /// A duplicate of the world communicator that returns errors,

@@ -33,10 +33,12 @@
 
 pub mod bootstrap;
 pub mod error;
+pub mod mailbox;
 mod shim;
 pub mod window;
 
 pub use bootstrap::{MpiBootstrap, DEFAULT_MAX_NAP, DEFAULT_TIMEOUT, SPIN_TESTS};
 pub use error::{Error, Result};
 pub use fabkit_core::{Bootstrap, Op, Remote};
+pub use mailbox::{threads_multiple, Call, Mailbox};
 pub use window::{Sync, Window, WindowKind};

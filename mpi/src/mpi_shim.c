@@ -11,3 +11,4 @@ const int fabkit_mpi_mode_nocheck = MPI_MODE_NOCHECK;
 const int fabkit_mpi_success = MPI_SUCCESS;
 const int fabkit_mpi_max_error_string = MPI_MAX_ERROR_STRING;
 const int fabkit_mpi_err_other = MPI_ERR_OTHER;
+const int fabkit_mpi_err_truncate = MPI_ERR_TRUNCATE;

@@ -11,6 +11,7 @@ extern "C" {
     pub(crate) static fabkit_mpi_lock_exclusive: i32;
     pub(crate) static fabkit_mpi_success: i32;
     pub(crate) static fabkit_mpi_max_error_string: i32;
+    pub(crate) static fabkit_mpi_err_truncate: i32;
     #[cfg(feature = "test-seams")]
     pub(crate) static fabkit_mpi_err_other: i32;
 }

@@ -13,7 +13,10 @@ use crate::launch::Launch;
 /// Redis beside it; printed and written by the reporting rank. Whether
 /// every run was sound.
 pub fn command(args: &DhtArgs) -> Result<bool> {
-    let launch = Launch::detect(args.ranks)?;
+    // MPI_THREAD_MULTIPLE unless the path is RMA: Open MPI's pt2pt
+    // windows refuse it, and only the message path needs it.
+    let path = super::transports::path_of(args.path, args.shm)?;
+    let launch = Launch::detect_threads(args.ranks, path != fabkit_dht::Path::Rma)?;
     let (ranks, in_process) = launch.ranks();
     #[cfg(feature = "mpi")]
     let mpi = args.mpi.is_some();

@@ -452,7 +452,9 @@ pub fn run_rank_mpi(
 /// whether every run finished.
 pub fn command(a: &SurrogateArgs) -> Result<bool> {
     use crate::launch::Launch;
-    let launch = Launch::detect(a.ranks)?;
+    // MPI_THREAD_MULTIPLE unless the path is RMA (see `fabkit dht`).
+    let path = crate::dhtbench::transports::path_of(a.path, a.shm)?;
+    let launch = Launch::detect_threads(a.ranks, path != fabkit_dht::Path::Rma)?;
     let (ranks, _) = launch.ranks();
     #[cfg(feature = "mpi")]
     let mpi = a.mpi.is_some();

@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "fabric")]
 mod fabric;
 pub mod local;
+#[cfg(feature = "mpi")]
+mod mpi;
 pub(crate) mod serve;
 pub mod wire;
 
