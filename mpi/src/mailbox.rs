@@ -287,6 +287,15 @@ impl Mailbox {
         let mut st: ffi::MPI_Status = unsafe { std::mem::zeroed() };
         // SAFETY: an active request on buffers `p` owns.
         let rc = unsafe { ffi::MPI_Test(&mut *p.req, &mut done, &mut st) };
+        // A receive of a message longer than its buffer completes with
+        // MPI_ERR_TRUNCATE (returned, and in the status): the caller says
+        // what it was.
+        // SAFETY: a plain constant exported by the shim.
+        let truncated = rc == unsafe { crate::shim::fabkit_mpi_err_truncate };
+        if truncated {
+            st.MPI_ERROR = rc;
+            return Ok(Some(st));
+        }
         check("MPI_Test", rc)?;
         Ok((done != 0).then_some(st))
     }

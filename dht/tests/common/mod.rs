@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 pub mod model;
+#[cfg(feature = "mpi")]
+pub mod mpirun;
 
 use std::sync::Barrier;
 
