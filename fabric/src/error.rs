@@ -100,6 +100,22 @@ pub enum Error {
         /// Why, and how many operations are lost.
         reason: String,
     },
+    /// A message longer than the buffer posted for it. It is refused
+    /// whole, never handed over cut to the buffer's length.
+    #[error(
+        "{what}: the message is {}longer than the {limit} B {room}; it was refused, not cut",
+        len.map(|n| format!("{n} B, ")).unwrap_or_default()
+    )]
+    TooLong {
+        /// The operation and the peer, in words (`receive to rank 0`).
+        what: String,
+        /// The message's length, when the provider said it.
+        len: Option<usize>,
+        /// The room there was.
+        limit: usize,
+        /// What the room was (`buffer given to recv`).
+        room: String,
+    },
     /// A peer address whose length does not match the provider's addresses:
     /// `fi_av_insert` takes no length, so it would read past a short one.
     #[error(

@@ -588,3 +588,25 @@ fn operations_that_never_complete_fail_the_rank_instead_of_shrinking_its_window(
         assert!(start.elapsed() < fabkit_core::time::scaled(Duration::from_millis(100)));
     });
 }
+
+#[test]
+fn a_message_longer_than_the_receive_buffer_is_an_error_naming_both_sizes() {
+    // A receive used to hand back the first `buf.len()` bytes of a longer
+    // message as if that were all of it.
+    for prov in common::providers() {
+        with_ranks(2, RankConfig::new(prov.as_str()), |r| {
+            if r.rank() == 0 {
+                r.send(1, &[7u8; 100]).unwrap();
+                return;
+            }
+            let mut buf = [0u8; 40];
+            let err = r.recv(0, &mut buf).unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                msg.contains("rank 0") && msg.contains("100 B") && msg.contains("40 B"),
+                "{prov}: {msg}"
+            );
+            eprintln!("{prov}: {msg}");
+        });
+    }
+}

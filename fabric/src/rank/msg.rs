@@ -86,23 +86,48 @@ impl Rank {
 
     /// As [`Rank::recv`], waiting at most `timeout` instead of the configured
     /// one (for a rank that idles until a peer tells it to go on).
+    ///
+    /// A message longer than `buf` is an error naming both sizes
+    /// ([`Error::TooLong`]); it is consumed, and never handed back cut to
+    /// `buf.len()`.
     pub fn recv_within(&self, from: usize, buf: &mut [u8], timeout: Duration) -> Result<usize> {
         self.alive()?;
         self.peer(from)?;
         let mut slot = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         let staging = self.staging_of(&slot)?;
         self.check_msg_len(buf.len(), staging.len())?;
+        // The receive is posted with all the room there is, not `buf.len()`:
+        // a message longer than `buf` but no longer than what any rank may
+        // send then arrives whole and is refused with its size. Letting the
+        // provider cut it is no way to find out: `udp;ofi_rxd` (1.17) cuts
+        // silently, and `shm` never completes such a receive.
+        let posted = self.info.max_msg_size().min(staging.len());
         let deadline = Instant::now() + timeout;
         let (ep, sbuf, desc) = (self.ep.raw(), staging.ptr_at(0).cast(), staging.desc());
-        let len = buf.len();
         let t = self.ep.post(OpKind::Recv, from, deadline, timeout, |ctx| {
-            // SAFETY: sbuf has room for len bytes and stays alive until the
-            // receive completes or the buffer is retired.
-            unsafe { ffi::fi_recv(ep, sbuf, len, desc, ffi::FI_ADDR_UNSPEC, ctx) }
+            // SAFETY: sbuf has room for `posted` bytes and stays alive until
+            // the receive completes or the buffer is retired.
+            unsafe { ffi::fi_recv(ep, sbuf, posted, desc, ffi::FI_ADDR_UNSPEC, ctx) }
         })?;
-        let got = self
-            .settle(t, deadline, timeout, OpKind::Recv, from, &mut slot)?
-            .min(len);
+        let too_long = |len: Option<usize>, limit: usize, room: &str| Error::TooLong {
+            what: format!("{} to rank {from}", OpKind::Recv),
+            len,
+            limit,
+            room: room.into(),
+        };
+        let got = match self.settle(t, deadline, timeout, OpKind::Recv, from, &mut slot) {
+            Ok(got) => got,
+            // Longer than anything a rank may send: cut by the provider.
+            Err(Error::Completion { code, .. }) if code == ffi::FI_ETRUNC as i32 => {
+                return Err(too_long(None, posted, "staging buffer"));
+            }
+            Err(e) => return Err(e),
+        };
+        if got > buf.len() {
+            // All of the posted room taken: it may have been cut.
+            let len = (got < posted).then_some(got);
+            return Err(too_long(len, buf.len(), "buffer given to recv"));
+        }
         self.staging_of(&slot)?.snapshot(0, &mut buf[..got])?;
         Ok(got)
     }
