@@ -78,20 +78,6 @@ pub enum Error {
         /// `fi_strerror` of it.
         msg: String,
     },
-    /// A message was longer than the buffer posted for it: refused whole,
-    /// never cut.
-    #[error(
-        "a {what} from rank {peer} was longer than the {room} B posted for it (the peer sends \
-         messages larger than this rank takes: give both the same message size)"
-    )]
-    MessageTooLong {
-        /// "reply", "message".
-        what: &'static str,
-        /// Who sent it.
-        peer: usize,
-        /// The buffer's size.
-        room: usize,
-    },
     /// The rank can no longer make progress and refuses every operation.
     #[error("rank {rank} has failed and takes no more operations: {reason}")]
     RankFailed {

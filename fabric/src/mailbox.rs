@@ -423,10 +423,11 @@ impl Mailbox {
             Outcome::Failed { code, prov_errno } => {
                 i.spare.lock().unwrap().push(p.buf);
                 Err(if code == ffi::FI_ETRUNC as i32 {
-                    Error::MessageTooLong {
-                        what: "reply",
-                        peer: to,
-                        room: i.max,
+                    Error::TooLong {
+                        what: format!("reply from rank {to} to request {}", call.id),
+                        len: None,
+                        limit: i.max,
+                        room: "buffer posted for it".into(),
                     }
                 } else {
                     Error::completion(OpKind::Recv, to, code, prov_errno)
