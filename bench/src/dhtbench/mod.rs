@@ -4,7 +4,8 @@
 //! of YCSB's core set (`load-a`, `a`, `b`, `c`, `d`, `f`: the records loaded
 //! first, untimed, then the run phase), with Redis beside it in the same
 //! run: one server per rank on loopback, the same keys sharded over the
-//! servers by the DHT's own placement, driven to the same batch depth.
+//! servers by the DHT's own placement, given the same batches (`--batch`
+//! operations each).
 //!
 //! Per phase: throughput summed over ranks (median and spread of the
 //! repetitions), latency percentiles from HDR histograms merged over ranks
