@@ -56,6 +56,7 @@ pub mod net;
 pub mod notice;
 pub mod op;
 pub mod provenance;
+pub mod rng;
 pub mod schema;
 pub mod time;
 pub mod words;

@@ -55,13 +55,9 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// The splitmix64 finaliser: a bijection that spreads every input bit over
-/// every output bit.
-pub fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// The splitmix64 finaliser (the core crate's, which every placement
+/// depends on staying as it is).
+pub use fabkit_core::rng::mix;
 
 /// `x` scaled into `0..n` by multiply-shift (Lemire): no modulo bias beyond
 /// n / 2^64.

@@ -79,13 +79,7 @@ impl Net {
     /// The next draw in 0..1000, from the seed (splitmix64).
     fn draw(&self) -> u64 {
         let n = self.draws.fetch_add(1, Ordering::Relaxed);
-        let mut z = self
-            .faults
-            .seed
-            .wrapping_add(n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % 1000
+        fabkit_core::rng::Rng::nth(self.faults.seed, n) % 1000
     }
 
     fn hit(&self, per_mille: u32) -> bool {

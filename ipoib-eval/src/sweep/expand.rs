@@ -15,22 +15,6 @@ fn nonempty(name: &str, len: usize) -> Result<(), SpecError> {
     }
 }
 
-/// A deterministic shuffle (xorshift64*; no dependency, same order for the
-/// same seed on every machine).
-fn shuffle<T>(v: &mut [T], seed: u64) {
-    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
-    let mut next = || {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    };
-    for i in (1..v.len()).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
-        v.swap(i, j);
-    }
-}
-
 /// Parses a `CLIENT:SERVER` CPU placement (`any`: not pinned).
 fn parse_placement(s: &str) -> Result<(Vec<usize>, Vec<usize>), SpecError> {
     if s == "any" {
@@ -89,7 +73,7 @@ impl SweepFile {
             out.extend(points);
         }
         if self.shuffle {
-            shuffle(&mut out, self.seed);
+            fabkit_core::rng::Rng::new(self.seed).shuffle(&mut out);
         }
         Ok(out)
     }

@@ -5,41 +5,12 @@
 use super::{Dist, SCRAMBLE_ITEMS};
 use fabkit_dht::placement::mix;
 
-/// splitmix64: small, fast, and every seed gives a full-period stream.
-#[derive(Clone, Debug)]
-pub(super) struct Rng(u64);
+pub(super) use fabkit_core::rng::Rng;
 
-impl Rng {
-    /// The stream of phase `phase` of rank `rank`: each input goes through
-    /// the bijective `mix`, so ranks and phases start far apart.
-    pub(super) fn new(seed: u64, rank: u64, phase: u64) -> Rng {
-        Rng(mix(mix(mix(seed ^ 0x243f_6a88_85a3_08d3) ^ rank) ^ phase))
-    }
-
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.0)
-    }
-
-    /// Uniform in `0..n` without bias (Lemire, "Fast random integer
-    /// generation in an interval", 2019): multiply-shift, redrawing the few
-    /// values whose low half falls in the short first interval. `n` > 0.
-    pub(super) fn below(&mut self, n: u64) -> u64 {
-        let mut m = u128::from(self.next()) * u128::from(n);
-        if (m as u64) < n {
-            // 2^64 mod n: the values below it would map one too many times.
-            let threshold = n.wrapping_neg().checked_rem(n).unwrap_or(0);
-            while (m as u64) < threshold {
-                m = u128::from(self.next()) * u128::from(n);
-            }
-        }
-        (m >> 64) as u64
-    }
-
-    /// Uniform in [0, 1), from the top 53 bits.
-    pub(super) fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
+/// The stream of phase `phase` of rank `rank`: each input goes through
+/// the bijective `mix`, so ranks and phases start far apart.
+pub(super) fn stream(seed: u64, rank: u64, phase: u64) -> Rng {
+    Rng::new(mix(mix(mix(seed ^ 0x243f_6a88_85a3_08d3) ^ rank) ^ phase))
 }
 
 /// zeta(n, theta) = sum of 1 / i^theta for i in 1..=n.
@@ -224,7 +195,7 @@ mod tests {
         let (n, theta) = (1000, 0.99);
         let z = Zipf::new(n, theta);
         let zn = zeta(n, theta);
-        let mut rng = Rng::new(7, 0, 0);
+        let mut rng = stream(7, 0, 0);
         let draws = 1_000_000;
         let mut count = vec![0u32; n as usize];
         for _ in 0..draws {
@@ -272,7 +243,7 @@ mod tests {
     fn tiny_zipf_ranges_stay_in_range() {
         for n in 1..=3 {
             let z = Zipf::new(n, 0.5);
-            let mut rng = Rng::new(1, 0, 0);
+            let mut rng = stream(1, 0, 0);
             let mut seen = HashSet::new();
             for _ in 0..1000 {
                 let x = z.draw(rng.unit());
@@ -287,7 +258,7 @@ mod tests {
 
     #[test]
     fn uniform_draws_are_in_range_and_even() {
-        let mut rng = Rng::new(3, 0, 0);
+        let mut rng = stream(3, 0, 0);
         for n in [1u64, 2, 3, 7, 1 << 63, u64::MAX] {
             for _ in 0..100 {
                 assert!(rng.below(n) < n);

@@ -29,7 +29,7 @@ mod draw;
 mod values;
 
 use clap::ValueEnum;
-use draw::{Chooser, Rng, Zipf};
+use draw::{stream, Chooser, Rng, Zipf};
 use serde::Serialize;
 pub use values::{fill_value, key_bytes, keys_fit, tag, value_ok};
 
@@ -375,7 +375,7 @@ fn paper_uniform(spec: &Spec) -> Result<Vec<Phase>, String> {
         key,
     }));
 
-    let mut rng = Rng::new(spec.seed, spec.rank, 2);
+    let mut rng = stream(spec.seed, spec.rank, 2);
     let mix = mixed(spec, &mut rng, |rng| rng.below(written))?;
     Ok(paper_phases(write, read, mix))
 }
@@ -399,7 +399,7 @@ fn paper_phases(write: Vec<Op>, read: Vec<Op>, mixed: Phase) -> Vec<Phase> {
 
 fn paper_zipf(spec: &Spec) -> Result<Vec<Phase>, String> {
     let zipf = Zipf::new(spec.zipf_range, spec.zipf_theta);
-    let mut rng = Rng::new(spec.seed, spec.rank, 0);
+    let mut rng = stream(spec.seed, spec.rank, 0);
     let mut write = op_vec(spec.keys, "--keys", spec.keys)?;
     for _ in 0..spec.keys {
         write.push(Op {
@@ -413,7 +413,7 @@ fn paper_zipf(spec: &Spec) -> Result<Vec<Phase>, String> {
         kind: Kind::Read,
         key: o.key,
     }));
-    let mut rng = Rng::new(spec.seed, spec.rank, 2);
+    let mut rng = stream(spec.seed, spec.rank, 2);
     let mix = mixed(spec, &mut rng, |rng| zipf.draw(rng.unit()))?;
     Ok(paper_phases(write, read, mix))
 }
@@ -444,7 +444,7 @@ fn ycsb(spec: &Spec, dist: Dist) -> Result<Vec<Phase>, String> {
         .and_then(|o| o.checked_add(records))
         .ok_or_else(|| too_many(spec))?;
     let mut chooser = Chooser::new(dist, records, insert_base, spec.zipf_theta);
-    let mut rng = Rng::new(spec.seed, spec.rank, 1);
+    let mut rng = stream(spec.seed, spec.rank, 1);
     let mut ops = op_vec(spec.ops, "--ops", spec.ops)?;
     let mut inserted = 0u64;
     for _ in 0..spec.ops {

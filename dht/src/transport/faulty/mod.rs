@@ -81,6 +81,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use fabkit_core::rng::Rng;
 use fabkit_core::{Completion, Error, Op, Remote};
 
 use super::wrap::{WrapLane, WrapperLane};
@@ -202,36 +203,6 @@ pub struct Injected {
     pub overtaking_batches: u64,
 }
 
-/// splitmix64: small, fast, and good enough for choosing faults.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`, `n > 0`.
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// True with probability `p`; draws nothing when `p` is 0 or 1.
-    fn chance(&mut self, p: f64) -> bool {
-        if p <= 0.0 || p.is_nan() {
-            false
-        } else if p >= 1.0 {
-            true
-        } else {
-            ((self.next() >> 11) as f64) * (1.0 / (1u64 << 53) as f64) < p
-        }
-    }
-}
-
 /// A write reported complete but not yet applied.
 #[derive(Debug)]
 struct PendingWrite {
@@ -302,7 +273,7 @@ impl<T: Transport> FaultyTransport<T> {
     /// Injects `faults` into what `inner` executes.
     pub fn new(inner: T, faults: Faults) -> Self {
         let state = State {
-            rng: Rng(faults.seed),
+            rng: Rng::new(faults.seed),
             seen: 0,
             fail_op: faults.fail_op,
             pending: Vec::new(),
@@ -408,7 +379,7 @@ impl<T: Transport> FaultyTransport<T> {
             st.seen += 1;
             if st.fail_op == Some(st.seen) {
                 st.fail_op = None;
-                let apply = st.rng.next() & 1 == 1;
+                let apply = st.rng.next_u64() & 1 == 1;
                 st.injected.failed_ops += 1;
                 st.injected.failed_applied += u64::from(apply);
                 steps.push(Step::Fail { op: i, apply });
@@ -429,7 +400,7 @@ impl<T: Transport> FaultyTransport<T> {
                     let cut = (at - off) as usize;
                     let tear = self.inner.caps().atomics && st.rng.chance(f.tear_reads);
                     let words = if tear { (into.len() - cut) / 8 } else { 0 };
-                    let garbage = (0..words).map(|_| st.rng.next()).collect();
+                    let garbage = (0..words).map(|_| st.rng.next_u64()).collect();
                     st.injected.split_reads += 1;
                     steps.push(Step::First { op: i, cut });
                     steps.push(Step::Second {
