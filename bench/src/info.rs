@@ -167,8 +167,7 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
         row.msg |= i.has_msg();
         row.rma |= i.has_rma();
         if i.ep_type() == "FI_EP_RDM" && i.has_rma() {
-            let virt = i.mr_mode() & fabkit_fabric::fabric_sys::FI_MR_VIRT_ADDR != 0;
-            row.executes = Executes::of(&p, &i.domain_name(), virt);
+            row.executes = i.executes();
             row.fabkit_rma = true;
             row.mr_mode = info::mr_mode_names(i.mr_mode());
             row.progress = i.data_progress();

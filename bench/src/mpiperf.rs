@@ -471,7 +471,7 @@ pub fn command(args: &MpiPerfArgs) -> Result<bool> {
     crate::perf::report::emit(
         &args.sweep,
         launch.provenance(per_rank.len()),
-        (&format!("mpi osc={osc}"), crate::Over::Mpi),
+        (&format!("mpi osc={osc}"), crate::Over::Mpi, None),
         (&method, &label),
         points,
     )

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use fabkit_core::bootstrap::{host_id, Bootstrap};
-use fabkit_fabric::{Executes, Hints, Mailbox, MailboxConfig, Rank, RankConfig};
+use fabkit_fabric::{Hints, Mailbox, MailboxConfig, Rank, RankConfig};
 
 use crate::config::Config;
 use crate::outcome::{Error, Result};
@@ -194,8 +194,7 @@ fn carrier(r: &Recipe<'_>, one_node: bool) -> Result<Carrier> {
     let mut hints = Hints::new(r.provider.clone(), fabkit_fabric::Caps::RMA);
     hints.domain = r.domain.clone();
     let info = fabkit_fabric::info::find(&hints, one_node).map_err(Error::transport)?;
-    let virt = info.mr_mode() & fabkit_fabric::fabric_sys::FI_MR_VIRT_ADDR != 0;
-    let e = Executes::of(&info.provider(), &info.domain_name(), virt);
+    let e = info.executes();
     Ok(Carrier::Fabric {
         rma: e.rma,
         atomics: e.atomics,

@@ -741,9 +741,11 @@ pub fn command(args: &PerfArgs) -> Result<bool> {
     // The interface really used (a network given with -d names one).
     let mut hints = fabkit_fabric::Hints::new(args.provider.clone(), fabkit_fabric::Caps::RMA);
     hints.domain = args.domain.clone();
-    let domain = fabkit_fabric::info::find(&hints, true)
+    let found = fabkit_fabric::info::find(&hints, true).ok();
+    let domain = found
+        .as_ref()
         .map(|i| i.domain_name())
-        .unwrap_or_else(|_| args.domain.clone().unwrap_or_default());
+        .unwrap_or_else(|| args.domain.clone().unwrap_or_default());
     let method = format!(
         "libfabric {} on {domain}, threads {}{}{}{}",
         args.provider,
@@ -778,7 +780,11 @@ pub fn command(args: &PerfArgs) -> Result<bool> {
     report::emit(
         &args.sweep,
         launch.provenance(per_rank.len()),
-        (&args.provider, crate::Over::Fabric),
+        (
+            &args.provider,
+            crate::Over::Fabric,
+            found.as_ref().map(|i| i.executes()),
+        ),
         (&method, &label),
         points,
     )

@@ -32,6 +32,12 @@ pub struct Meta {
     /// files of an older fabkit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub over: Option<crate::Over>,
+    /// Who executes the provider's reads, writes and atomics at the
+    /// target (`fabkit info`'s columns; what the DHT's `auto` path reads),
+    /// for `fabkit model` to say which path the rule takes; absent for MPI
+    /// and in files of an older fabkit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executes: Option<fabkit_fabric::Executes>,
     /// Command, commit, host, machine, launch and fabkit version.
     #[serde(flatten)]
     pub provenance: Provenance,
@@ -182,7 +188,7 @@ pub fn human(b: usize) -> String {
 pub fn emit(
     sweep: &super::SweepArgs,
     provenance: Provenance,
-    (provider, over): (&str, crate::Over),
+    (provider, over, executes): (&str, crate::Over, Option<fabkit_fabric::Executes>),
     (method, label): (&str, &str),
     points: Vec<Point>,
 ) -> Result<bool> {
@@ -192,6 +198,7 @@ pub fn emit(
         method: method.to_string(),
         label: Some(label.to_string()),
         over: Some(over),
+        executes,
         provenance,
     };
     let report = Report::new(meta, points);
@@ -224,6 +231,7 @@ mod tests {
             method: "libfabric tcp;ofi_rxm on lo".into(),
             label: Some("tcp;ofi_rxm".into()),
             over: Some(crate::Over::Fabric),
+            executes: Some(fabkit_fabric::Executes::of("tcp;ofi_rxm", "lo", false)),
             provenance: Provenance {
                 command: "fabkit perf".into(),
                 commit: "abc".into(),
@@ -276,6 +284,9 @@ mod tests {
         "meta.cores",
         "meta.fabkit",
         "meta.host",
+        "meta.executes",
+        "meta.executes.atomics",
+        "meta.executes.rma",
         "meta.label",
         "meta.launch",
         "meta.launcher",

@@ -75,6 +75,15 @@ impl Executes {
     }
 }
 
+impl super::Info {
+    /// Who executes this entry's reads, writes and atomics at the target:
+    /// [`Executes::of`] its provider, domain and `FI_MR_VIRT_ADDR`.
+    pub fn executes(&self) -> Executes {
+        let virt = self.mr_mode() & crate::fabric_sys::FI_MR_VIRT_ADDR != 0;
+        Executes::of(&self.provider(), &self.domain_name(), virt)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
