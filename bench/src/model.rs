@@ -28,6 +28,27 @@
 //! The prediction is the lower of the two, and the table says which binds.
 //! The sum of each kind's time assumes they share one resource; a NIC
 //! that runs them side by side does better.
+//!
+//! The message path (owner-executed batches) is predicted beside it, from
+//! the perf files' `-o send` points: a rank's batch of `B` operations sends
+//! one request to each other owner it touches and gets one reply, so with
+//! `R` ranks and a share `o` of the keys a rank's own, each other owner is
+//! touched with probability `1 - (1 - q)^B`, `q = (1 - o)/(R - 1)`, and a
+//! DHT operation costs `2 (R - 1) (1 - (1 - q)^B) / B` messages (more where
+//! a batch's keys for one owner exceed the largest message), each priced
+//! at the send point nearest its size (the wire format's header and keys,
+//! values and outcomes). The owner runs the keys on its own region as the
+//! one-node run did, so the host's work per operation is the same `h`:
+//!
+//! - the fabric: `1 / (sum over messages of 1/S(size))`;
+//! - the hosts' CPU: `cores / (h + sum over messages of cS(size))`.
+//!
+//! Which of the two paths predicts more is the path `auto` should take
+//! across nodes; the table puts it beside what the rule takes from the
+//! provider's facts (who executes its operations, in the perf files), so
+//! a disagreement shows. Both limits are throughput limits: a job that
+//! keeps too few batches in flight to cover a round trip is slower than
+//! either (latency-bound), which a measured row shows as a ratio above 1.
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +64,8 @@ use crate::dhtbench::workload::{PhaseName, Workload};
 use crate::dhtbench::System;
 use crate::exit;
 use crate::flags::{self, Record};
+use fabkit_dht::message::wire::{Kind, Sizes};
+use fabkit_dht::path::{self, Carrier, Way};
 
 /// `fabkit model`'s arguments.
 #[derive(Args, Debug, Clone)]
@@ -121,6 +144,16 @@ pub struct Phase {
     pub record: Record,
     #[serde(skip)]
     pub batch: usize,
+    /// Ranks of the one-node run: the job the message path is priced for.
+    pub ranks: usize,
+    /// Batches in flight the run's operations used (lanes): the message
+    /// path sends one request per owner per lane.
+    pub lanes: usize,
+    /// The share of operations whose key the rank owns (the row's
+    /// `own_share`; 1/ranks where an older file has none).
+    pub own: f64,
+    /// The share of operations that are reads (the rest are writes).
+    pub read_share: f64,
     /// Reads added because the one-node run planned for memory: chunked
     /// fetches the next chunk with each one where a round costs a round
     /// trip ([`fabkit_dht::transport::Caps::near`] false), one read more per
@@ -154,6 +187,50 @@ pub struct Prediction {
     pub measured: Option<f64>,
     /// Prediction over measurement.
     pub ratio: Option<f64>,
+    /// The message path's prediction: None when the perf files give no
+    /// send point (or its CPU).
+    pub message: Option<MessagePrediction>,
+    /// The path with the higher prediction across nodes (`rma` or
+    /// `message`), when both were predicted.
+    pub better: Option<Way>,
+    /// What the `auto` rule takes across nodes on the perf files'
+    /// provider, and why; None when the files do not say who executes
+    /// the provider's operations.
+    pub auto: Option<AutoRule>,
+    /// Whether the rule takes the path predicted better.
+    pub agree: Option<bool>,
+}
+
+/// The message path's prediction for one phase.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MessagePrediction {
+    /// Requests and replies per DHT operation.
+    pub messages_per_op: f64,
+    /// Mean bytes of a request and of a reply.
+    pub request_bytes: f64,
+    /// See `request_bytes`.
+    pub reply_bytes: f64,
+    /// Operations per second the fabric's message rate allows the job.
+    pub fabric_limit: f64,
+    /// Operations per second the hosts' cores allow the job.
+    pub cpu_limit: f64,
+    /// The lower of the two.
+    pub ops_per_sec: f64,
+    /// "fabric" or "cpu".
+    pub binds: &'static str,
+    /// The measured message-path row, if one was given and matched.
+    pub measured: Option<f64>,
+    /// Prediction over measurement.
+    pub ratio: Option<f64>,
+}
+
+/// The path the `auto` rule takes to other nodes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AutoRule {
+    /// `rma` or `message`.
+    pub takes: Way,
+    /// The fact the rule read.
+    pub why: String,
 }
 
 /// A kind's rate and CPU per transfer at `bytes`: None if the fabric has
@@ -225,7 +302,152 @@ pub fn predict(ph: &Phase, fabric: &Fabric, itself: Itself, cores: f64) -> Optio
         binds,
         measured: None,
         ratio: None,
+        message: None,
+        better: None,
+        auto: None,
+        agree: None,
     })
+}
+
+/// A send's rate and CPU at `bytes`: None if the fabric has no send
+/// point, or (perf) no CPU was measured at it.
+fn send_price(f: &Fabric, bytes: usize) -> Option<(f64, f64)> {
+    match f {
+        Fabric::Nic { per_sec, cpu_ns } => Some((*per_sec, *cpu_ns)),
+        Fabric::Perf(r) => {
+            let p = bound::nearest_point(&r.sends, bytes)?;
+            Some((p.per_sec, p.cpu_ns?))
+        }
+    }
+}
+
+/// The wire format's sizes for `ph`'s records (the table id and the cap
+/// on keys do not change a message's length).
+fn wire_sizes(ph: &Phase) -> Sizes {
+    Sizes {
+        table: 0,
+        ranks: ph.ranks,
+        key_len: ph.record.key,
+        value_len: ph.record.value,
+        max_keys: usize::MAX,
+    }
+}
+
+/// Bytes of a request of `kind` carrying `keys` keys of `ph`'s records,
+/// and of its reply (reads: an outcome and a value per key, every key
+/// found; writes: an outcome per key), as the wire format lays them out.
+fn message_bytes(ph: &Phase, kind: Kind, keys: usize) -> Option<(usize, usize)> {
+    let sizes = wire_sizes(ph);
+    let request = sizes.request_len(kind, keys)?;
+    let reply = match kind {
+        Kind::Read => sizes.reply_len(keys)?,
+        Kind::Write | Kind::FindOrPut => keys.checked_add(fabkit_dht::message::wire::HEADER)?,
+    };
+    Some((request, reply))
+}
+
+/// Predicts `ph`'s message path on `fabric` with `cores`: None when the
+/// fabric has no price for a message (no send point, or no CPU at it).
+pub fn predict_message(ph: &Phase, fabric: &Fabric, cores: f64) -> Option<MessagePrediction> {
+    let others = ph.ranks.saturating_sub(1) as f64;
+    // Keys per lane: each lane sends its own request to each owner.
+    let b = (ph.batch / ph.lanes.max(1)).max(1);
+    let q = if others > 0.0 {
+        ((1.0 - ph.own) / others).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let touched_per_owner = 1.0 - (1.0 - q).powi(b.min(i32::MAX as usize) as i32);
+    let (mut secs, mut cpu, mut messages) = (0.0, 0.0, 0.0);
+    let (mut req_sum, mut rep_sum, mut pairs) = (0.0, 0.0, 0.0);
+    for (kind, share) in [
+        (Kind::Read, ph.read_share),
+        (Kind::Write, 1.0 - ph.read_share),
+    ] {
+        if share <= 0.0 || touched_per_owner <= 0.0 {
+            continue;
+        }
+        // A touched owner's mean keys, and the messages they take.
+        let keys = b as f64 * q / touched_per_owner;
+        let per_message = wire_sizes(ph)
+            .keys_per_message(kind, fabkit_dht::MAX_MESSAGE, usize::MAX)
+            .max(1) as f64;
+        let parts = (keys / per_message).ceil().max(1.0);
+        let keys_each = (keys / parts).round().max(1.0) as usize;
+        let (req, rep) = message_bytes(ph, kind, keys_each)?;
+        let (req_rate, req_cpu) = send_price(fabric, req)?;
+        let (rep_rate, rep_cpu) = send_price(fabric, rep)?;
+        // Request-reply pairs per DHT operation of this kind.
+        let per_op = share * others * touched_per_owner * parts / b as f64;
+        secs += per_op * (1.0 / req_rate + 1.0 / rep_rate);
+        cpu += per_op * (req_cpu + rep_cpu);
+        messages += 2.0 * per_op;
+        req_sum += per_op * req as f64;
+        rep_sum += per_op * rep as f64;
+        pairs += per_op;
+    }
+    let fabric_limit = if secs > 0.0 {
+        1.0 / secs
+    } else {
+        f64::INFINITY
+    };
+    let host = ph.host_ns + cpu;
+    let cpu_limit = if host > 0.0 {
+        cores * 1e9 / host
+    } else {
+        f64::INFINITY
+    };
+    let (ops_per_sec, binds) = if fabric_limit <= cpu_limit {
+        (fabric_limit, "fabric")
+    } else {
+        (cpu_limit, "cpu")
+    };
+    let mean = |sum: f64| if pairs > 0.0 { sum / pairs } else { 0.0 };
+    Some(MessagePrediction {
+        messages_per_op: messages,
+        request_bytes: mean(req_sum),
+        reply_bytes: mean(rep_sum),
+        fabric_limit,
+        cpu_limit,
+        ops_per_sec,
+        binds,
+        measured: None,
+        ratio: None,
+    })
+}
+
+/// What the `auto` rule takes to other nodes for `variant` on a provider
+/// whose operations `executes` says who runs.
+pub fn auto_rule(variant: Variant, executes: fabkit_fabric::Executes) -> Option<AutoRule> {
+    let carrier = Carrier::Fabric {
+        rma: executes.rma,
+        atomics: executes.atomics,
+    };
+    let plan = path::plan(fabkit_dht::Path::Auto, variant, carrier, false).ok()?;
+    Some(AutoRule {
+        takes: plan.far,
+        why: plan.why,
+    })
+}
+
+/// Fills in `p`'s message path, which path predicts more, and whether
+/// the rule takes it.
+fn compare(p: &mut Prediction, fabric: &Fabric, cores: f64) {
+    p.message = predict_message(&p.phase, fabric, cores);
+    p.better = p.message.as_ref().map(|m| {
+        if m.ops_per_sec > p.ops_per_sec {
+            Way::Message
+        } else {
+            Way::Rma
+        }
+    });
+    if let Fabric::Perf(r) = fabric {
+        p.auto = r.executes.and_then(|e| auto_rule(p.phase.variant, e));
+    }
+    p.agree = match (&p.auto, p.better) {
+        (Some(a), Some(b)) => Some(a.takes == b),
+        _ => None,
+    };
 }
 
 /// Reads a `fabkit dht --json` file's fabkit rows.
@@ -328,6 +550,17 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
             sizes: bound::sizes(v, rec),
             record: rec,
             batch: r.batch,
+            ranks: r.ranks,
+            lanes: r.depth,
+            own: r.own_share.unwrap_or(1.0 / r.ranks.max(1) as f64),
+            read_share: {
+                let all = r.reads_per_sec + r.writes_per_sec;
+                if all > 0.0 {
+                    r.reads_per_sec / all
+                } else {
+                    0.0
+                }
+            },
             ahead,
         });
     }
@@ -371,20 +604,30 @@ pub fn run(a: &ModelArgs) -> Result<Vec<Prediction>> {
                 ph.phase
             )));
         };
+        compare(&mut p, &fabric, cores);
         if let Some(rows) = &measured {
             // The same phase of the same variant and workload, on records
-            // of the same sizes in batches of the same size.
-            p.measured = rows
-                .iter()
-                .find(|r| {
-                    r.variant == Some(ph.variant)
-                        && r.workload == ph.workload
-                        && r.phase == ph.phase
-                        && r.record == ph.record
-                        && r.batch == ph.batch
-                })
-                .map(|r| r.ops_per_sec);
+            // of the same sizes in batches of the same size, on the path
+            // predicted: message rows beside the message path, the others
+            // beside RMA.
+            let row = |message: bool| {
+                rows.iter()
+                    .find(|r| {
+                        r.variant == Some(ph.variant)
+                            && r.workload == ph.workload
+                            && r.phase == ph.phase
+                            && r.record == ph.record
+                            && r.batch == ph.batch
+                            && r.path.is_some_and(|t| t.messages()) == message
+                    })
+                    .map(|r| r.ops_per_sec)
+            };
+            p.measured = row(false);
             p.ratio = p.measured.map(|m| p.ops_per_sec / m);
+            if let Some(msg) = &mut p.message {
+                msg.measured = row(true);
+                msg.ratio = msg.measured.map(|m| msg.ops_per_sec / m);
+            }
         }
         out.push(p);
     }
@@ -442,11 +685,79 @@ pub fn print(rows: &[Prediction]) {
          operation, own: on the rank itself; host ns: the DHT's own busy CPU per operation (the \
          one-node run); fabric and cpu: the two limits; ratio: model over measured"
     );
+    if rows.iter().any(|p| p.message.is_some()) {
+        print_message(rows, m);
+    }
     if rows.iter().any(|p| p.phase.ahead > 0.0) {
         println!(
             "note: chunked rows add one read per operation to the one-node run's: on a fabric \
              chunked fetches the next chunk with each (a round costs a round trip there)"
         );
+    }
+}
+
+/// The message path's table: its limits beside the RMA path's
+/// prediction, the path that predicts more, and the rule's.
+fn print_message(rows: &[Prediction], m: impl Fn(f64) -> String) {
+    println!();
+    println!(
+        "{:<9} {:<6} {:<6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:<6} {:>9} {:>6} {:<7} {:<7} {:<5}",
+        "variant",
+        "wkld",
+        "phase",
+        "msg/op",
+        "req B",
+        "rep B",
+        "fabric M",
+        "cpu M",
+        "message M",
+        "binds",
+        "meas. M",
+        "ratio",
+        "better",
+        "auto",
+        "agree"
+    );
+    let way = |w: Way| match w {
+        Way::Memory => "memory",
+        Way::Rma => "rma",
+        Way::Message => "message",
+    };
+    for p in rows {
+        let Some(msg) = &p.message else { continue };
+        let ph = &p.phase;
+        println!(
+            "{:<9} {:<6} {:<6} {:>6.3} {:>6.0} {:>6.0} {:>9} {:>9} {:>9} {:<6} {:>9} {:>6} {:<7} {:<7} {:<5}",
+            variant_name(ph.variant),
+            name(ph.workload),
+            ph.phase,
+            msg.messages_per_op,
+            msg.request_bytes,
+            msg.reply_bytes,
+            m(msg.fabric_limit),
+            m(msg.cpu_limit),
+            m(msg.ops_per_sec),
+            msg.binds,
+            msg.measured.map_or("-".into(), &m),
+            msg.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+            p.better.map_or("-", way),
+            p.auto.as_ref().map_or("-", |a| way(a.takes)),
+            p.agree.map_or("-", |a| if a { "yes" } else { "NO" }),
+        );
+    }
+    println!(
+        "message path: msg/op: requests and replies per DHT operation, req/rep B: their mean \
+         bytes; fabric and cpu: its two limits (perf's -o send rates and CPU per message, and \
+         the one-node run's host ns); better: the path predicted faster across nodes; auto: \
+         what the rule takes there from the perf files' provider facts"
+    );
+    let mut whys: Vec<&str> = rows
+        .iter()
+        .filter_map(|p| p.auto.as_ref().map(|a| a.why.as_str()))
+        .collect();
+    whys.dedup();
+    for why in whys {
+        println!("auto: {why}");
     }
 }
 
@@ -511,6 +822,10 @@ mod tests {
             sizes: (192, 192),
             record: Record { key: 8, value: 8 },
             batch: 1,
+            ranks: 2,
+            lanes: 1,
+            own: 0.5,
+            read_share: 1.0,
             ahead: 0.0,
         }
     }
@@ -525,6 +840,8 @@ mod tests {
             reads: vec![r(read)],
             writes: vec![r(write)],
             atomic: atomic.map(r),
+            sends: Vec::new(),
+            executes: None,
         })
     }
 
@@ -543,17 +860,36 @@ mod tests {
         "meta.perf",
         "meta.pps",
         "rows",
+        "rows[].agree",
         "rows[].ahead",
+        "rows[].auto",
+        "rows[].auto.takes",
+        "rows[].auto.why",
+        "rows[].better",
         "rows[].binds",
         "rows[].cpu_limit",
         "rows[].cross",
         "rows[].fabric_limit",
         "rows[].host_ns",
         "rows[].itself",
+        "rows[].lanes",
         "rows[].measured",
+        "rows[].message",
+        "rows[].message.binds",
+        "rows[].message.cpu_limit",
+        "rows[].message.fabric_limit",
+        "rows[].message.measured",
+        "rows[].message.messages_per_op",
+        "rows[].message.ops_per_sec",
+        "rows[].message.ratio",
+        "rows[].message.reply_bytes",
+        "rows[].message.request_bytes",
+        "rows[].own",
         "rows[].ops_per_sec",
         "rows[].phase",
+        "rows[].ranks",
         "rows[].ratio",
+        "rows[].read_share",
         "rows[].sizes",
         "rows[].variant",
         "rows[].workload",
@@ -570,6 +906,12 @@ mod tests {
         )
         .unwrap();
         (p.measured, p.ratio) = (Some(1.0), Some(1.0));
+        let mut with_sends = sends(&[(100e3, 200, 1.0)]);
+        if let Fabric::Perf(r) = &mut with_sends {
+            r.executes = Some(fabkit_fabric::Executes::of("tcp;ofi_rxm", "lo", false));
+        }
+        compare(&mut p, &with_sends, 2.0);
+        assert!(p.message.is_some() && p.auto.is_some() && p.agree.is_some());
         let doc = Report {
             meta: Meta {
                 provenance: crate::provenance(None),
@@ -643,5 +985,106 @@ mod tests {
         let secs = |reads: f64, atomics: f64| reads / 100e3 + atomics / 50e3;
         assert!((plain.fabric_limit - 1.0 / secs(2.0, 2.0)).abs() < 1e-6);
         assert!((memory.fabric_limit - 1.0 / secs(1.0, 2.0)).abs() < 1e-6);
+    }
+
+    /// A fabric of send points only: (rate, bytes, CPU ns).
+    fn sends(points: &[(f64, u64, f64)]) -> Fabric {
+        Fabric::Perf(Rates {
+            sends: points
+                .iter()
+                .map(|&(per_sec, bytes, cpu)| Rate {
+                    per_sec,
+                    bytes,
+                    cpu_ns: Some(cpu),
+                })
+                .collect(),
+            ..Rates::default()
+        })
+    }
+
+    #[test]
+    fn the_message_path_costs_a_request_and_a_reply_per_owner_touched_per_lane() {
+        // 2 ranks, half the keys the rank's own, batches of 64 writes of
+        // 8 + 8 B: each batch touches the other owner (1 - 2^-64) with
+        // 32 keys, one request of 40 + 32 x 16 B and a reply of 40 + 32 B.
+        let mut ph = phase([1.0, 0.0, 0.0], 1.0, 1000.0);
+        (ph.batch, ph.read_share) = (64, 0.0);
+        let f = sends(&[(100e3, 72, 500.0), (50e3, 552, 1500.0)]);
+        let m = predict_message(&ph, &f, 2.0).unwrap();
+        let pairs = 1.0 / 64.0;
+        assert!((m.messages_per_op - 2.0 * pairs).abs() < 1e-9, "{m:?}");
+        assert!((m.request_bytes - 552.0).abs() < 1e-9, "{m:?}");
+        assert!((m.reply_bytes - 72.0).abs() < 1e-9, "{m:?}");
+        let secs = pairs * (1.0 / 50e3 + 1.0 / 100e3);
+        assert!((m.fabric_limit - 1.0 / secs).abs() < 1e-3, "{m:?}");
+        let cpu = 1000.0 + pairs * 2000.0;
+        assert!((m.cpu_limit - 2e9 / cpu).abs() < 1e-3, "{m:?}");
+        // 2e9 / 1031 ns = 1.94 M/s of CPU against 2.13 M/s of messages.
+        assert_eq!(m.binds, "cpu");
+        assert_eq!(predict_message(&ph, &f, 8.0).unwrap().binds, "fabric");
+        // No send point: no message prediction.
+        assert!(predict_message(&ph, &rates((1.0, 0.0), (1.0, 0.0), None), 2.0).is_none());
+        // Reads: a request of keys, a reply of outcomes and values.
+        ph.read_share = 1.0;
+        let m = predict_message(&ph, &f, 2.0).unwrap();
+        assert!(
+            (m.request_bytes - (40.0 + 32.0 * 8.0)).abs() < 1e-9,
+            "{m:?}"
+        );
+        assert!((m.reply_bytes - (40.0 + 32.0 * 9.0)).abs() < 1e-9, "{m:?}");
+        // Two lanes: two requests per batch, 16 keys each.
+        ph.lanes = 2;
+        let two = predict_message(&ph, &f, 2.0).unwrap();
+        assert!((two.messages_per_op - 4.0 / 64.0).abs() < 1e-9, "{two:?}");
+        // Batch 1 on 4 ranks, a quarter own: 3/4 of the operations send a
+        // pair, of one key each.
+        (ph.batch, ph.lanes, ph.ranks, ph.own) = (1, 1, 4, 0.25);
+        let one = predict_message(&ph, &f, 2.0).unwrap();
+        assert!((one.messages_per_op - 1.5).abs() < 1e-9, "{one:?}");
+        // Every key the rank's own: nothing to send, the CPU binds.
+        (ph.ranks, ph.own) = (1, 1.0);
+        let alone = predict_message(&ph, &f, 2.0).unwrap();
+        assert_eq!((alone.messages_per_op, alone.binds), (0.0, "cpu"));
+        // Nothing sent: no price needed.
+        assert!(predict_message(&ph, &rates((1.0, 0.0), (1.0, 0.0), None), 2.0).is_some());
+    }
+
+    #[test]
+    fn the_rule_and_the_model_are_put_side_by_side() {
+        use fabkit_fabric::Executes;
+        let rule = |p: &str, d: &str, v: Variant| auto_rule(v, Executes::of(p, d, false)).unwrap();
+        assert_eq!(
+            rule("tcp;ofi_rxm", "lo", Variant::Lockfree).takes,
+            Way::Message
+        );
+        assert_eq!(rule("cxi", "cxi0", Variant::Fine).takes, Way::Rma);
+        assert_eq!(
+            rule("verbs;ofi_rxm", "mlx5_0", Variant::Lockfree).takes,
+            Way::Rma
+        );
+        // rxm emulates atomics on the target's CPU: a variant that locks
+        // by atomics goes by message even over a NIC.
+        assert_eq!(
+            rule("verbs;ofi_rxm", "mlx5_0", Variant::Fine).takes,
+            Way::Message
+        );
+        // A fabric whose messages are dear: RMA predicted better, and a
+        // rule that takes messages disagrees.
+        let mut ph = phase([1.0, 0.0, 0.0], 1.0, 100.0);
+        ph.batch = 64;
+        let mut f = sends(&[(1.0, 100, 0.0)]);
+        if let Fabric::Perf(r) = &mut f {
+            r.reads = vec![Rate {
+                per_sec: 1e6,
+                bytes: 192,
+                cpu_ns: Some(0.0),
+            }];
+            r.executes = Some(Executes::of("tcp;ofi_rxm", "lo", false));
+        }
+        let mut p = predict(&ph, &f, Itself::Fabric, 2.0).unwrap();
+        compare(&mut p, &f, 2.0);
+        assert_eq!(p.better, Some(Way::Rma));
+        assert_eq!(p.auto.as_ref().map(|a| a.takes), Some(Way::Message));
+        assert_eq!(p.agree, Some(false));
     }
 }

@@ -52,6 +52,14 @@ pub struct Rates {
     pub writes: Vec<Rate>,
     /// u64 atomics (compare-and-swap, or fetch-and-add if no CAS point).
     pub atomic: Option<Rate>,
+    /// Messages (`-o send`), by size: what the message path's requests
+    /// and replies cost (none in files of older fabkit).
+    #[serde(default)]
+    pub sends: Vec<Rate>,
+    /// Who executes the provider's operations at the target, from the
+    /// perf files (none in files of older fabkit, and for MPI).
+    #[serde(default)]
+    pub executes: Option<fabkit_fabric::Executes>,
 }
 
 /// A run's bound, and how near it came.
@@ -149,6 +157,7 @@ pub fn load(
         let name = f.display();
         let bad = |what: String| exit::usage(format!("{flag} {name}: {what}"));
         let doc: Report = read_report(f, flag, "fabkit perf --json", "points")?;
+        rates.executes = rates.executes.or(doc.meta.executes);
         let theirs = Some(doc.meta.provider.as_str()).filter(|p| !p.is_empty());
         let (p, on) = want.get_or_insert_with(|| {
             (
@@ -192,6 +201,7 @@ pub fn load(
             match kind {
                 Kind::Read => rates.reads.push(rate),
                 Kind::Write => rates.writes.push(rate),
+                Kind::Send => rates.sends.push(rate),
                 // A CAS point wins over a fetch-and-add one.
                 Kind::Atomic { cas } if rates.atomic.is_none() || (cas && !atomic_cas) => {
                     rates.atomic = Some(rate);
@@ -224,11 +234,12 @@ pub fn load(
 enum Kind {
     Read,
     Write,
+    Send,
     Atomic { cas: bool },
 }
 
-/// A point's kind, if the bound can use it: a bidirectional window run;
-/// writes only delivery-complete.
+/// A point's kind, if the bound or the model can use it: a bidirectional
+/// window run; writes only delivery-complete.
 fn kind_of(p: &Point) -> Option<Kind> {
     if p.pattern != Pattern::Bw || !p.bidir {
         return None;
@@ -238,7 +249,8 @@ fn kind_of(p: &Point) -> Option<Kind> {
         PerfOp::Write if p.completion == Some(WriteCompletion::Delivery) => Some(Kind::Write),
         PerfOp::Cas => Some(Kind::Atomic { cas: true }),
         PerfOp::Fadd => Some(Kind::Atomic { cas: false }),
-        PerfOp::Write | PerfOp::Send => None,
+        PerfOp::Send => Some(Kind::Send),
+        PerfOp::Write => None,
     }
 }
 
@@ -327,7 +339,7 @@ mod tests {
         let rates = Rates {
             reads: vec![rate(200_000.0, 192), rate(100_000.0, 1600)],
             writes: vec![rate(500_000.0, 192)],
-            atomic: None,
+            ..Rates::default()
         };
         // Per op: 1 read and 1 write across, 2 to itself; buckets of 184 B.
         let b = of(&rates, (184, 184), 100_000.0, 1000, [1000, 1000, 0, 2000]).unwrap();
@@ -371,6 +383,7 @@ mod tests {
         let r = load(one, "--bound", Some("tcp"), &[Variant::Fine]).unwrap();
         assert_eq!(r.writes.len(), 1, "transmit-complete writes do not count");
         assert_eq!(r.reads.len(), 1, "one-way reads do not count");
+        assert!(r.sends.is_empty(), "no send points were given");
         assert_eq!(
             r.atomic.unwrap().per_sec,
             100_000.0,

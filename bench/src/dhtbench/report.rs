@@ -150,10 +150,9 @@ pub struct Run {
     pub variant: Option<Variant>,
     /// What carried the operations, in words.
     pub transport: String,
-    /// The path the DHT's operations took: `memory`, `rma` or
-    /// `memory+rma` (`message` and `memory+message` are the message path,
-    /// being built). Absent for Redis rows, and in reports written before
-    /// it was recorded.
+    /// The path the DHT's operations took: `memory`, `rma`, `memory+rma`,
+    /// or the message path, `message` and `memory+message`. Absent for
+    /// Redis rows, and in reports written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<super::transports::Taken>,
     /// Workload.
