@@ -610,3 +610,47 @@ fn a_message_longer_than_the_receive_buffer_is_an_error_naming_both_sizes() {
         });
     }
 }
+
+#[test]
+fn a_batched_receive_of_a_longer_message_is_an_error_never_a_cut_message() {
+    // A receive among a batch's operations used to hand back the first
+    // `into.len()` bytes of a longer message as its whole. `shm` (1.17)
+    // never completes a receive it would have to cut: there the error is
+    // the receive's timeout, and the sender's send never completes either.
+    for prov in common::providers() {
+        let shm = prov == "shm";
+        let mut cfg = RankConfig::new(prov.as_str());
+        cfg.timeout = Duration::from_secs(2);
+        with_ranks(2, cfg, |r| {
+            if r.rank() == 0 {
+                let sent = r.send(1, &[7u8; 100]);
+                if !shm {
+                    sent.unwrap();
+                }
+                return;
+            }
+            let (mut into, mut len) = ([0u8; 40], usize::MAX);
+            let err = r
+                .execute(&mut [Op::Recv {
+                    from: 0,
+                    into: &mut into,
+                    len: &mut len,
+                }])
+                .unwrap_err();
+            let msg = err.to_string();
+            eprintln!("{prov}: {msg}");
+            if shm {
+                assert!(
+                    msg.contains("rank 0") && msg.contains("did not complete"),
+                    "{prov}: {msg}"
+                );
+                return;
+            }
+            assert!(
+                msg.contains("rank 0") && msg.contains("40 B"),
+                "{prov}: {msg}"
+            );
+            assert_eq!(len, 0, "{prov}: no length handed back for a message cut");
+        });
+    }
+}

@@ -162,7 +162,18 @@ impl Rank {
                 delivery: op.completion() == Some(Completion::Delivery),
                 read_back: false,
             };
-            if kind.is_atomic() || matches!(kind, OpKind::Send | OpKind::Recv) {
+            if kind == OpKind::Recv {
+                // A message is never split. A receive is posted with a byte
+                // more than its buffer where the room allows, so a longer
+                // message is seen as one, never handed back cut: a provider
+                // that would cut it reports a length past the buffer, or
+                // fails it (FI_ETRUNC), where `udp;ofi_rxd` (1.17) would
+                // cut it silently at the exact length.
+                let room = len.checked_add(1).filter(|&n| n <= chunk).unwrap_or(len);
+                pieces.push(Piece { len: room, ..piece });
+                continue;
+            }
+            if kind.is_atomic() || kind == OpKind::Send {
                 // Atomics are one word; a message is never split (validated
                 // to fit a transfer and the staging buffer).
                 pieces.push(piece);
@@ -284,8 +295,7 @@ impl Rank {
         let mut received = vec![0usize; round.len()];
         self.collect(slot, round, &mut flight, &mut received)?;
         let staging = self.staging_of(slot)?;
-        deliver(staging, ops, round, &received);
-        Ok(())
+        deliver(staging, ops, round, &received)
     }
 
     /// Stages a round's inputs and posts it; what was posted, and the first
@@ -335,6 +345,13 @@ impl Rank {
             }
             match outcome {
                 Outcome::Done { len } => received[i] = len,
+                // Longer than the room posted: `deliver` names it with its
+                // buffer's length.
+                Outcome::Failed { code, .. }
+                    if p.kind == OpKind::Recv && code == ffi::FI_ETRUNC as i32 =>
+                {
+                    received[i] = usize::MAX;
+                }
                 Outcome::Failed { code, prov_errno } => {
                     first_err.get_or_insert(Error::completion(p.kind, p.peer, code, prov_errno));
                 }
@@ -725,13 +742,16 @@ fn stage(staging: &MemoryRegion, ops: &[Op<'_>], round: &[Piece]) {
 }
 
 /// Copies a completed round's outputs (read data, received messages,
-/// atomics' old values) from staging into the ops' buffers.
+/// atomics' old values) from staging into the ops' buffers. A message
+/// longer than its receive's buffer is an error naming both (the other
+/// ops' outputs are still delivered).
 pub(super) fn deliver(
     staging: &MemoryRegion,
     ops: &mut [Op<'_>],
     round: &[Piece],
     received: &[usize],
-) {
+) -> Result<()> {
+    let mut first_err = None;
     for (i, p) in round.iter().enumerate() {
         if p.read_back {
             continue;
@@ -739,7 +759,19 @@ pub(super) fn deliver(
         let src = staging.ptr_at(p.stage_off);
         match &mut ops[p.op] {
             Op::Recv { into, len, .. } => {
-                let got = received[i].min(into.len());
+                let got = received[i];
+                if got > into.len() {
+                    // Longer than the buffer: all of the posted room taken
+                    // means it may have been longer still.
+                    first_err.get_or_insert(Error::TooLong {
+                        what: format!("{} to rank {}", OpKind::Recv, p.peer),
+                        len: (got < p.len).then_some(got),
+                        limit: into.len(),
+                        room: "buffer given to the receive".into(),
+                    });
+                    **len = 0;
+                    continue;
+                }
                 // SAFETY: the receive completed into this part of staging,
                 // which holds at least `got` bytes.
                 unsafe { std::ptr::copy_nonoverlapping(src, into.as_mut_ptr(), got) };
@@ -763,6 +795,7 @@ pub(super) fn deliver(
             }
         }
     }
+    first_err.map_or(Ok(()), Err)
 }
 
 /// A thread's own way into a [`Rank`]: a private staging buffer, so threads

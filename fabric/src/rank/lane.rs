@@ -199,7 +199,11 @@ impl Rank {
                 let same = ops.len() == lane.ops
                     && lane.pieces.iter().all(|p| {
                         let op = &ops[p.op];
-                        (op.kind() == p.kind || p.read_back) && op.len() >= p.user_off + p.len
+                        // A receive's piece has a byte of room past its
+                        // buffer (see `deliver`).
+                        let room = usize::from(p.kind == fabkit_core::OpKind::Recv);
+                        (op.kind() == p.kind || p.read_back)
+                            && op.len() + room >= p.user_off + p.len
                     });
                 if !same {
                     return Err(Error::from(CoreError::InvalidArgument(format!(
@@ -211,8 +215,7 @@ impl Rank {
                     ))));
                 }
                 let staging = self.staging_of(&lane.staging)?;
-                deliver(staging, ops, &lane.pieces, &lane.received);
-                Ok(())
+                deliver(staging, ops, &lane.pieces, &lane.received)
             }
         }
     }
