@@ -220,22 +220,26 @@ pub fn open<'b>(cfg: &Config, r: &Recipe<'b>, boot: &dyn Bootstrap) -> Result<Op
     );
     let plan = planned?;
     agreed?;
+    let (table, plan) = build(cfg, r, boot, plan, &near)?;
     let path = plan.taken(!one_node);
-    let table = build(cfg, r, boot, &plan, &near)?;
     Ok(Opened { table, plan, path })
 }
 
+/// The table of `plan`, and the plan it took: `auto`'s, with the message
+/// path to other nodes, falls back to RMA where the provider cannot carry
+/// the mailbox (it cannot tell a request's sender), and says so.
 fn build<'b>(
     cfg: &Config,
     r: &Recipe<'b>,
     boot: &dyn Bootstrap,
-    plan: &Plan,
+    plan: Plan,
     near: &[bool],
-) -> Result<Table<'b>> {
+) -> Result<(Table<'b>, Plan)> {
+    let table = |t: Result<Table<'b>>, plan: Plan| t.map(|t| (t, plan));
     let hash = r.key_hash.clone();
     #[cfg(feature = "mpi")]
     if let Some((mb, kind)) = &r.mpi {
-        return match (plan.near, plan.far) {
+        let built = match (plan.near, plan.far) {
             (Way::Rma, _) => {
                 // Coarse locks each target's window per operation
                 // (MPI_Win_lock); the others share one lock_all epoch.
@@ -277,8 +281,9 @@ fn build<'b>(
                 plan.label(true)
             ))),
         };
+        return table(built, plan);
     }
-    match (plan.near, plan.far) {
+    let built = match (plan.near, plan.far) {
         (Way::Rma, _) => {
             let t = Rank::establish(r.rank_config(cfg), boot).map_err(Error::transport)?;
             Ok(Table::Rma(Dht::create_with_hash(t, *cfg, boot, hash)?))
@@ -289,11 +294,25 @@ fn build<'b>(
             Ok(Table::Memory(Dht::create_with_hash(t, *cfg, boot, hash)?))
         }
         (near_way, Way::Message) => {
-            let (t, exec) = memory_for_messages(cfg, boot, near, near_way)?;
             let mut mc = MailboxConfig::new(r.provider.clone());
             mc.domain = r.domain.clone();
             mc.timeout = r.timeout;
-            let m = Mailbox::establish(mc, boot).map_err(Error::transport)?;
+            let m = match Mailbox::establish(mc, boot) {
+                Ok(m) => m,
+                // Every rank found the same (establish agrees on it).
+                Err(e @ fabkit_fabric::Error::Unsupported { .. })
+                    if cfg.path == crate::Path::Auto =>
+                {
+                    let rma = Plan {
+                        near: near_way,
+                        far: Way::Rma,
+                        why: format!("{}; but {e}", plan.why),
+                    };
+                    return build(cfg, r, boot, rma, near);
+                }
+                Err(e) => return Err(Error::transport(e)),
+            };
+            let (t, exec) = memory_for_messages(cfg, boot, near, near_way)?;
             let d = Dht::create_with_messages(t, exec, m, *cfg, boot, hash)?;
             d.warm_up(boot)?;
             Ok(Table::Message(d))
@@ -301,7 +320,8 @@ fn build<'b>(
         (near_way, far_way) => Err(Error::Internal(format!(
             "no table reaches its node by {near_way:?} and other nodes by {far_way:?}"
         ))),
-    }
+    };
+    table(built, plan)
 }
 
 /// The memory a table on the message path reaches: its node's regions

@@ -52,3 +52,35 @@ fn each_path_opens_the_table_its_plan_says_and_works() {
         }
     }
 }
+
+#[test]
+fn a_provider_that_cannot_name_a_requests_sender_is_refused_for_the_message_path() {
+    // udp;ofi_rxd (1.17) gives FI_SOURCE, but another address than the
+    // sender's: the owner could not tell members from strangers, and every
+    // call would time out. The mailbox finds it at once and says so.
+    let mut cfg = small(Variant::Lockfree, 128);
+    cfg.path = Path::Message;
+    let boots = ThreadGroup::members(2, Duration::from_secs(30));
+    let start = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for b in &boots {
+            s.spawn(move || {
+                let mut r = Recipe::fabric("udp;ofi_rxd");
+                r.timeout = Duration::from_secs(20);
+                let e = match open(&cfg, &r, b) {
+                    Ok(_) => panic!("udp;ofi_rxd was taken for the message path"),
+                    Err(e) => e.to_string(),
+                };
+                assert!(
+                    e.contains("udp;ofi_rxd") && e.contains("FI_SOURCE") && e.contains("rma path"),
+                    "{e}"
+                );
+            });
+        }
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}

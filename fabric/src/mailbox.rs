@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fabkit_core::agree::Disagreed;
 use fabkit_core::bootstrap::Bootstrap;
 use fabkit_core::Error as CoreError;
 use fabkit_core::OpKind;
@@ -31,7 +32,7 @@ use fabric_sys as ffi;
 use crate::av::{AddressVector, FiAddr};
 use crate::cq::{CompletionQueue, Outcome, Ticket, HOT};
 use crate::domain::{Domain, Fabric};
-use crate::ep::Endpoint;
+use crate::ep::{Attempt, Endpoint, Room};
 use crate::error::{Error, Result};
 use crate::info::{self, Caps, Hints, Info};
 use crate::mr::{MemoryRegion, Retired};
@@ -280,10 +281,82 @@ impl Mailbox {
                 posted.push(Some(inner.post_request_recv(buf)?));
             }
         }
-        // Nobody may send before every rank has posted its receives and
-        // inserted everyone.
-        boot.barrier()?;
-        Ok(Mailbox { inner })
+        let mb = Mailbox { inner };
+        // Before anyone may send (the agreement below is the barrier every
+        // rank waits in): the service's only request is this rank's own.
+        let probed = mb.check_sources();
+        let local = probed.as_ref().map(|()| &[][..]).map_err(|e| e.to_string());
+        match fabkit_core::agree::agree(boot, local.as_ref().map_err(|e| e.as_str()).copied()) {
+            Ok(_) => {}
+            // Every rank fails alike: its own error if it had one, else
+            // the first rank's that did.
+            Err(Disagreed::Failed(why)) => {
+                probed?;
+                let (rank, msg) = &why[0];
+                return Err(Error::from(CoreError::Bootstrap(format!(
+                    "rank {rank} could not set up its mailbox: {msg}"
+                ))));
+            }
+            Err(e) => return Err(Error::from(CoreError::Bootstrap(e.to_string()))),
+        }
+        Ok(mb)
+    }
+
+    /// Sends this rank's service one request from its own client endpoint
+    /// and checks that the service sees where it came from (`FI_SOURCE`):
+    /// the only way the service tells members from strangers. `udp;ofi_rxd`
+    /// (1.17) reports another address, so every request would be refused
+    /// as a stranger's and every call would time out.
+    fn check_sources(&self) -> Result<()> {
+        const PROBE: &[u8] = b"fabkit mailbox: who sent this?";
+        let i = &self.inner;
+        let me = i.peer(i.rank)?;
+        let seen = std::cell::Cell::new(None);
+        let mut take = |from: Option<usize>, bytes: &[u8]| {
+            if bytes == PROBE {
+                seen.set(Some(from));
+            }
+        };
+        let sent =
+            i.send_progressing(&i.client, me.service, REQUEST, PROBE, i.rank, &mut || {
+                self.serve(Duration::ZERO, &mut take).map(drop)
+            })?;
+        let deadline = Instant::now() + i.cfg.timeout;
+        // Both sides progressed until the request is in and its send
+        // complete: a provider that carries messages in software (`ofi_rxd`)
+        // moves the send only when the client's side is progressed, and
+        // one that completes a send only once its receiver has progressed
+        // (`ofi_rxm`) needs the service's side.
+        let client = &i.client.cq.inner;
+        while (seen.get().is_none() || !client.settled(sent.t)) && Instant::now() < deadline {
+            client.drive(Duration::ZERO);
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.serve(left.min(Duration::from_millis(1)), &mut take)?;
+        }
+        let settled = i.settle(&i.client, sent, Instant::now(), OpKind::Send, i.rank);
+        *i.counts.lock().unwrap() = MailboxCounts::default();
+        let settled = match (seen.get(), settled) {
+            (Some(_), Err(e)) => return Err(e),
+            (_, s) => s,
+        };
+        match seen.get() {
+            Some(Some(r)) if r == i.rank => Ok(()),
+            Some(_) => Err(Error::Unsupported {
+                provider: i.info.provider(),
+                what: "messages whose sender the receiver can tell (FI_SOURCE gave another \
+                       address for this rank's own request)"
+                    .into(),
+                hint: "the message path needs it: use shm, tcp;ofi_rxm or sockets, or the \
+                       rma path"
+                    .into(),
+            }),
+            None => Err(Error::from(CoreError::Bootstrap(format!(
+                "rank {}: a request to its own mailbox did not arrive within {:?} (its send: {})",
+                i.rank,
+                i.cfg.timeout,
+                settled.map_or_else(|e| e.to_string(), |()| "completed".into())
+            )))),
+        }
     }
 
     /// This rank.
@@ -474,6 +547,10 @@ impl Mailbox {
             }
             let now = Instant::now();
             if now >= deadline {
+                // A zero wait still progresses the queue once.
+                if wait.is_zero() && i.service.cq.inner.drive(Duration::ZERO) > 0 {
+                    return i.take_requests(f, &mut bytes);
+                }
                 return Ok(0);
             }
             let left = deadline - now;
@@ -594,6 +671,22 @@ impl Inner {
         data: &[u8],
         peer: usize,
     ) -> Result<Posted> {
+        self.send_progressing(side, addr, tag, data, peer, &mut || Ok(()))
+    }
+
+    /// [`Inner::send`], calling `between` whenever the provider refuses the
+    /// post for now (-FI_EAGAIN): what else must progress before it takes
+    /// it (`shm` refuses a first send to an endpoint until that endpoint
+    /// has taken the connection request).
+    fn send_progressing(
+        &self,
+        side: &Side,
+        addr: FiAddr,
+        tag: u64,
+        data: &[u8],
+        peer: usize,
+        between: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Posted> {
         let buf = self.buffer(side)?;
         if let Err(e) = buf.fill(0, data) {
             self.spare.lock().unwrap().push(buf);
@@ -601,15 +694,30 @@ impl Inner {
         }
         let deadline = Instant::now() + self.cfg.timeout;
         let (ep, b, desc, len) = (side.ep.raw(), buf.ptr_at(0), buf.desc(), data.len());
-        let t = side
-            .ep
-            .post(OpKind::Send, peer, deadline, self.cfg.timeout, |ctx| {
-                // SAFETY: b holds len staged bytes that stay untouched until the
-                // send completes (or the buffer is retired); ctx is a reserved
-                // slot.
-                unsafe { ffi::fi_tsend(ep, b.cast(), len, desc, addr, tag, ctx) }
-            });
-        match t {
+        let mut room = Room::default();
+        let posted = loop {
+            let attempt = side
+                .ep
+                .try_post(OpKind::Send, peer, deadline, self.cfg.timeout, |ctx| {
+                    // SAFETY: b holds len staged bytes that stay untouched
+                    // until the send completes (or the buffer is
+                    // retired); ctx is a reserved slot.
+                    unsafe { ffi::fi_tsend(ep, b.cast(), len, desc, addr, tag, ctx) }
+                });
+            match attempt {
+                Ok(Attempt::Posted(t)) => break Ok(t),
+                Ok(Attempt::Refused) => {
+                    if let Err(e) = between().and_then(|()| {
+                        side.ep
+                            .make_room(&mut room, OpKind::Send, peer, deadline, self.cfg.timeout)
+                    }) {
+                        break Err(e);
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match posted {
             Ok(t) => Ok(Posted { t, buf }),
             Err(e) => {
                 self.spare.lock().unwrap().push(buf);

@@ -474,12 +474,23 @@ fn bench_rank(
     tables: &transports::Tables<'_>,
 ) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
+    let mut told = boot.rank() != 0;
     for v in variants(a) {
         let cfg = config(a, v)?;
         for (wi, &w) in a.workload.iter().enumerate() {
             for rep in 0..a.reps {
                 let mut t = tables.open(&cfg)?;
                 let path = t.path;
+                if !std::mem::replace(&mut told, true) {
+                    // Once, from rank 0: the path and the fact it was
+                    // chosen by (`auto` may also fall back).
+                    eprintln!(
+                        "fabkit: note: the DHT's path is {} ({}: {})",
+                        path.name(),
+                        tables.asked().name(),
+                        t.plan.why
+                    );
+                }
                 let hot = wi == 0 && rep == 0;
                 let samples = fabkit_dht::with_table!(&mut t.table, d => {
                     bench_table(a, boot, d, (v, w, rep), path, hot)

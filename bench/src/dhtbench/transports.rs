@@ -106,6 +106,11 @@ impl<'b> Tables<'b> {
         t
     }
 
+    /// The path asked for (`auto` unless `--path` or `--shm` said).
+    pub fn asked(&self) -> fabkit_dht::Path {
+        self.path
+    }
+
     /// The table of `cfg`, on this command's path. Collective.
     pub fn open(&self, cfg: &Config) -> Result<Opened<'b>> {
         let mut cfg = *cfg;
