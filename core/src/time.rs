@@ -14,6 +14,13 @@ pub fn coarse_monotonic() -> Option<Duration> {
     read(libc::CLOCK_MONOTONIC_COARSE, false)
 }
 
+/// The calling thread's busy CPU time (user and system,
+/// `CLOCK_THREAD_CPUTIME_ID`, in ns); `None` where the kernel has no such
+/// clock.
+pub fn thread_cpu() -> Option<Duration> {
+    read(libc::CLOCK_THREAD_CPUTIME_ID, false)
+}
+
 /// The tick of [`coarse_monotonic`].
 pub fn coarse_resolution() -> Option<Duration> {
     read(libc::CLOCK_MONOTONIC_COARSE, true)

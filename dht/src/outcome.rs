@@ -388,6 +388,10 @@ pub struct Stats {
     /// delivered): dropped, not answered.
     #[serde(default)]
     pub duplicates: u64,
+    /// Busy CPU time of this rank's service thread, ns: what answering
+    /// peers' requests cost, idle waits included.
+    #[serde(default)]
+    pub service_cpu_ns: u64,
 }
 
 /// Every counter of [`Stats`], in one order: the one its wire form, sums
@@ -421,7 +425,8 @@ macro_rules! counters {
             served_keys,
             refused,
             strangers,
-            duplicates
+            duplicates,
+            service_cpu_ns
         )
     };
 }

@@ -134,6 +134,12 @@ pub struct Counters {
     /// Bytes of the requests and their replies.
     #[serde(default)]
     pub message_bytes: u64,
+    /// Keys of peers' requests the ranks' services ran.
+    #[serde(default)]
+    pub served_keys: u64,
+    /// Busy CPU time of the ranks' service threads, ns.
+    #[serde(default)]
+    pub service_cpu_ns: u64,
 }
 
 /// The depth of a report from before lanes.
@@ -213,6 +219,12 @@ pub struct Run {
     /// Redis, and in reports written before it was counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_share: Option<f64>,
+    /// Busy CPU of the service threads per key they served, ns (the
+    /// message path's owners; included in `cpu_ns_per_op`, which is the
+    /// whole job's); none where no request was served, and in reports
+    /// written before it was counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_ns_per_key: Option<f64>,
 }
 
 /// The whole report.
@@ -376,6 +388,8 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         c.requests += st.requests;
         c.request_keys += st.request_keys;
         c.message_bytes += st.message_bytes;
+        c.served_keys += st.served_keys;
+        c.service_cpu_ns += st.service_cpu_ns;
     }
     let per = |x: u64, n: u64| if n == 0 { 0.0 } else { x as f64 / n as f64 };
     let reads: u64 = g.iter().map(|s| s.reads).sum();
@@ -388,6 +402,7 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
     };
     let cpu_per = per(cpu, ops);
     let own_share = (first.system == System::Fabkit).then(|| per(c.own_keys, ops));
+    let service_ns_per_key = (c.served_keys > 0).then(|| per(c.service_cpu_ns, c.served_keys));
     Run {
         system: first.system,
         variant: first.variant,
@@ -419,6 +434,7 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         hot_key: g.iter().find_map(|s| s.hot),
         bound: None,
         own_share,
+        service_ns_per_key,
     }
 }
 
@@ -459,16 +475,16 @@ pub fn table(rep: &Report) -> String {
     );
     let _ = writeln!(
         t,
-        "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9} {:>15} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}  {:<14} {:>4}",
+        "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9} {:>15} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}  {:<14} {:>4} {:>6}",
         "system", "variant", "wkld", "dist", "phase", "Mops/s", "(min-max)", "p50 us", "p99 us",
         "p99.9us", "cpu ns", "B/B", "hits", "lost", "corrupt", "mismatch", "locks", "xredis",
-        "path", "own%"
+        "path", "own%", "srv ns"
     );
     for r in &rep.runs {
         let c = &r.counters;
         let _ = writeln!(
             t,
-            "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9.3} {:>15} {:>8.2} {:>8} {:>8} {:>8.0} {:>6.2} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}  {:<14} {:>4}",
+            "{:<7} {:<8} {:<6} {:<7} {:<6} {:>9.3} {:>15} {:>8.2} {:>8} {:>8} {:>8.0} {:>6.2} {:>7} {:>6} {:>7} {:>8} {:>6} {:>7}  {:<14} {:>4} {:>6}",
             r.system,
             r.variant.map_or_else(|| "-".into(), variant_name),
             name(r.workload),
@@ -489,6 +505,7 @@ pub fn table(rep: &Report) -> String {
             r.vs_redis.map_or("-".into(), |x| format!("{x:.2}x")),
             r.path.map_or("-", |p| p.name()),
             r.own_share.map_or("-".into(), |x| format!("{:.0}", x * 100.0)),
+            r.service_ns_per_key.map_or("-".into(), |x| format!("{x:.0}")),
         );
     }
     let hot: Vec<String> = rep
@@ -622,6 +639,7 @@ struct CsvRow<'a> {
     host: &'a str,
     path: &'a str,
     own_share: Option<f64>,
+    service_ns_per_key: Option<f64>,
 }
 
 /// The report as CSV, a header and a row per run.
@@ -671,6 +689,7 @@ pub fn csv(rep: &Report) -> Result<String> {
             host: &rep.meta.provenance.host,
             path: r.path.map_or("", |p| p.name()),
             own_share: r.own_share,
+            service_ns_per_key: r.service_ns_per_key,
         })?;
     }
     Ok(String::from_utf8(
@@ -925,6 +944,8 @@ mod tests {
         "runs[].counters.cross_atomics",
         "runs[].counters.message_bytes",
         "runs[].counters.own_keys",
+        "runs[].counters.served_keys",
+        "runs[].counters.service_cpu_ns",
         "runs[].counters.request_keys",
         "runs[].counters.requests",
         "runs[].counters.cross_reads",
@@ -974,6 +995,7 @@ mod tests {
         "runs[].ops_per_sec_min",
         "runs[].ops_per_sec_reps",
         "runs[].own_share",
+        "runs[].service_ns_per_key",
         "runs[].path",
         "runs[].phase",
         "runs[].ranks",
@@ -996,7 +1018,7 @@ mod tests {
         writes_per_sec,reads_per_sec,latency_kind,p50_us,p90_us,p99_us,p99_9_us,p99_99_us,\
         single_p50_us,single_p99_us,cpu_ns_per_op,nominal_cycles_per_op,bytes_per_byte,\
         vs_redis,hits,misses,lost,false_hits,corrupt,checksum_mismatches,lock_retries,\
-        evictions,remote_ops_per_op,commit,host,path,own_share";
+        evictions,remote_ops_per_op,commit,host,path,own_share,service_ns_per_key";
 
     #[test]
     fn golden_the_json_keys_and_the_csv_header_are_todays() {
@@ -1017,6 +1039,7 @@ mod tests {
             write_rate: Some(1.0),
             atomic_rate: Some(1.0),
         });
+        r[0].service_ns_per_key = Some(1.0);
         let rep = Report {
             meta: Meta {
                 provenance: Provenance {

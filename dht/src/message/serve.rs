@@ -180,6 +180,7 @@ fn serve<O: Owner, M: Messenger>(owner: &O, m: &M, sizes: &Sizes, stop: &AtomicB
     let mut out = Vec::new();
     let mut found = Vec::new();
     let mut reply = Vec::with_capacity(m.max_len());
+    let mut cpu = fabkit_core::time::thread_cpu();
     while !stop.load(Ordering::Acquire) {
         let got = m.serve(SERVE_WAIT, &mut |from, bytes| {
             let mut b = spare.pop().unwrap_or_default();
@@ -200,6 +201,13 @@ fn serve<O: Owner, M: Messenger>(owner: &O, m: &M, sizes: &Sizes, stop: &AtomicB
             );
             spare.push(bytes);
         }
+        // What this turn cost the thread, waiting included.
+        let now = fabkit_core::time::thread_cpu();
+        if let (Some(was), Some(now)) = (cpu, now) {
+            let spent = now.saturating_sub(was).as_nanos() as u64;
+            owner.count(&mut |s| s.service_cpu_ns += spent);
+        }
+        cpu = now;
     }
 }
 
