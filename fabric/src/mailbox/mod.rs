@@ -16,6 +16,15 @@
 //! (`None`), whatever it claims to be. Buffers are registered for sending
 //! and receiving only; no peer can read or write them. A message longer
 //! than the buffer posted for it is an error (`FI_ETRUNC`), never cut.
+//!
+//! An idle service sleeps in the kernel: in `fi_cq_sread` where its queue
+//! has a wait object (`tcp;ofi_rxm`, `sockets`), and otherwise (`shm`) on
+//! a doorbell, a futex word in shared memory that callers on the host ring
+//! after posting a request (see `doorbell`). Without either (no wait
+//! object and ranks on several hosts) it naps, 20 µs doubling to
+//! [`SERVE_NAP_MAX`].
+
+mod doorbell;
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
@@ -36,6 +45,7 @@ use crate::ep::{Attempt, Endpoint, Room};
 use crate::error::{Error, Result};
 use crate::info::{self, Caps, Hints, Info};
 use crate::mr::{MemoryRegion, Retired};
+use doorbell::Doorbell;
 
 /// The tag of every request; replies are tagged with their request's id,
 /// which never has this bit.
@@ -136,6 +146,9 @@ struct Inner {
     counts: Mutex<MailboxCounts>,
     /// Close registrations before endpoints (`FI_MR_ENDPOINT`).
     regions_first: bool,
+    /// Each rank's service doorbell, where its queue has no wait object
+    /// and every rank is on this host; this rank's own included.
+    bells: Vec<Option<Doorbell>>,
 }
 
 /// Request and reply messages between the ranks of a job (see the module).
@@ -180,28 +193,42 @@ impl Drop for Call {
     }
 }
 
-/// What a rank tells its peers: its two endpoints' names.
-fn card(service: &[u8], client: &[u8]) -> Vec<u8> {
-    let mut v = (service.len() as u32).to_le_bytes().to_vec();
-    v.extend_from_slice(service);
-    v.extend_from_slice(client);
+/// What a rank tells its peers: its two endpoints' names and its
+/// doorbell's (empty: none).
+fn card(service: &[u8], client: &[u8], bell: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    for part in [service, client] {
+        v.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        v.extend_from_slice(part);
+    }
+    v.extend_from_slice(bell.as_bytes());
     v
 }
 
-fn read_card(b: &[u8], rank: usize) -> Result<(&[u8], &[u8])> {
+/// A card's service and client names and doorbell name.
+fn read_card(b: &[u8], rank: usize) -> Result<(&[u8], &[u8], &str)> {
     let bad = || {
         Error::from(CoreError::Bootstrap(format!(
             "rank {rank} sent a malformed mailbox card"
         )))
     };
-    let n = b
-        .get(..4)
-        .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
-        .ok_or_else(bad)?;
-    let service = b
-        .get(4..4usize.checked_add(n).ok_or_else(bad)?)
-        .ok_or_else(bad)?;
-    Ok((service, &b[4 + n..]))
+    let mut rest = b;
+    let mut part = || -> Result<&[u8]> {
+        let n = rest
+            .get(..4)
+            .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
+            .ok_or_else(bad)?;
+        let (name, after) = rest
+            .get(4..)
+            .filter(|r| r.len() >= n)
+            .map(|r| r.split_at(n))
+            .ok_or_else(bad)?;
+        rest = after;
+        Ok(name)
+    };
+    let (service, client) = (part()?, part()?);
+    let bell = std::str::from_utf8(rest).map_err(|_| bad())?;
+    Ok((service, client, bell))
 }
 
 impl Mailbox {
@@ -228,17 +255,33 @@ impl Mailbox {
         let ccq = CompletionQueue::open(&domain, depth)?;
         let sep = Endpoint::open(&domain, &scq, &av)?;
         let cep = Endpoint::open(&domain, &ccq, &av)?;
-        let cards = boot.allgather(&card(sep.name(), cep.name()))?;
+        // No wait object: an idle service sleeps on a doorbell its callers
+        // ring, which reaches ranks of this host (as shm does).
+        let bell = (!scq.can_block() && same_host)
+            .then(Doorbell::create)
+            .transpose()?;
+        let bell_name = bell.as_ref().map_or("", |b| b.name());
+        let cards = boot.allgather(&card(sep.name(), cep.name(), bell_name))?;
         let mut named = Vec::with_capacity(cards.len());
         for (r, c) in cards.iter().enumerate() {
-            let (s, c) = read_card(c, r)?;
+            let (s, c, b) = read_card(c, r)?;
             av.check_name(s, Some(r))?;
             av.check_name(c, Some(r))?;
-            named.push((s, c));
+            named.push((s, c, b));
         }
+        let mut own = bell;
+        let bells = named
+            .iter()
+            .enumerate()
+            .map(|(r, &(_, _, b))| match r == boot.rank() {
+                true => Ok(own.take()),
+                false if b.is_empty() => Ok(None),
+                false => Doorbell::open(b).map(Some),
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut peers = Vec::with_capacity(named.len());
         let mut members = HashMap::new();
-        for (r, (s, c)) in named.into_iter().enumerate() {
+        for (r, (s, c, _)) in named.into_iter().enumerate() {
             let p = Peer {
                 service: av.insert_from(s, Some(r))?,
                 client: av.insert_from(c, Some(r))?,
@@ -273,6 +316,7 @@ impl Mailbox {
             born: Instant::now(),
             counts: Mutex::new(MailboxCounts::default()),
             cfg,
+            bells,
         });
         {
             let mut posted = inner.posted.lock().unwrap();
@@ -298,6 +342,10 @@ impl Mailbox {
                 ))));
             }
             Err(e) => return Err(Error::from(CoreError::Bootstrap(e.to_string()))),
+        }
+        // Every rank has mapped this one's doorbell: its name can go.
+        if let Some(b) = &mb.inner.bells[mb.inner.rank] {
+            b.unlink();
         }
         Ok(mb)
     }
@@ -384,10 +432,18 @@ impl Mailbox {
         self.inner.info.domain_name()
     }
 
-    /// Whether the service waits in the kernel (its completion queue has a
-    /// wait object) rather than polling with naps.
+    /// Whether an idle service waits in the kernel, on its completion
+    /// queue's wait object or (`shm`) on its doorbell, rather than polling
+    /// with naps.
     pub fn waits_block(&self) -> bool {
-        self.inner.service.cq.can_block()
+        self.inner.service.cq.can_block() || self.inner.bells[self.inner.rank].is_some()
+    }
+
+    /// Test hook: whether rank `to`'s service sleeps on its doorbell now
+    /// (`None`: it has none).
+    #[doc(hidden)]
+    pub fn service_sleeps(&self, to: usize) -> Option<bool> {
+        self.inner.bells.get(to)?.as_ref().map(Doorbell::is_asleep)
     }
 
     /// What the service has seen so far.
@@ -453,7 +509,18 @@ impl Mailbox {
             recv: Some(recv),
             send: None,
         };
-        call.send = Some(i.send(&i.client, peer.service, REQUEST, request, to)?);
+        // The owner's doorbell rings once the request is in its queue, and
+        // whenever the post is refused until then (shm refuses a first
+        // send until the owner has taken the connection request, which a
+        // sleeping owner never does).
+        call.send =
+            Some(
+                i.send_progressing(&i.client, peer.service, REQUEST, request, to, &mut || {
+                    i.ring(to);
+                    Ok(())
+                })?,
+            );
+        i.ring(to);
         Ok(call)
     }
 
@@ -527,9 +594,10 @@ impl Mailbox {
     /// it came from (`None`: an address not in the job); how many it
     /// handed. Blocks in the kernel where the service's completion queue
     /// has a wait object; without one (`shm`), it polls, yielding the core
-    /// for a millisecond after the last request, then with naps growing to
-    /// [`SERVE_NAP_MAX`], so an idle service costs a poll per nap and a
-    /// request waits at most a nap. One thread serves.
+    /// for a millisecond after the last request, then sleeps on its
+    /// doorbell until a caller rings (ranks on one host), or naps growing
+    /// to [`SERVE_NAP_MAX`] (a request then waits at most a nap). One
+    /// thread serves.
     pub fn serve(&self, wait: Duration, f: &mut dyn FnMut(Option<usize>, &[u8])) -> Result<usize> {
         let i = &self.inner;
         let deadline = Instant::now() + wait;
@@ -566,6 +634,12 @@ impl Mailbox {
                 .saturating_sub(Duration::from_nanos(i.active.load(Ordering::Relaxed)));
             if idle < HOT {
                 std::thread::yield_now();
+            } else if let Some(bell) = &i.bells[i.rank] {
+                // Quiet: sleep until a caller rings, unless a request came
+                // in since the read above (see `doorbell`).
+                bell.sleep(left, || {
+                    cq.drive(Duration::ZERO) == 0 && !i.requests_waiting() && !i.woken_now()
+                });
             } else {
                 std::thread::sleep(nap.min(left));
                 nap = (nap * 2).min(SERVE_NAP_MAX);
@@ -593,6 +667,7 @@ impl Mailbox {
     pub fn wake(&self) {
         self.inner.woken.store(true, Ordering::Release);
         self.inner.service.cq.inner.signal();
+        self.inner.ring(self.inner.rank);
     }
 }
 
@@ -601,6 +676,27 @@ impl Mailbox {
 pub const SERVE_NAP_MAX: Duration = Duration::from_micros(250);
 
 impl Inner {
+    /// Wakes rank `to`'s service if it sleeps on its doorbell.
+    fn ring(&self, to: usize) {
+        if let Some(Some(bell)) = self.bells.get(to) {
+            bell.ring();
+        }
+    }
+
+    /// Whether a request receive has completed and waits to be taken.
+    fn requests_waiting(&self) -> bool {
+        let posted = self.posted.lock().unwrap();
+        posted
+            .iter()
+            .flatten()
+            .any(|p| self.service.cq.inner.settled(p.t))
+    }
+
+    /// Whether a wake-up was asked (left for `serve` to take).
+    fn woken_now(&self) -> bool {
+        self.woken.load(Ordering::Acquire)
+    }
+
     fn peer(&self, rank: usize) -> Result<Peer> {
         self.peers.get(rank).copied().ok_or_else(|| {
             Error::from(CoreError::NoSuchRank {
@@ -888,11 +984,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_card_carries_both_names_and_a_torn_one_is_refused() {
-        let c = card(b"service-name", b"client");
-        let (s, k) = read_card(&c, 3).unwrap();
-        assert_eq!((s, k), (&b"service-name"[..], &b"client"[..]));
+    fn a_card_carries_both_names_and_the_bell_and_a_torn_one_is_refused() {
+        let c = card(b"service-name", b"client", "fabkit.bell");
+        let (s, k, b) = read_card(&c, 3).unwrap();
+        assert_eq!((s, k, b), (&b"service-name"[..], &b"client"[..], "fabkit.bell"));
+        let none = card(b"s", b"c", "");
+        assert_eq!(read_card(&none, 3).unwrap().2, "");
         assert!(read_card(&c[..2], 3).is_err());
+        assert!(read_card(&c[..20], 3).is_err());
         let mut long = c.clone();
         long[..4].copy_from_slice(&1000u32.to_le_bytes());
         let e = read_card(&long, 3).unwrap_err();
