@@ -39,6 +39,18 @@ pub const ENV_RANK: &str = "FABKIT_RANK";
 pub const ENV_SIZE: &str = "FABKIT_SIZE";
 /// See [`ENV_DIR`].
 pub const ENV_TIMEOUT: &str = "FABKIT_BOOT_TIMEOUT";
+/// The network namespaces `fabkit launch` started the ranks in, one per
+/// rank in rank order, comma-separated: what reports say of the hosts.
+pub const ENV_NETNS: &str = "FABKIT_LAUNCH_NETNS";
+
+/// " in network namespaces a,a,b,b" when `fabkit launch` said where the
+/// ranks run, else nothing.
+fn where_launched() -> String {
+    std::env::var(ENV_NETNS)
+        .ok()
+        .filter(|v| !v.is_empty() && v.len() <= 4096)
+        .map_or_else(String::new, |v| format!(" in network namespaces {v}"))
+}
 
 fn env_num<T: std::str::FromStr>(name: &str) -> Result<T> {
     let v = std::env::var(name).with_context(|| format!("{ENV_DIR} is set but {name} is not"))?;
@@ -106,8 +118,13 @@ impl Launch {
         match self {
             Launch::Threads(_) => format!("{ranks} ranks in-process (threads)"),
             #[cfg(feature = "mpi")]
-            Launch::Mpi(_) => format!("{ranks} ranks under an MPI launcher"),
-            Launch::Files(_) => format!("{ranks} ranks as processes (fabkit launch)"),
+            Launch::Mpi(_) => format!("{ranks} ranks under an MPI launcher{}", where_launched()),
+            Launch::Files(_) => {
+                format!(
+                    "{ranks} ranks as processes (fabkit launch){}",
+                    where_launched()
+                )
+            }
         }
     }
 
@@ -409,6 +426,9 @@ pub fn launch_processes(
         // A launcher killed or signalled alone (a scheduler, `timeout`)
         // takes its ranks with it; Ctrl-C reaches them through the group.
         ends_with_this_process(&mut c);
+        if !netns.is_empty() {
+            c.env(ENV_NETNS, netns.join(","));
+        }
         c.env(ENV_DIR, &dir.0)
             .env(ENV_RANK, rank.to_string())
             .env(ENV_SIZE, size.to_string())
@@ -574,7 +594,15 @@ pub fn launch_mpi(netns: &[String], n: Option<usize>, cmd: &[String]) -> Result<
     // If fabkit is killed, mpirun is told to end the job (it would run on
     // under init otherwise). Ctrl-C reaches mpirun through the process group.
     ends_with_this_process(&mut c);
-    c.args(["--host", &host_list.join(",")])
+    // Each rank's namespace, in rank order (mpirun fills a host's slots
+    // before the next host's), for the reports to say.
+    let per_rank: Vec<&str> = netns
+        .iter()
+        .flat_map(|ns| std::iter::repeat_n(ns.as_str(), slots))
+        .collect();
+    c.env(ENV_NETNS, per_rank.join(","))
+        .args(["-x", ENV_NETNS])
+        .args(["--host", &host_list.join(",")])
         .args(["-n", &size.to_string()])
         .args(cmd);
     let status = c

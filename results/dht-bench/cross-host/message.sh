@@ -23,21 +23,21 @@
 #             from the commit before this work.
 #
 #   MPIDHT=/tmp/anchors/mpidht OLD=/work/old/target/release/fabkit \
-#     bash results/dht-bench/message/run.sh [SECTION...]
+#     bash results/dht-bench/cross-host/message.sh [SECTION...]
 #
 # Refuses to run on uncommitted changes; needs root (the testbed), and
 # leaves the testbed down however it ends. Writes raw/ (every run's JSON
-# and output) and records.jsonl; table.sh turns them into tables.
+# and output) and records.jsonl; message-table.sh turns them into tables.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 . results/machine.sh
-out=${OUT:-results/dht-bench/message}
+out=${OUT:-results/dht-bench/cross-host/message}
 rounds=${ROUNDS:-3}
 keys=${KEYS:-20000}
 sections=("$@")
 [ ${#sections[@]} -gt 0 ] || sections=(cross mpi one-node surrogate service model slower)
-[ -z "$(git status --porcelain -- . ':!results')" ] ||
-  { echo "run.sh: the tree has uncommitted changes; commit them so the results name the commit that ran" >&2; exit 1; }
+git diff --quiet HEAD -- ||
+  { echo "message.sh: the tree has uncommitted changes; commit them so the results name the commit that ran" >&2; exit 1; }
 cargo build --release --quiet -p fabkit-bench -p ipoib-eval || exit 1
 cargo build --release --quiet -p fabkit-dht --features fabric --example service || exit 1
 fk=$PWD/target/release/fabkit
@@ -61,7 +61,7 @@ rec() {
     >> "$out/records.jsonl"
 }
 failed() { # SECTION ROUND ROW LOG
-  echo "run.sh: $1 round $2 $3 failed; see $4" >&2
+  echo "message.sh: $1 round $2 $3 failed; see $4" >&2
   rec "$1" "$2" "$3" - - failed null
 }
 # dhtrec SECTION ROUND ROW JSON: every row of a fabkit dht report.
@@ -81,9 +81,10 @@ dht() {
   shift 3
   while [ "$1" != -- ]; do launch+=("$1"); shift; done
   shift
-  local base=$out/raw/$s-$row-r$r
-  echo "\$ ${launch[*]} fabkit dht $* --json $base.json" > "$base.txt"
-  "${launch[@]}" "$fk" dht "$@" --json "$base.json" >> "$base.txt" 2>&1 || { failed "$s" "$r" "$row" "$base.txt"; return; }
+  local base=$out/raw/$s-$row-r$r cmd=("$fk")
+  [ ${#launch[@]} -eq 0 ] || cmd=("${launch[@]}" -- "$fk")
+  echo "\$ ${launch[*]}${launch:+ -- }fabkit dht $* --json $base.json" > "$base.txt"
+  "${cmd[@]}" dht "$@" --json "$base.json" >> "$base.txt" 2>&1 || { failed "$s" "$r" "$row" "$base.txt"; return; }
   dhtrec "$s" "$r" "$row" "$base.json"
 }
 testbed() {
@@ -94,7 +95,7 @@ flip() { (( $1 % 2 == 0 )); }
 
 cross() {
   testbed
-  local two=(fabkit launch --netns ipoib-a,ipoib-b --) four=(fabkit launch --netns ipoib-a,ipoib-a,ipoib-b,ipoib-b --)
+  local two=(fabkit launch --netns ipoib-a,ipoib-b) four=(fabkit launch --netns ipoib-a,ipoib-a,ipoib-b,ipoib-b)
   local args=(-p 'tcp;ofi_rxm' -d "$net" -k "$keys" -b 64 -w paper,a,b,c --hot-rounds 0 --latency-ops 2000)
   for r in $(seq "$rounds"); do
     for v in lockfree chunked; do
@@ -107,7 +108,7 @@ cross() {
 
 mpi() {
   testbed
-  local m=(fabkit launch --mpi -n 2 --netns ipoib-a,ipoib-b --)
+  local m=(fabkit launch --mpi -n 2 --netns ipoib-a,ipoib-b)
   for r in $(seq "$rounds"); do
     msg() { OMPI_MCA_osc=sm,pt2pt dht mpi "$r" message "${m[@]}" -- --mpi create -v lockfree -w paper -k "$keys" --no-redis --hot-rounds 0 --latency-ops 0; }
     win() { OMPI_MCA_osc=pt2pt dht mpi "$r" rma-pt2pt "${m[@]}" -- --mpi create --path rma -v lockfree -w paper -k 1000 --no-redis --hot-rounds 0 --latency-ops 0; }
@@ -154,14 +155,14 @@ service() {
   for r in $(seq "$rounds"); do
     for p in shm 'tcp;ofi_rxm' sockets; do
       target/release/examples/service "$p" 1 >> "$out/service.jsonl" 2>> "$out/raw/service.err" ||
-        echo "run.sh: service $p round $r failed (raw/service.err)" >&2
+        echo "message.sh: service $p round $r failed (raw/service.err)" >&2
     done
   done
 }
 
 model() {
   testbed
-  local two=(fabkit launch --netns ipoib-a,ipoib-b --) d=$out/raw
+  local two=(fabkit launch --netns ipoib-a,ipoib-b) d=$out/raw
   local perf=(fabkit perf -p 'tcp;ofi_rxm' -d "$net" -b -t 2)
   "${two[@]}" "${perf[@]}" --sizes 72,176,552,1064 -o send --json "$d/model-perf-send.json" > "$d/model-perf-send.txt" 2>&1
   "${two[@]}" "${perf[@]}" --sizes 192,1600 -o read --json "$d/model-perf-read.json" > "$d/model-perf-read.txt" 2>&1
@@ -206,7 +207,7 @@ slower() {
 }
 
 for s in "${sections[@]}"; do
-  echo "run.sh: $s ($(date -u +%H:%M:%S))" >&2
+  echo "message.sh: $s ($(date -u +%H:%M:%S))" >&2
   case $s in
     cross) cross ;;
     mpi) mpi ;;
@@ -215,6 +216,6 @@ for s in "${sections[@]}"; do
     service) service ;;
     model) model ;;
     slower) slower ;;
-    *) echo "run.sh: no section $s (cross mpi one-node surrogate service model slower)" >&2; exit 2 ;;
+    *) echo "message.sh: no section $s (cross mpi one-node surrogate service model slower)" >&2; exit 2 ;;
   esac
 done
