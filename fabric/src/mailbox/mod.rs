@@ -987,7 +987,10 @@ mod tests {
     fn a_card_carries_both_names_and_the_bell_and_a_torn_one_is_refused() {
         let c = card(b"service-name", b"client", "fabkit.bell");
         let (s, k, b) = read_card(&c, 3).unwrap();
-        assert_eq!((s, k, b), (&b"service-name"[..], &b"client"[..], "fabkit.bell"));
+        assert_eq!(
+            (s, k, b),
+            (&b"service-name"[..], &b"client"[..], "fabkit.bell")
+        );
         let none = card(b"s", b"c", "");
         assert_eq!(read_card(&none, 3).unwrap().2, "");
         assert!(read_card(&c[..2], 3).is_err());
