@@ -162,7 +162,7 @@ service() {
 
 model() {
   testbed
-  local two=(fabkit launch --netns ipoib-a,ipoib-b) d=$out/raw
+  local two=(fabkit launch --netns ipoib-a,ipoib-b --) d=$out/raw
   local perf=(fabkit perf -p 'tcp;ofi_rxm' -d "$net" -b -t 2)
   "${two[@]}" "${perf[@]}" --sizes 72,176,552,1064 -o send --json "$d/model-perf-send.json" > "$d/model-perf-send.txt" 2>&1
   "${two[@]}" "${perf[@]}" --sizes 192,1600 -o read --json "$d/model-perf-read.json" > "$d/model-perf-read.txt" 2>&1

@@ -52,7 +52,25 @@ pub(super) fn reap_stale(base: &Path) {
     let me = unsafe { libc::getuid() };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = stale_pid(&name.to_string_lossy()) else {
+        let name = name.to_string_lossy();
+        // A directory still being made (`.new`, see `PrivateDir::create`)
+        // lives microseconds; one a minute old was left by a run killed
+        // while making it.
+        if let Some(made) = name.strip_suffix(".new") {
+            let old = fs::symlink_metadata(e.path()).ok().is_some_and(|m| {
+                m.is_dir()
+                    && m.uid() == me
+                    && m.modified()
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > std::time::Duration::from_secs(60))
+            });
+            if stale_pid(made).is_some() && old {
+                let _ = fs::remove_dir_all(e.path());
+            }
+            continue;
+        }
+        let Some(pid) = stale_pid(&name) else {
             continue;
         };
         let Ok(meta) = fs::symlink_metadata(e.path()) else {
@@ -91,16 +109,40 @@ impl PrivateDir {
         for _ in 0..100 {
             let n = SEQ.fetch_add(1, Ordering::Relaxed);
             let path = base.join(format!("fabkit-redis-{}-{n}", std::process::id()));
-            match fs::DirBuilder::new().mode(0o700).create(&path) {
+            // Made under a name the reaper does not take (`.new`), locked,
+            // then renamed: another fabkit's reaper must never see the
+            // directory between its creation and its lock, which it would
+            // take for a dead run's and remove.
+            let fresh = path.with_extension("new");
+            if path.exists() {
+                last = Some(path);
+                continue;
+            }
+            match fs::DirBuilder::new().mode(0o700).create(&fresh) {
                 Ok(()) => {
-                    let lock = fs::File::create(path.join(LOCK))
-                        .with_context(|| format!("creating {}/{LOCK}", path.display()))?;
-                    anyhow::ensure!(
-                        try_lock(&lock),
-                        "{}/{LOCK} is locked by another process",
-                        path.display()
-                    );
-                    return Ok(PrivateDir { path, _lock: lock });
+                    let made = fs::File::create(fresh.join(LOCK))
+                        .with_context(|| format!("creating {}/{LOCK}", fresh.display()))
+                        .and_then(|lock| {
+                            anyhow::ensure!(
+                                try_lock(&lock),
+                                "{}/{LOCK} is locked by another process",
+                                fresh.display()
+                            );
+                            Ok(lock)
+                        })
+                        .and_then(|lock| {
+                            fs::rename(&fresh, &path).with_context(|| {
+                                format!("renaming {} to {}", fresh.display(), path.display())
+                            })?;
+                            Ok(lock)
+                        });
+                    match made {
+                        Ok(lock) => return Ok(PrivateDir { path, _lock: lock }),
+                        Err(e) => {
+                            let _ = fs::remove_dir_all(&fresh);
+                            return Err(e);
+                        }
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(path),
                 Err(e) => {

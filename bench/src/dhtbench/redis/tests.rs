@@ -45,7 +45,21 @@ fn a_start_reaps_the_directories_killed_runs_left_and_keeps_live_ones() {
     // Without a lock file, or a name not ours: kept.
     let unlocked = dir("fabkit-redis-999997-0", false);
     let other = dir("fabkit-redis-999999-x", true);
+    // One being made right now (`.new`) is kept; one a killed run left
+    // while making it, minutes old, is removed.
+    let making = dir("fabkit-redis-999996-0.new", false);
+    let left = dir("fabkit-redis-999995-0.new", false);
+    let minutes_ago = std::time::SystemTime::now() - Duration::from_secs(300);
+    fs::File::open(&left)
+        .unwrap()
+        .set_modified(minutes_ago)
+        .unwrap();
     reap_stale(base.path());
+    assert!(making.exists(), "a directory being made is kept");
+    assert!(
+        !left.exists(),
+        "a half-made directory of a dead run is removed"
+    );
     assert!(!stale.exists(), "a dead run's directory is removed");
     assert!(live.exists(), "a live run's directory is kept");
     assert!(unlocked.exists(), "a directory without a lock is kept");
