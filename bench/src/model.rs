@@ -214,9 +214,13 @@ pub struct MessagePrediction {
     pub fabric_limit: f64,
     /// Operations per second the hosts' cores allow the job.
     pub cpu_limit: f64,
-    /// The lower of the two.
+    /// Operations per second the round trips allow the job, each rank
+    /// waiting for its batch's replies before the next (from send
+    /// ping-pongs; none without them).
+    pub latency_limit: Option<f64>,
+    /// The lowest of them.
     pub ops_per_sec: f64,
-    /// "fabric" or "cpu".
+    /// "fabric", "cpu" or "latency".
     pub binds: &'static str,
     /// The measured message-path row, if one was given and matched.
     pub measured: Option<f64>,
@@ -358,6 +362,8 @@ pub fn predict_message(ph: &Phase, fabric: &Fabric, cores: f64) -> Option<Messag
         0.0
     };
     let touched_per_owner = 1.0 - (1.0 - q).powi(b.min(i32::MAX as usize) as i32);
+    // Whether a lane's batch sends anything: some other owner touched.
+    let pairs_per_batch = 1.0 - (1.0 - touched_per_owner).powi(others as i32);
     let (mut secs, mut cpu, mut messages) = (0.0, 0.0, 0.0);
     let (mut req_sum, mut rep_sum, mut pairs) = (0.0, 0.0, 0.0);
     for (kind, share) in [
@@ -397,11 +403,13 @@ pub fn predict_message(ph: &Phase, fabric: &Fabric, cores: f64) -> Option<Messag
     } else {
         f64::INFINITY
     };
-    let (ops_per_sec, binds) = if fabric_limit <= cpu_limit {
-        (fabric_limit, "fabric")
-    } else {
-        (cpu_limit, "cpu")
-    };
+    let latency_limit = latency_limit(ph, fabric, pairs_per_batch, (req_sum, rep_sum, pairs));
+    let mut limits = vec![(fabric_limit, "fabric"), (cpu_limit, "cpu")];
+    limits.extend(latency_limit.map(|l| (l, "latency")));
+    let (ops_per_sec, binds) = limits
+        .into_iter()
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .expect("two limits at least");
     let mean = |sum: f64| if pairs > 0.0 { sum / pairs } else { 0.0 };
     Some(MessagePrediction {
         messages_per_op: messages,
@@ -409,11 +417,43 @@ pub fn predict_message(ph: &Phase, fabric: &Fabric, cores: f64) -> Option<Messag
         reply_bytes: mean(rep_sum),
         fabric_limit,
         cpu_limit,
+        latency_limit,
         ops_per_sec,
         binds,
         measured: None,
         ratio: None,
     })
+}
+
+/// The round trips' limit: each rank keeps one batch per lane in flight,
+/// whose requests go out together and whose replies it waits for, so a
+/// batch takes a request's and a reply's one-way time at their mean sizes
+/// (when any owner is touched) plus the DHT's own work on its keys; the
+/// job does `ranks x lanes x batch` operations per such time. None
+/// without send ping-pong points.
+fn latency_limit(
+    ph: &Phase,
+    fabric: &Fabric,
+    pairs_per_batch: f64,
+    (req_sum, rep_sum, pairs): (f64, f64, f64),
+) -> Option<f64> {
+    let Fabric::Perf(r) = fabric else { return None };
+    if r.send_latency.is_empty() {
+        return None;
+    }
+    let b = (ph.batch / ph.lanes.max(1)).max(1) as f64;
+    let work = b * ph.host_ns * 1e-9;
+    let wire = if pairs > 0.0 && pairs_per_batch > 0.0 {
+        let one = |bytes: f64| {
+            bound::nearest_point(&r.send_latency, bytes.round() as usize).map(|p| 1.0 / p.per_sec)
+        };
+        // Some batch touches an owner with probability up to 1: weighted.
+        pairs_per_batch.min(1.0) * (one(req_sum / pairs)? + one(rep_sum / pairs)?)
+    } else {
+        0.0
+    };
+    let t = wire + work;
+    (t > 0.0).then(|| ph.ranks as f64 * ph.lanes.max(1) as f64 * b / t)
 }
 
 /// What the `auto` rule takes to other nodes for `variant` on a provider
@@ -701,7 +741,7 @@ pub fn print(rows: &[Prediction]) {
 fn print_message(rows: &[Prediction], m: impl Fn(f64) -> String) {
     println!();
     println!(
-        "{:<9} {:<6} {:<6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:<6} {:>9} {:>6} {:<7} {:<7} {:<5}",
+        "{:<9} {:<6} {:<6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:<7} {:>9} {:>6} {:<7} {:<7} {:<5}",
         "variant",
         "wkld",
         "phase",
@@ -710,6 +750,7 @@ fn print_message(rows: &[Prediction], m: impl Fn(f64) -> String) {
         "rep B",
         "fabric M",
         "cpu M",
+        "lat M",
         "message M",
         "binds",
         "meas. M",
@@ -727,7 +768,7 @@ fn print_message(rows: &[Prediction], m: impl Fn(f64) -> String) {
         let Some(msg) = &p.message else { continue };
         let ph = &p.phase;
         println!(
-            "{:<9} {:<6} {:<6} {:>6.3} {:>6.0} {:>6.0} {:>9} {:>9} {:>9} {:<6} {:>9} {:>6} {:<7} {:<7} {:<5}",
+            "{:<9} {:<6} {:<6} {:>6.3} {:>6.0} {:>6.0} {:>9} {:>9} {:>9} {:>9} {:<7} {:>9} {:>6} {:<7} {:<7} {:<5}",
             variant_name(ph.variant),
             name(ph.workload),
             ph.phase,
@@ -736,6 +777,7 @@ fn print_message(rows: &[Prediction], m: impl Fn(f64) -> String) {
             msg.reply_bytes,
             m(msg.fabric_limit),
             m(msg.cpu_limit),
+            msg.latency_limit.map_or("-".into(), &m),
             m(msg.ops_per_sec),
             msg.binds,
             msg.measured.map_or("-".into(), &m),
@@ -747,8 +789,9 @@ fn print_message(rows: &[Prediction], m: impl Fn(f64) -> String) {
     }
     println!(
         "message path: msg/op: requests and replies per DHT operation, req/rep B: their mean \
-         bytes; fabric and cpu: its two limits (perf's -o send rates and CPU per message, and \
-         the one-node run's host ns); better: the path predicted faster across nodes; auto: \
+         bytes; fabric, cpu and lat: its limits (perf's -o send rates and CPU per message, the \
+         one-node run's host ns, and a batch in flight per rank and lane waiting a request's and \
+         a reply's one-way time from -o send --pattern lat); better: the path predicted faster across nodes; auto: \
          what the rule takes there from the perf files' provider facts"
     );
     let mut whys: Vec<&str> = rows
@@ -841,6 +884,7 @@ mod tests {
             writes: vec![r(write)],
             atomic: atomic.map(r),
             sends: Vec::new(),
+            send_latency: Vec::new(),
             executes: None,
         })
     }
@@ -878,6 +922,7 @@ mod tests {
         "rows[].message.binds",
         "rows[].message.cpu_limit",
         "rows[].message.fabric_limit",
+        "rows[].message.latency_limit",
         "rows[].message.measured",
         "rows[].message.messages_per_op",
         "rows[].message.ops_per_sec",
@@ -1009,8 +1054,9 @@ mod tests {
         // 32 keys, one request of 40 + 32 x 16 B and a reply of 40 + 32 B.
         let mut ph = phase([1.0, 0.0, 0.0], 1.0, 1000.0);
         (ph.batch, ph.read_share) = (64, 0.0);
-        let f = sends(&[(100e3, 72, 500.0), (50e3, 552, 1500.0)]);
+        let mut f = sends(&[(100e3, 72, 500.0), (50e3, 552, 1500.0)]);
         let m = predict_message(&ph, &f, 2.0).unwrap();
+        assert_eq!(m.latency_limit, None, "no ping-pong, no latency limit");
         let pairs = 1.0 / 64.0;
         assert!((m.messages_per_op - 2.0 * pairs).abs() < 1e-9, "{m:?}");
         assert!((m.request_bytes - 552.0).abs() < 1e-9, "{m:?}");
@@ -1022,6 +1068,30 @@ mod tests {
         // 2e9 / 1031 ns = 1.94 M/s of CPU against 2.13 M/s of messages.
         assert_eq!(m.binds, "cpu");
         assert_eq!(predict_message(&ph, &f, 8.0).unwrap().binds, "fabric");
+        // Ping-pongs: a 552 B request and a 72 B reply one-way in 40 and
+        // 20 us; a batch of 64 with 1 us of own work per key: each of the
+        // 2 ranks does 64 operations per 124 us.
+        if let Fabric::Perf(r) = &mut f {
+            r.send_latency = vec![
+                Rate {
+                    per_sec: 1e6 / 20.0,
+                    bytes: 72,
+                    cpu_ns: None,
+                },
+                Rate {
+                    per_sec: 1e6 / 40.0,
+                    bytes: 552,
+                    cpu_ns: None,
+                },
+            ];
+        }
+        let lat = predict_message(&ph, &f, 8.0).unwrap();
+        let want = 2.0 * 64.0 / (60e-6 + 64.0 * 1000e-9);
+        assert!((lat.latency_limit.unwrap() - want).abs() < 1e-3, "{lat:?}");
+        assert_eq!(
+            (lat.binds, lat.ops_per_sec),
+            ("latency", lat.latency_limit.unwrap())
+        );
         // No send point: no message prediction.
         assert!(predict_message(&ph, &rates((1.0, 0.0), (1.0, 0.0), None), 2.0).is_none());
         // Reads: a request of keys, a reply of outcomes and values.
@@ -1041,10 +1111,12 @@ mod tests {
         (ph.batch, ph.lanes, ph.ranks, ph.own) = (1, 1, 4, 0.25);
         let one = predict_message(&ph, &f, 2.0).unwrap();
         assert!((one.messages_per_op - 1.5).abs() < 1e-9, "{one:?}");
-        // Every key the rank's own: nothing to send, the CPU binds.
+        // Every key the rank's own: nothing to send.
         (ph.ranks, ph.own) = (1, 1.0);
         let alone = predict_message(&ph, &f, 2.0).unwrap();
-        assert_eq!((alone.messages_per_op, alone.binds), (0.0, "cpu"));
+        // One rank, one key at a time, 1 us each: its own pace binds.
+        assert_eq!((alone.messages_per_op, alone.binds), (0.0, "latency"));
+        assert!((alone.ops_per_sec - 1e6).abs() < 1e-3, "{alone:?}");
         // Nothing sent: no price needed.
         assert!(predict_message(&ph, &rates((1.0, 0.0), (1.0, 0.0), None), 2.0).is_some());
     }

@@ -56,6 +56,11 @@ pub struct Rates {
     /// and replies cost (none in files of older fabkit).
     #[serde(default)]
     pub sends: Vec<Rate>,
+    /// Messages one at a time (`-o send --pattern lat`, a ping-pong), by
+    /// size: `per_sec` is one over the half round trip's median, so a
+    /// request and its reply take `1/S(req) + 1/S(rep)`.
+    #[serde(default)]
+    pub send_latency: Vec<Rate>,
     /// Who executes the provider's operations at the target, from the
     /// perf files (none in files of older fabkit, and for MPI).
     #[serde(default)]
@@ -177,6 +182,23 @@ pub fn load(
         let mut used = 0;
         for (n, p) in doc.points.iter().enumerate() {
             let Some(kind) = kind_of(p) else { continue };
+            if kind == Kind::SendLatency {
+                // A ping-pong: its median half round trip.
+                let half = p.latency.as_ref().map(|l| l.p50).unwrap_or(0.0);
+                if !(half.is_finite() && half > 0.0) || p.threads != 1 {
+                    return Err(bad(format!(
+                        "point {n} is a send ping-pong without a positive latency from one \
+                         thread: give a file fabkit perf -o send --pattern lat wrote"
+                    )));
+                }
+                used += 1;
+                rates.send_latency.push(Rate {
+                    per_sec: 1e6 / half,
+                    bytes: p.bytes as u64,
+                    cpu_ns: None,
+                });
+                continue;
+            }
             if p.threads != 1 {
                 return Err(bad(format!(
                     "point {n} was measured with {} threads per rank; a DHT rank posts from \
@@ -202,6 +224,7 @@ pub fn load(
                 Kind::Read => rates.reads.push(rate),
                 Kind::Write => rates.writes.push(rate),
                 Kind::Send => rates.sends.push(rate),
+                Kind::SendLatency => unreachable!("taken above"),
                 // A CAS point wins over a fetch-and-add one.
                 Kind::Atomic { cas } if rates.atomic.is_none() || (cas && !atomic_cas) => {
                     rates.atomic = Some(rate);
@@ -235,12 +258,16 @@ enum Kind {
     Read,
     Write,
     Send,
+    SendLatency,
     Atomic { cas: bool },
 }
 
 /// A point's kind, if the bound or the model can use it: a bidirectional
-/// window run; writes only delivery-complete.
+/// window run (writes only delivery-complete), or a send ping-pong.
 fn kind_of(p: &Point) -> Option<Kind> {
+    if p.pattern == Pattern::Lat && p.op == PerfOp::Send {
+        return Some(Kind::SendLatency);
+    }
     if p.pattern != Pattern::Bw || !p.bidir {
         return None;
     }

@@ -164,7 +164,13 @@ model() {
   testbed
   local two=(fabkit launch --netns ipoib-a,ipoib-b --) d=$out/raw
   local perf=(fabkit perf -p 'tcp;ofi_rxm' -d "$net" -b -t 2)
-  "${two[@]}" "${perf[@]}" --sizes 72,176,552,1064 -o send --json "$d/model-perf-send.json" > "$d/model-perf-send.txt" 2>&1
+  # The message path's sizes: replies to writes (72 B), requests of reads
+  # (2600 B), replies of reads (3400 B), requests of writes (5928 B), at
+  # 2 ranks and batch 64; 4 ranks send half as many keys per message.
+  local sizes=72,1300,1700,2600,2964,3400,5928
+  "${two[@]}" "${perf[@]}" --sizes "$sizes" -o send --json "$d/model-perf-send.json" > "$d/model-perf-send.txt" 2>&1
+  "${two[@]}" fabkit perf -p 'tcp;ofi_rxm' -d "$net" -t 2 --pattern lat --sizes "$sizes" -o send \
+    --json "$d/model-perf-sendlat.json" > "$d/model-perf-sendlat.txt" 2>&1
   "${two[@]}" "${perf[@]}" --sizes 192,1600 -o read --json "$d/model-perf-read.json" > "$d/model-perf-read.txt" 2>&1
   "${two[@]}" "${perf[@]}" --sizes 192 -o write --completion delivery --json "$d/model-perf-write.json" > "$d/model-perf-write.txt" 2>&1
   "${two[@]}" "${perf[@]}" --sizes 8 -o cas --json "$d/model-perf-cas.json" > "$d/model-perf-cas.txt" 2>&1
@@ -173,7 +179,8 @@ model() {
   "$fk" dht -p shm --shm -n 2 -k "$keys" -b 64 -w paper,a,b,c --no-redis --hot-rounds 0 --latency-ops 0 \
     -v chunked --json "$d/model-ops-chunked.json" > "$d/model-ops-chunked.txt" 2>&1
   for v in lockfree chunked; do
-    "$fk" model --ops "$d/model-ops-$v.json" --perf "$d/model-perf-send.json" --perf "$d/model-perf-read.json" \
+    "$fk" model --ops "$d/model-ops-$v.json" --perf "$d/model-perf-send.json" \
+      --perf "$d/model-perf-sendlat.json" --perf "$d/model-perf-read.json" \
       --perf "$d/model-perf-write.json" --perf "$d/model-perf-cas.json" --measured "$d/cross-n2-$v-r1.json" \
       --json "$d/model-$v.json" > "$out/model-$v.txt" 2>&1
   done
