@@ -572,7 +572,7 @@ impl CqInner {
     /// target, or one that computes) gets the thread back within the grace.
     pub(crate) fn progress_step(&self, block: Duration) {
         if !self.can_block() {
-            tighten_timer_slack();
+            fabkit_core::time::tighten_timer_slack();
         }
         let since_wait = self.born.elapsed().saturating_sub(Duration::from_nanos(
             self.last_wait_end.load(Ordering::Relaxed),
@@ -754,20 +754,6 @@ impl CqInner {
     }
 }
 
-/// Naps of a few tens of microseconds are how waits on CQs without a wait
-/// object stay cheap; Linux adds 50 µs of timer slack to every sleep by
-/// default, which tripled them. Lowered once per thread that naps.
-fn tighten_timer_slack() {
-    thread_local!(static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
-    DONE.with(|d| {
-        if !d.replace(true) {
-            // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer
-            // slack (in nanoseconds); it has no memory effects.
-            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
-        }
-    });
-}
-
 /// Counts a follower for as long as it may sleep on `dispatched` (see
 /// [`CqInner::notify`]); entered with the epoch lock held.
 struct Follower<'a>(&'a CqInner);
@@ -792,7 +778,7 @@ struct WaiterGuard<'a>(&'a CqInner);
 impl<'a> WaiterGuard<'a> {
     fn enter(cq: &'a CqInner) -> Self {
         if !cq.can_block() {
-            tighten_timer_slack();
+            fabkit_core::time::tighten_timer_slack();
         }
         cq.waiters.fetch_add(1, Ordering::AcqRel);
         if cq.can_block() && cq.leader.try_lock().is_err() {

@@ -34,10 +34,38 @@ pub const REQUEST_TAG: i32 = 0;
 /// before it naps: a request waiting behind a busy peer is taken at once.
 const HOT: Duration = Duration::from_millis(1);
 
-/// The longest nap of an idle service (and of a caller whose reply is
-/// late): MPI progresses only in MPI calls, so a request waits at most
-/// this long for an idle service.
+/// The longest nap of a service a request came to lately (and of a
+/// caller whose reply is late): MPI progresses only in MPI calls, so a
+/// request waits at most this long for such a service.
 pub const NAP_MAX: Duration = Duration::from_micros(250);
+
+/// How long a service goes without a request before it naps longer.
+const QUIET: Duration = Duration::from_millis(20);
+
+/// The longest nap of a quiet service: a wake-up from a nap and an
+/// `MPI_Test` cost about 40 µs of CPU in these VMs, so naps of [`NAP_MAX`]
+/// cost an idle service 6-7 % of a core, of 2 ms 2.0-2.4 %, and of 5 ms
+/// under 1 %; the first request after a quiet spell waits up to this long.
+pub const NAP_QUIET: Duration = Duration::from_millis(5);
+
+/// How a service between requests waits: while requests came within
+/// [`HOT`], a short nap, not a yield (the thread of an application that
+/// computes would keep the core for its whole time slice, 4 ms here, before
+/// a yielding service ran again; a timer's wake-up preempts it); then naps
+/// doubling to [`NAP_MAX`], and after [`QUIET`] to [`NAP_QUIET`].
+fn serve_nap(idle: Duration, nap: &mut Duration) -> Duration {
+    let this = if idle < HOT {
+        SERVE_NAP_MIN
+    } else {
+        let cap = if idle < QUIET { NAP_MAX } else { NAP_QUIET };
+        *nap = (*nap * 2).clamp(SERVE_NAP_MIN, cap);
+        *nap
+    };
+    this
+}
+
+/// A service's shortest nap.
+const SERVE_NAP_MIN: Duration = Duration::from_micros(10);
 
 /// One posted receive, with its buffer (heap storage, never moved while
 /// the receive is active).
@@ -420,14 +448,16 @@ impl Mailbox {
     }
 
     /// Waits up to `wait` for requests and hands each to `f` with the rank
-    /// it came from; how many it handed. It tests the posted receives,
-    /// yielding the core for a millisecond after the last request, then
-    /// napping with naps growing to [`NAP_MAX`]: MPI progresses only in MPI
-    /// calls, so an idle service costs a test per nap, and a request waits
-    /// at most a nap. One thread serves.
+    /// it came from; how many it handed. It tests the posted receives
+    /// between naps (see `serve_nap`: 10 µs for a millisecond after the
+    /// last request, then growing to [`NAP_MAX`], and to [`NAP_QUIET`] once
+    /// quiet for 20 ms): MPI progresses only in MPI calls, so an idle
+    /// service costs a test per nap, and a request waits at most a nap.
+    /// One thread serves.
     pub fn serve(&self, wait: Duration, f: &mut dyn FnMut(usize, &[u8])) -> Result<usize> {
         let deadline = Instant::now() + wait;
-        let mut nap = Duration::from_micros(20);
+        let mut nap = SERVE_NAP_MIN;
+        fabkit_core::time::tighten_timer_slack();
         loop {
             let mut handed = 0;
             {
@@ -467,12 +497,7 @@ impl Mailbox {
                 .born
                 .elapsed()
                 .saturating_sub(Duration::from_nanos(self.active.load(Ordering::Relaxed)));
-            if idle < HOT {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(nap.min(deadline - now));
-                nap = (nap * 2).min(NAP_MAX);
-            }
+            std::thread::sleep(serve_nap(idle, &mut nap).min(deadline - now));
         }
     }
 

@@ -15,8 +15,8 @@
 #             built by hand: results/dht-speed/mpidht-driver.c).
 #   surrogate fabkit surrogate --path message over shm (in-process) and
 #             across the two hosts, lock-free, exact keys, 400 substeps.
-#   service   dht/examples/service over shm, tcp;ofi_rxm and sockets: an
-#             owner that computes, idles and serves.
+#   service   dht/examples/service over shm, tcp;ofi_rxm, sockets and MPI
+#             (vader, one node): an owner that computes, idles and serves.
 #   model     fabkit perf -o send (and the RMA points) across the hosts and
 #             fabkit model beside the cross run's 2-rank rows.
 #   slower    the memory and RMA paths against OLD=PATH, the fabkit built
@@ -39,7 +39,7 @@ sections=("$@")
 git diff --quiet HEAD -- ||
   { echo "message.sh: the tree has uncommitted changes; commit them so the results name the commit that ran" >&2; exit 1; }
 cargo build --release --quiet -p fabkit-bench -p ipoib-eval || exit 1
-cargo build --release --quiet -p fabkit-dht --features fabric --example service || exit 1
+cargo build --release --quiet -p fabkit-dht --features fabric,mpi --example service || exit 1
 fk=$PWD/target/release/fabkit
 export PATH=$PWD/target/release:$PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
