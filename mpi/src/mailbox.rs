@@ -54,14 +54,13 @@ pub const NAP_QUIET: Duration = Duration::from_millis(5);
 /// a yielding service ran again; a timer's wake-up preempts it); then naps
 /// doubling to [`NAP_MAX`], and after [`QUIET`] to [`NAP_QUIET`].
 fn serve_nap(idle: Duration, nap: &mut Duration) -> Duration {
-    let this = if idle < HOT {
+    if idle < HOT {
         SERVE_NAP_MIN
     } else {
         let cap = if idle < QUIET { NAP_MAX } else { NAP_QUIET };
         *nap = (*nap * 2).clamp(SERVE_NAP_MIN, cap);
         *nap
-    };
-    this
+    }
 }
 
 /// A service's shortest nap.
