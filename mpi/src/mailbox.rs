@@ -48,19 +48,21 @@ const QUIET: Duration = Duration::from_millis(20);
 /// under 1 %; the first request after a quiet spell waits up to this long.
 pub const NAP_QUIET: Duration = Duration::from_millis(5);
 
-/// How a service between requests waits: while requests came within
-/// [`HOT`], a short nap, not a yield (the thread of an application that
-/// computes would keep the core for its whole time slice, 4 ms here, before
-/// a yielding service ran again; a timer's wake-up preempts it); then naps
-/// doubling to [`NAP_MAX`], and after [`QUIET`] to [`NAP_QUIET`].
-fn serve_nap(idle: Duration, nap: &mut Duration) -> Duration {
+/// How a service between requests waits: `None` while requests came
+/// within [`HOT`] and this rank's application is making calls too (both
+/// threads wait on the network, and a yield lets the other progress MPI);
+/// a [`SERVE_NAP_MIN`] nap while requests come and the application makes
+/// no call (it computes, and keeps the core for its whole time slice, 4 ms
+/// here, before a yielding thread runs again; a timer's wake-up preempts
+/// it); then naps doubling to [`NAP_MAX`], and after [`QUIET`] to
+/// [`NAP_QUIET`].
+fn serve_nap(idle: Duration, app_calling: bool, nap: &mut Duration) -> Option<Duration> {
     if idle < HOT {
-        SERVE_NAP_MIN
-    } else {
-        let cap = if idle < QUIET { NAP_MAX } else { NAP_QUIET };
-        *nap = (*nap * 2).clamp(SERVE_NAP_MIN, cap);
-        *nap
+        return (!app_calling).then_some(SERVE_NAP_MIN);
     }
+    let cap = if idle < QUIET { NAP_MAX } else { NAP_QUIET };
+    *nap = (*nap * 2).clamp(SERVE_NAP_MIN, cap);
+    Some(*nap)
 }
 
 /// A service's shortest nap.
@@ -87,6 +89,9 @@ pub struct Mailbox {
     woken: AtomicBool,
     /// When the service last took a request (ns since `born`).
     active: AtomicU64,
+    /// When this rank last made a call (ns since `born`), for the service's
+    /// pauses.
+    called: AtomicU64,
     born: Instant,
     /// Requests too long for a receive, dropped.
     oversized: AtomicU64,
@@ -198,6 +203,7 @@ impl Mailbox {
             posted: Mutex::new(Vec::new()),
             woken: AtomicBool::new(false),
             active: AtomicU64::new(0),
+            called: AtomicU64::new(0),
             born: Instant::now(),
             oversized: AtomicU64::new(0),
             freed: false,
@@ -372,6 +378,8 @@ impl Mailbox {
     /// Sends `request` to rank `to` with the request tag, after posting a
     /// receive for its reply (the tag of `id`, from `to` alone).
     pub fn call(&self, to: usize, id: u64, request: &[u8]) -> Result<Call> {
+        self.called
+            .store(self.born.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let peer = self.peer(to)?;
         self.check_len(request.len(), to)?;
         let recv = self.post_recv(
@@ -448,8 +456,9 @@ impl Mailbox {
 
     /// Waits up to `wait` for requests and hands each to `f` with the rank
     /// it came from; how many it handed. It tests the posted receives
-    /// between naps (see `serve_nap`: 10 µs for a millisecond after the
-    /// last request, then growing to [`NAP_MAX`], and to [`NAP_QUIET`] once
+    /// between pauses (see `serve_nap`: for a millisecond after the last
+    /// request, yields while this rank's application makes calls, else 10
+    /// µs naps; then naps growing to [`NAP_MAX`], and to [`NAP_QUIET`] once
     /// quiet for 20 ms): MPI progresses only in MPI calls, so an idle
     /// service costs a test per nap, and a request waits at most a nap.
     /// One thread serves.
@@ -496,7 +505,14 @@ impl Mailbox {
                 .born
                 .elapsed()
                 .saturating_sub(Duration::from_nanos(self.active.load(Ordering::Relaxed)));
-            std::thread::sleep(serve_nap(idle, &mut nap).min(deadline - now));
+            let since_call = self
+                .born
+                .elapsed()
+                .saturating_sub(Duration::from_nanos(self.called.load(Ordering::Relaxed)));
+            match serve_nap(idle, since_call < HOT, &mut nap) {
+                Some(n) => std::thread::sleep(n.min(deadline - now)),
+                None => std::thread::yield_now(),
+            }
         }
     }
 

@@ -157,6 +157,8 @@ service() {
       target/release/examples/service "$p" 1 >> "$out/service.jsonl" 2>> "$out/raw/service.err" ||
         echo "message.sh: service $p round $r failed (raw/service.err)" >&2
     done
+    OMPI_MCA_osc=sm,pt2pt mpirun -n 2 target/release/examples/service mpi 1 >> "$out/service.jsonl" \
+      2>> "$out/raw/service.err" || echo "message.sh: service mpi round $r failed (raw/service.err)" >&2
   done
 }
 
