@@ -83,6 +83,17 @@ pub enum Variant {
 }
 
 impl Variant {
+    /// The variant's name as the command line, the reports and the C API
+    /// write it (its serde name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Coarse => "coarse",
+            Variant::Fine => "fine",
+            Variant::Lockfree => "lockfree",
+            Variant::Chunked => "chunked",
+        }
+    }
+
     /// Whether the variant needs remote atomics.
     pub fn needs_atomics(self) -> bool {
         !matches!(self, Variant::Lockfree)

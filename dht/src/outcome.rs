@@ -215,7 +215,7 @@ pub enum Error {
         /// The request's id.
         id: u64,
         /// Why.
-        why: crate::message::wire::Refusal,
+        why: Refusal,
     },
 }
 
@@ -497,6 +497,35 @@ pub(crate) fn key_hex(key: &[u8]) -> String {
         s.push_str("..");
     }
     s
+}
+
+/// Why a message was refused. Each is counted; none is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// Shorter than a header, or its length disagrees with its counts.
+    Malformed,
+    /// Not this format, or another version of it.
+    Version,
+    /// For another table (another job, or a table freed and made again).
+    Table,
+    /// From an address not in the job, or claiming another rank than the
+    /// one it came from.
+    Stranger,
+    /// Key or value lengths other than the table's, a count of zero or
+    /// over the most a message carries, or an unknown kind.
+    Sizes,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refusal::Malformed => "malformed",
+            Refusal::Version => "another version",
+            Refusal::Table => "another table",
+            Refusal::Stranger => "not from a member",
+            Refusal::Sizes => "sizes not the table's",
+        })
+    }
 }
 
 #[cfg(test)]

@@ -245,7 +245,7 @@ pub fn load(
             return Err(exit::usage(format!(
                 "{flag}: the {} variant sends atomics across and no file gives an atomic rate: \
                  add {flag} FILE from fabkit perf -b -o cas --json FILE",
-                super::report::variant_name(*v)
+                v.name()
             )));
         }
     }

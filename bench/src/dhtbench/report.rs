@@ -278,7 +278,7 @@ pub fn name<T: clap::ValueEnum>(v: T) -> String {
 
 /// A variant's name in reports, lower case, as its serde name.
 pub fn variant_name(v: Variant) -> String {
-    format!("{v:?}").to_lowercase()
+    v.name().to_string()
 }
 
 /// Merges the samples of every repetition into runs, in the order their

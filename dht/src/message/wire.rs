@@ -136,34 +136,7 @@ impl Sizes {
     }
 }
 
-/// Why a message was refused. Each is counted; none is answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Refusal {
-    /// Shorter than a header, or its length disagrees with its counts.
-    Malformed,
-    /// Not this format, or another version of it.
-    Version,
-    /// For another table (another job, or a table freed and made again).
-    Table,
-    /// From an address not in the job, or claiming another rank than the
-    /// one it came from.
-    Stranger,
-    /// Key or value lengths other than the table's, a count of zero or
-    /// over the most a message carries, or an unknown kind.
-    Sizes,
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Refusal::Malformed => "malformed",
-            Refusal::Version => "another version",
-            Refusal::Table => "another table",
-            Refusal::Stranger => "not from a member",
-            Refusal::Sizes => "sizes not the table's",
-        })
-    }
-}
+pub use crate::outcome::Refusal;
 
 /// A header as read off the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
