@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use fabkit_dht::Variant;
-use fabkit_fabric::info::{self, getinfo, Caps, Hints};
+use fabkit_fabric::info::{self, getinfo, Caps, Hints, KeyPick};
 use fabkit_fabric::{
     env, AtomicSupport, AtomicsBy, Domain, Executes, Executor, Fabric, Ordering, Progress,
 };
@@ -33,6 +33,8 @@ pub struct ProviderRow {
     pub progress: Progress,
     /// Required memory-registration modes (FI_EP_RDM entry).
     pub mr_mode: Vec<String>,
+    /// Who picks a region's key, and its bits (FI_EP_RDM entry).
+    pub mr_keys: KeyPick,
     /// Largest transfer.
     pub max_msg_size: usize,
     /// Largest inject.
@@ -145,6 +147,7 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
             atomics_by: AtomicsBy::of(&p),
             progress: i.data_progress(),
             mr_mode: info::mr_mode_names(i.mr_mode()),
+            mr_keys: i.mr_keys(),
             max_msg_size: i.max_msg_size(),
             inject_size: i.inject_size(),
             fabkit_rma: false,
@@ -170,6 +173,7 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
             row.executes = i.executes();
             row.fabkit_rma = true;
             row.mr_mode = info::mr_mode_names(i.mr_mode());
+            row.mr_keys = i.mr_keys();
             row.progress = i.data_progress();
             row.max_msg_size = i.max_msg_size();
             row.inject_size = i.inject_size();
@@ -253,7 +257,7 @@ pub fn print(r: &Report) {
         .unwrap_or(0)
         .max(7);
     println!(
-        "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} domains",
+        "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} {:<10} domains",
         "provider",
         "rma",
         "fk",
@@ -263,7 +267,8 @@ pub fn print(r: &Report) {
         "order",
         "maxmsg",
         "inject",
-        "mr_mode"
+        "mr_mode",
+        "mr key"
     );
     for p in &r.providers {
         let supported = p.atomics.map(|a| a.supported()).unwrap_or_default();
@@ -278,7 +283,7 @@ pub fn print(r: &Report) {
             p.atomics_by.label()
         };
         println!(
-            "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} {}",
+            "{:<14} {:<3} {:<3} {:<11} {:<8} {:<8} {:<8} {:>9} {:>6}  {:<mr_w$} {:<10} {}",
             p.provider,
             if p.rma { "yes" } else { "no" },
             if p.fabkit_rma { "yes" } else { "no" },
@@ -289,6 +294,7 @@ pub fn print(r: &Report) {
             size(p.max_msg_size),
             size(p.inject_size),
             mr_of(p),
+            p.mr_keys.label(),
             p.domains.join(",")
         );
     }
@@ -303,6 +309,9 @@ pub fn print(r: &Report) {
     println!("release) is made so: delivery (FI_DELIVERY_COMPLETE on the write), fence");
     println!("(FI_FENCE on the next operation to that peer), raw (a read of the written");
     println!("bytes after it: FI_ORDER_RMA_RAW data order), none (no guarantee).");
+    println!("mr key: who picks a memory region's key, the provider or fabkit (random");
+    println!("bits from the system's source, so a process outside the job cannot guess");
+    println!("one), and how many bits it has.");
     println!();
     println!("Who carries out one-sided operations at the target, and the DHT's auto path");
     println!("to ranks on other nodes (on one node it takes memory: loads and stores):");

@@ -66,13 +66,13 @@ pub use error::{Error, Result};
 pub use op::{Completion, Executor, Op, OpKind, Remote};
 
 /// A random 64-bit number from the operating system (`getrandom`), for ids
-/// no other run is likely to draw: dumps, tag sequences, control cookies.
-/// Where the system has no random source, the time and process id mixed.
-pub fn random_u64() -> u64 {
-    getrandom::u64().unwrap_or_else(|_| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        (t ^ u64::from(std::process::id()).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+/// and keys no other run or process may guess: memory-region keys, table
+/// ids, dumps, control cookies, passwords. It fails closed: where the
+/// system's source fails, the caller gets the error, never a guessable
+/// value made of the time and the process id.
+pub fn random_u64() -> Result<u64> {
+    getrandom::u64().map_err(|e| Error::Io {
+        what: "drawing 64 random bits from the system (getrandom)".into(),
+        cause: std::io::Error::other(e.to_string()),
     })
 }

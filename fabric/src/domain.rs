@@ -1,7 +1,7 @@
 //! `fid_fabric` and `fid_domain` owners.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex};
 
 use fabric_sys as ffi;
@@ -148,7 +148,6 @@ pub struct Domain {
 pub(crate) struct DomainInner {
     pub(crate) fid: NonNull<ffi::fid_domain>,
     pub(crate) info: Info,
-    next_key: AtomicU64,
     /// The fabric's log of opens and closes, shared by every child.
     pub(crate) log: Arc<FidLog>,
     _fabric: Arc<FabricInner>,
@@ -269,7 +268,6 @@ impl Domain {
             inner: Arc::new(DomainInner {
                 fid: NonNull::new(fid).expect("fi_domain returned success and null"),
                 info,
-                next_key: AtomicU64::new(1),
                 log,
                 _fabric: fabric.inner.clone(),
             }),
@@ -310,8 +308,29 @@ impl Domain {
 }
 
 impl DomainInner {
-    /// A fresh requested key for `fi_mr_reg` (ignored under FI_MR_PROV_KEY).
-    pub(crate) fn next_key(&self) -> u64 {
-        self.next_key.fetch_add(1, Ordering::Relaxed)
+    /// The key to request of `fi_mr_reg`. Where the provider takes the
+    /// caller's key (no `FI_MR_PROV_KEY`), a key is every bit the provider
+    /// keeps (`mr_key_size`, 8 bytes on every provider here) drawn from the
+    /// system's random source, so a process outside the job cannot reach a
+    /// region by trying keys 1, 2, 3; it fails closed when the source
+    /// fails. Under `FI_MR_PROV_KEY` the provider ignores it.
+    pub(crate) fn requested_key(&self) -> Result<u64> {
+        match self.info.mr_keys() {
+            crate::info::KeyPick::Provider => Ok(0),
+            crate::info::KeyPick::Requested { bits } => {
+                let mask = if bits >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << bits) - 1
+                };
+                loop {
+                    let k = fabkit_core::random_u64()? & mask;
+                    // All ones is FI_KEY_NOTAVAIL's spelling: draw again.
+                    if k != ffi::FI_KEY_NOTAVAIL {
+                        return Ok(k);
+                    }
+                }
+            }
+        }
     }
 }

@@ -64,7 +64,7 @@ pub use ep::Endpoint;
 pub use error::{strerror, Error, Result};
 pub use fabkit_core::{bootstrap, Completion, Op, OpKind, Remote};
 pub use fabric_sys;
-pub use info::{Caps, Executes, Executor, Hints, Info, Ordering, Progress, ProviderInfo};
+pub use info::{Caps, Executes, Executor, Hints, Info, KeyPick, Ordering, Progress, ProviderInfo};
 pub use mailbox::{Call, Mailbox, MailboxConfig, MailboxCounts};
 pub use mr::{MemoryRegion, RemoteRegion};
 pub use rank::{Initiator, Lane, OrderingStats, ProgressMode, Rank, RankConfig};

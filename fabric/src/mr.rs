@@ -74,6 +74,13 @@ impl Endpoint {
         MemoryRegion::register(&self.inner.domain, Some(&self.inner), len)
     }
 
+    /// Allocates and registers `len` bytes as the local side of this
+    /// process's own RMA reads and writes (and messages): no peer can read
+    /// or write them.
+    pub(crate) fn register_staging(&self, len: usize) -> Result<MemoryRegion> {
+        MemoryRegion::allocate(&self.inner.domain, Some(&self.inner), len, STAGING)
+    }
+
     /// Allocates and registers `len` bytes for sending and receiving
     /// messages only: no peer can read or write them.
     pub(crate) fn register_local(&self, len: usize) -> Result<MemoryRegion> {
@@ -100,6 +107,14 @@ const REMOTE: u64 = (ffi::FI_SEND
 
 /// Access for a buffer only this process sends from and receives into.
 const LOCAL: u64 = (ffi::FI_SEND | ffi::FI_RECV) as u64;
+
+/// Access for a buffer this process's own RMA reads land in and writes
+/// leave from (a lane's staging): no peer reads or writes it.
+const STAGING: u64 = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE) as u64;
+
+/// How often a requested key is drawn again when the domain says another
+/// region holds it.
+const KEY_DRAWS: usize = 4;
 
 /// The state of a region's registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -255,21 +270,40 @@ impl MemoryRegion {
     ) -> Result<MemoryRegion> {
         let mr_mode = domain.info.mr_mode();
         let mut fid = std::ptr::null_mut();
-        // SAFETY: buf is a live allocation of at least len bytes that this
-        // MemoryRegion owns and frees only after closing the MR.
-        let rc = unsafe {
-            ffi::fi_mr_reg(
-                domain.fid.as_ptr(),
-                buf.as_ptr() as *const _,
-                len,
-                access,
-                0,
-                domain.next_key(),
-                0,
-                &mut fid,
-                std::ptr::null_mut(),
-            )
-        };
+        let mut rc = 0;
+        // A requested key another region of this domain holds is refused
+        // (-FI_ENOKEY): draw again; with 64 random bits this is a formality.
+        for _ in 0..KEY_DRAWS {
+            let key = match domain.requested_key() {
+                Ok(k) => k,
+                Err(e) => {
+                    if let Backing::Heap(layout) = backing {
+                        // SAFETY: allocated by `allocate` with this layout,
+                        // never registered.
+                        unsafe { std::alloc::dealloc(buf.as_ptr(), layout) };
+                    }
+                    return Err(e);
+                }
+            };
+            // SAFETY: buf is a live allocation of at least len bytes that
+            // this MemoryRegion owns and frees only after closing the MR.
+            rc = unsafe {
+                ffi::fi_mr_reg(
+                    domain.fid.as_ptr(),
+                    buf.as_ptr() as *const _,
+                    len,
+                    access,
+                    0,
+                    key,
+                    0,
+                    &mut fid,
+                    std::ptr::null_mut(),
+                )
+            };
+            if rc != -(ffi::FI_ENOKEY as i32) {
+                break;
+            }
+        }
         if rc != 0 {
             if let Backing::Heap(layout) = backing {
                 // SAFETY: allocated by `register` with this layout, never

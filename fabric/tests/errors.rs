@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{init_env, with_ranks};
+use common::{init_env, providers, with_ranks};
 use fabkit_core::bootstrap::{Bootstrap, FileBootstrap, ThreadGroup};
 use fabkit_core::Error as CoreError;
 use fabkit_fabric::{
@@ -652,5 +652,41 @@ fn a_batched_receive_of_a_longer_message_is_an_error_never_a_cut_message() {
             );
             assert_eq!(len, 0, "{prov}: no length handed back for a message cut");
         });
+    }
+}
+
+/// A process outside the job that can reach a rank's endpoint must guess a
+/// region's key: where the provider takes the caller's key, every region
+/// gets 64 random bits, not the next number of a counter.
+#[test]
+fn requested_keys_are_random_64_bit_and_distinct() {
+    for prov in providers() {
+        let (ep, _av) = open_av(&prov);
+        let info = fabkit_fabric::info::find(&Hints::new(prov.as_str(), Caps::RMA), true).unwrap();
+        if info.mr_keys() == fabkit_fabric::KeyPick::Provider {
+            continue;
+        }
+        assert_eq!(
+            info.mr_keys(),
+            fabkit_fabric::KeyPick::Requested { bits: 64 },
+            "{prov}"
+        );
+        let keys: Vec<u64> = (0..8)
+            .map(|_| ep.register(64).unwrap().remote().key)
+            .collect();
+        let mut distinct = keys.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            keys.len(),
+            "{prov}: a key repeats: {keys:x?}"
+        );
+        // A counter from 1 would give keys below 2^16; eight random keys
+        // all below 2^32 happen with probability 2^-256.
+        assert!(
+            keys.iter().any(|&k| k >= 1 << 32),
+            "{prov}: every key is small: {keys:x?}"
+        );
     }
 }

@@ -654,7 +654,7 @@ fn redis_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
     let ip = ip.expect("checked on every rank");
     // One password for the run, rank 0's: the servers may listen on a
     // network other hosts reach.
-    let mine = [fabkit_core::random_u64(), fabkit_core::random_u64()];
+    let mine = [fabkit_core::random_u64()?, fabkit_core::random_u64()?];
     let all = gather(boot, &mine)?;
     let word = |i: usize| all[0].get(i).copied().unwrap_or(0);
     let password = redis::password([word(0), word(1)]);

@@ -104,7 +104,7 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
         // Every rank has stopped writing once all are here; all take rank
         // 0's id, which marks the shards of this one dump.
         let ids = boot
-            .allgather(&fabkit_core::random_u64().to_le_bytes())
+            .allgather(&fabkit_core::random_u64()?.to_le_bytes())
             .map_err(Error::Bootstrap)?;
         let dump_id = ids
             .first()

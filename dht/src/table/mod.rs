@@ -73,9 +73,15 @@ impl<T: Transport, M: Messenger> std::fmt::Debug for Dht<T, M> {
     }
 }
 
-/// A random start for a table's tag sequence.
+/// A start for a table's tag sequence that differs between tables made one
+/// after another (a late completion of a freed table's tag is not taken for
+/// a new one's). Nothing secret: the time and a process-wide count, mixed.
 fn random_base() -> u32 {
-    fabkit_core::random_u64() as u32
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    fabkit_core::rng::mix(t ^ MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) as u32
 }
 
 impl<T: Transport> Dht<T> {

@@ -111,7 +111,7 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
         // another table, or a late one for a table freed and made again,
         // is refused by it).
         let ids = boot
-            .allgather(&fabkit_core::random_u64().to_le_bytes())
+            .allgather(&fabkit_core::random_u64()?.to_le_bytes())
             .map_err(Error::Bootstrap)?;
         let table = ids
             .first()
@@ -149,7 +149,7 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
             m,
             by_message,
             sizes,
-            next_id: AtomicU64::new(fabkit_core::random_u64() >> 1),
+            next_id: AtomicU64::new(fabkit_core::random_u64()? >> 1),
             served: executor,
         };
         Ok(Dht::assemble(t, cfg, key_hash, Some(links)))

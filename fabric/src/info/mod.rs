@@ -468,7 +468,45 @@ pub enum Progress {
     Unspec,
 }
 
+/// Who picks a memory region's key on a provider, and how many bits a
+/// key has: what a process outside the job would have to guess to reach a
+/// region it can connect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "picked_by")]
+pub enum KeyPick {
+    /// The provider picks it (`FI_MR_PROV_KEY`), as verbs does.
+    Provider,
+    /// The provider takes the key fabkit requests: `bits` random bits
+    /// from the system's source ([`fabkit_core::random_u64`]).
+    Requested {
+        /// Bits in a key (`mr_key_size` bytes, at most 64).
+        bits: u32,
+    },
+}
+
+impl KeyPick {
+    /// A short label for tables: `provider`, or `random 64b`.
+    pub fn label(self) -> String {
+        match self {
+            KeyPick::Provider => "provider".into(),
+            KeyPick::Requested { bits } => format!("random {bits}b"),
+        }
+    }
+}
+
 impl Info {
+    /// Who picks a region's key here, and its size in bits.
+    pub fn mr_keys(&self) -> KeyPick {
+        if self.mr_mode() & ffi::FI_MR_PROV_KEY != 0 {
+            return KeyPick::Provider;
+        }
+        let bytes = self.mr_key_size().min(8);
+        KeyPick::Requested {
+            // A provider that leaves the size unset keeps the whole u64.
+            bits: if bytes == 0 { 64 } else { bytes as u32 * 8 },
+        }
+    }
+
     pub(crate) fn as_ptr(&self) -> *mut ffi::fi_info {
         self.raw.as_ptr()
     }

@@ -109,7 +109,7 @@ impl Rank {
     pub fn initiator(&self) -> Result<Initiator<'_>> {
         Ok(Initiator {
             rank: self,
-            staging: Some(self.ep.register(self.cfg.staging_len)?),
+            staging: Some(self.ep.register_staging(self.cfg.staging_len)?),
         })
     }
 
@@ -416,7 +416,7 @@ impl Rank {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(old.retire());
-        match self.ep.register(len) {
+        match self.ep.register_staging(len) {
             Ok(fresh) => *slot = Some(fresh),
             Err(e) => self.fail(format!(
                 "an operation did not complete, so its staging buffer was retired, and no \

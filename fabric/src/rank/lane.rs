@@ -101,7 +101,7 @@ impl Rank {
     pub fn lane(&self) -> Result<Lane> {
         self.alive()?;
         Ok(Lane {
-            staging: Some(self.ep.register(self.cfg.staging_len)?),
+            staging: Some(self.ep.register_staging(self.cfg.staging_len)?),
             cq: self.cq.inner.clone(),
             retired: self.retired.clone(),
             pieces: Vec::new(),

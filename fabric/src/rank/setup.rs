@@ -166,7 +166,7 @@ impl Rank {
             Some(seg) => ep.register_shared(seg.clone())?,
             None => ep.register(cfg.region_len)?,
         };
-        let staging = ep.register(cfg.staging_len)?;
+        let staging = ep.register_staging(cfg.staging_len)?;
 
         let me = Card {
             provider: info.provider(),

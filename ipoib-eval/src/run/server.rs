@@ -262,7 +262,7 @@ fn session(
         .map_err(|e| failed(e.to_string()))?;
     let plan = spec.plan();
     // Data connections must greet with it: a stranger cannot guess it.
-    let cookie = fabkit_core::random_u64();
+    let cookie = fabkit_core::random_u64().map_err(|e| failed(e.to_string()))?;
     let dev = opts.dev.as_deref();
     // Open the data sockets before saying Ready.
     let mut udp = Vec::new();
