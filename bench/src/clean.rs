@@ -1,5 +1,11 @@
-//! `fabkit clean`: removes the shared-memory segments that killed ranks
-//! left in /dev/shm, and nothing else.
+//! `fabkit clean`: removes what killed runs left: shared-memory segments
+//! in /dev/shm, and in the temporary directory the private directories of
+//! Redis servers and the ranks' meeting places of `fabkit launch`, and
+//! nothing else.
+//!
+//! A directory is removed only when it is this user's (not a link) and no
+//! process holds its lock (see [`crate::held`]): the process that made it
+//! ended, however it ended.
 //!
 //! Two kinds are removed, both only when they belong to this user
 //! (owner is this user; never followed through a symlink):
@@ -86,6 +92,24 @@ pub fn command(args: &CleanArgs) -> Result<bool> {
         println!("nothing to remove in {SHM_DIR}");
     } else {
         println!("{verb} {removed}, kept {kept} in {SHM_DIR}");
+    }
+    let dirs: Vec<_> = crate::dhtbench::redis::reap_stale_dirs(args.dry_run)
+        .into_iter()
+        .map(|d| (d, "a Redis server's directory; its fabkit ended"))
+        .chain(
+            crate::launch::reap_meeting_places(args.dry_run)
+                .into_iter()
+                .map(|d| (d, "a launch's meeting place; its launcher ended")),
+        )
+        .collect();
+    for (d, why) in &dirs {
+        println!("{verb} {}: {why}", d.display());
+    }
+    let tmp = std::env::temp_dir();
+    if dirs.is_empty() {
+        println!("nothing to remove in {}", tmp.display());
+    } else {
+        println!("{verb} {} in {}", dirs.len(), tmp.display());
     }
     Ok(ok)
 }

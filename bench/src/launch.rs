@@ -353,6 +353,19 @@ fn check_namespaces(cmd: &str, netns: &[String]) -> Result<()> {
     }
 }
 
+/// The signals a launcher passes on to its ranks' process groups.
+fn passed_on() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
 /// Makes the process `c` starts get SIGTERM when this one (the thread
 /// that starts it: every launch starts its children from one) ends, also
 /// by SIGKILL. It survives `ip netns exec`, which execs the command.
@@ -369,13 +382,109 @@ fn ends_with_this_process(c: &mut std::process::Command) {
     }
 }
 
-/// Removes the launch directory however `launch_processes` ends.
-struct TempDir(std::path::PathBuf);
+/// Makes the process `c` starts the leader of a process group of its own,
+/// so that the launcher can end it with everything it started (a shell's
+/// `sleep`, a rank's helpers), and [`ends_with_this_process`]. The signals
+/// the launcher holds to pass on ([`HeldSignals`]) are unblocked in it.
+fn own_group_ending_with_this_process(c: &mut std::process::Command) {
+    let set = passed_on();
+    // SAFETY: setpgid and pthread_sigmask are async-signal-safe; they run
+    // in the child before exec and touch only the copied set.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(c, move || {
+            if libc::setpgid(0, 0) != 0
+                || libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    ends_with_this_process(c);
+}
+
+/// Sends `sig` to the process group a rank leads (the rank and whatever
+/// it started). A group that has ended is no error.
+fn signal_group(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) touches no memory; a negative pid names the group.
+    unsafe { libc::kill(-(pid as libc::pid_t), sig) };
+}
+
+/// SIGINT, SIGTERM and SIGHUP held back in the launching thread while it
+/// watches its ranks (it takes them with [`HeldSignals::wait`] and passes
+/// them on); dropping it restores the mask.
+struct HeldSignals {
+    set: libc::sigset_t,
+    old: libc::sigset_t,
+}
+
+impl HeldSignals {
+    fn hold() -> HeldSignals {
+        let set = passed_on();
+        // SAFETY: an all-zero sigset_t is a valid out parameter.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: set is initialised; old is a valid out pointer.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+        HeldSignals { set, old }
+    }
+
+    /// Waits up to `d` for one of the held signals; its number, if one came.
+    fn wait(&self, d: Duration) -> Option<libc::c_int> {
+        let ts = libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: set is initialised; a null info pointer is allowed.
+        let sig = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
+        (sig > 0).then_some(sig)
+    }
+}
+
+impl Drop for HeldSignals {
+    fn drop(&mut self) {
+        // SAFETY: old is the mask saved by `hold`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// The directory a launch's ranks meet in, removed however
+/// `launch_processes` ends.
+struct TempDir(crate::held::Held);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0.path);
     }
+}
+
+/// The prefix of a launch's meeting place in the temporary directory.
+const MEETING: &str = "fabkit-launch-";
+
+/// Makes the directory a launch's ranks meet in: under the temporary
+/// directory, with a name no other user can predict (the pid and 64 random
+/// bits), only this user's (0700), and held while this launcher lives
+/// ([`crate::held`]), since the ranks leave their addresses, memory keys
+/// and a benchmark's Redis password there. A name that exists, a link
+/// included, is refused: one another user made first is never used.
+fn meeting_place() -> Result<TempDir> {
+    let path = std::env::temp_dir().join(format!(
+        "{MEETING}{}-{:016x}",
+        std::process::id(),
+        fabkit_core::random_u64()?
+    ));
+    let held = crate::held::make(&path)
+        .with_context(|| format!("creating the ranks' meeting place {}", path.display()))?;
+    Ok(TempDir(held))
+}
+
+/// Removes (or with `dry_run` lists) the meeting places of launchers that
+/// were killed (`fabkit clean`).
+pub fn reap_meeting_places(dry_run: bool) -> Vec<std::path::PathBuf> {
+    crate::held::reap(
+        &std::env::temp_dir(),
+        |name| name.starts_with(MEETING),
+        dry_run,
+    )
 }
 
 /// `fabkit launch`: starts `cmd` once per rank on this machine, each inside
@@ -405,9 +514,9 @@ pub fn launch_processes(
         ));
     };
     check_namespaces("launch", netns)?;
-    let dir = TempDir(std::env::temp_dir().join(format!("fabkit-launch-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir(&dir.0).with_context(|| format!("creating {}", dir.0.display()))?;
+    let dir = meeting_place()?;
+    // Held from before the first rank starts, so none is missed.
+    let signals = HeldSignals::hold();
     let mut children = Vec::new();
     for rank in 0..size {
         let mut c = match netns.get(rank) {
@@ -423,13 +532,13 @@ pub fn launch_processes(
                 c
             }
         };
-        // A launcher killed or signalled alone (a scheduler, `timeout`)
-        // takes its ranks with it; Ctrl-C reaches them through the group.
-        ends_with_this_process(&mut c);
+        // A launcher killed or signalled alone (a scheduler, `timeout`,
+        // Ctrl-C at its terminal) takes each rank's group with it.
+        own_group_ending_with_this_process(&mut c);
         if !netns.is_empty() {
             c.env(ENV_NETNS, netns.join(","));
         }
-        c.env(ENV_DIR, &dir.0)
+        c.env(ENV_DIR, &dir.0.path)
             .env(ENV_RANK, rank.to_string())
             .env(ENV_SIZE, size.to_string())
             .env(ENV_TIMEOUT, timeout.as_secs_f64().to_string());
@@ -437,17 +546,34 @@ pub fn launch_processes(
             Ok(child) => children.push((rank, child)),
             Err(e) => {
                 for (_, mut ch) in children {
-                    let _ = ch.kill();
+                    signal_group(ch.id(), libc::SIGKILL);
                     let _ = ch.wait();
                 }
                 return Err(anyhow!("starting rank {rank} ({prog}): {e}"));
             }
         }
     }
-    // Watch every rank: the first failure stops the rest (they would wait in
-    // the bootstrap until its timeout otherwise).
+    let groups: Vec<u32> = children.iter().map(|(_, ch)| ch.id()).collect();
+    let code = watch(children, &dir.0.path, size, &signals);
+    // Whatever a rank started ends with the job, however the job ended.
+    for &g in &groups {
+        signal_group(g, libc::SIGKILL);
+    }
+    code
+}
+
+/// Watches every rank: the first failure stops the rest (they would wait
+/// in the bootstrap until its timeout otherwise), and a signal the
+/// launcher gets is passed on to every rank's group. Returns the job's
+/// exit code.
+fn watch(
+    children: Vec<(usize, std::process::Child)>,
+    dir: &std::path::Path,
+    size: usize,
+    signals: &HeldSignals,
+) -> Result<i32> {
     let mut code = 0;
-    let mut running: Vec<_> = children;
+    let mut running = children;
     while !running.is_empty() {
         let mut still = Vec::new();
         let mut failed = Vec::new();
@@ -463,7 +589,7 @@ pub fn launch_processes(
             // The others end at once when one leaves (Bootstrap::leave), so
             // the first exit seen may be an echo: the rank that left first
             // says so in the shared directory, and its status is the job's.
-            let (rank, st) = match origin(&dir.0, size) {
+            let (rank, st) = match origin(dir, size) {
                 Some(k) if k != first => match failed.iter().find(|(r, _)| *r == k) {
                     Some(&(k, st)) => (k, st),
                     None => match still.iter_mut().find(|(r, _)| *r == k) {
@@ -478,15 +604,35 @@ pub fn launch_processes(
         }
         if code != 0 {
             for (_, ch) in still.iter_mut() {
-                let _ = ch.kill();
+                signal_group(ch.id(), libc::SIGKILL);
                 let _ = ch.wait();
             }
             break;
         }
         running = still;
-        if !running.is_empty() {
-            // Polling child exits; no busy loop.
-            std::thread::sleep(Duration::from_millis(20));
+        if running.is_empty() {
+            break;
+        }
+        // Polling child exits, and taking a signal meanwhile; no busy loop.
+        if let Some(sig) = signals.wait(Duration::from_millis(20)) {
+            let name = match sig {
+                libc::SIGINT => "SIGINT",
+                libc::SIGTERM => "SIGTERM",
+                _ => "SIGHUP",
+            };
+            eprintln!("fabkit launch: {name} received; passing it on to the ranks");
+            for (_, ch) in &running {
+                signal_group(ch.id(), sig);
+            }
+            // They get a moment to end cleanly (remove their segments),
+            // then go.
+            for (_, ch) in running.iter_mut() {
+                if wait_briefly(ch).is_none() {
+                    signal_group(ch.id(), libc::SIGKILL);
+                    let _ = ch.wait();
+                }
+            }
+            return Ok(128 + sig);
         }
     }
     Ok(code)

@@ -30,6 +30,7 @@ pub mod demo;
 pub mod dhtbench;
 pub mod exit;
 pub mod flags;
+pub mod held;
 pub mod hist;
 pub mod info;
 pub mod launch;

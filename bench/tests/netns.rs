@@ -120,14 +120,6 @@ fn ranks_end_with_a_launcher_that_is_killed_alone() {
     // SAFETY: kill(2) touches no memory; the pid is our child's.
     unsafe { libc::kill(launch.id() as i32, libc::SIGTERM) };
     launch.wait().unwrap();
-    // Alive: listed and not a zombie waiting for init to reap it.
-    let alive = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
-            st.rsplit(')')
-                .next()
-                .is_some_and(|t| !t.trim_start().starts_with('Z'))
-        })
-    };
     while ranks.iter().any(|&p| alive(p)) && std::time::Instant::now() < deadline {
         std::thread::yield_now();
     }
@@ -137,6 +129,70 @@ fn ranks_end_with_a_launcher_that_is_killed_alone() {
         unsafe { libc::kill(p, libc::SIGKILL) };
     }
     assert!(left.is_empty(), "ranks {left:?} outlived their launcher");
+}
+
+/// Whether `pid` runs: listed and not a zombie waiting to be reaped.
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        st.rsplit(')')
+            .next()
+            .is_some_and(|t| !t.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_failing_rank_ends_what_every_rank_started_and_the_meeting_place_is_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pids, modes) = (dir.path().join("pids"), dir.path().join("modes"));
+    // Each rank starts a child of its own (a shell's background `sleep`),
+    // and says its pid; rank 0 fails once both have.
+    let script = format!(
+        "stat -c '%a %U' \"$FABKIT_BOOT_DIR\" >> {m}; \
+         stat -c '%n %a' \"$FABKIT_BOOT_DIR\"/* >> {m}; \
+         sleep 600 & echo $! >> {p}; \
+         if [ \"$FABKIT_RANK\" = 0 ]; then \
+           while [ \"$(wc -l < {p})\" -lt 2 ]; do sleep 0.05; done; exit 3; \
+         fi; wait",
+        m = modes.display(),
+        p = pids.display()
+    );
+    let o = fabkit()
+        .args(["launch", "-n", "2", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let started: Vec<i32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert_eq!(started.len(), 2, "{started:?}");
+    let deadline =
+        std::time::Instant::now() + fabkit_core::time::scaled(std::time::Duration::from_secs(10));
+    while started.iter().any(|&p| alive(p)) && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let left: Vec<i32> = started.iter().copied().filter(|&p| alive(p)).collect();
+    for &p in &left {
+        // SAFETY: kill(2) touches no memory; a survivor is stopped before
+        // the test fails.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    assert!(
+        left.is_empty(),
+        "what ranks started, {left:?}, outlived the job"
+    );
+    // The meeting place is the user's alone, and so is what is in it.
+    let modes = std::fs::read_to_string(&modes).unwrap();
+    assert_eq!(modes.matches("700 root").count(), 2, "{modes}");
+    for line in modes.lines().filter(|l| l.starts_with('/')) {
+        assert!(line.ends_with(" 600"), "{line}");
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //!   (tests that kill a peer use it).
 //! - `fabkit_mpi::MpiBootstrap`: ranks launched by `mpirun` or `srun`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -264,7 +264,7 @@ impl Bootstrap for FileBootstrap {
         self.round.set(round + 1);
         let io = |what: String| move |cause| Error::Io { what, cause };
         let tmp = self.dir.join(format!("round{round}.rank{}.tmp", self.rank));
-        std::fs::write(&tmp, mine).map_err(io(format!("writing {}", tmp.display())))?;
+        write_private(&tmp, mine).map_err(io(format!("writing {}", tmp.display())))?;
         // rename is atomic: a reader sees the whole file or none.
         std::fs::rename(&tmp, self.path(round, self.rank))
             .map_err(io(format!("publishing {}", tmp.display())))?;
@@ -303,10 +303,17 @@ impl Bootstrap for FileBootstrap {
         // never sees half a reason; a failure leaves the others their
         // timeout, as before.
         let tmp = self.dir.join(format!("left.rank{}.tmp", self.rank));
-        if std::fs::write(&tmp, why).is_ok() {
+        if write_private(&tmp, why.as_bytes()).is_ok() {
             let _ = std::fs::rename(&tmp, self.left_path(self.rank));
         }
     }
+}
+
+/// Writes `bytes` to a fresh file at `path` only this user reads
+/// ([`crate::private::create`]).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    crate::private::create(path)?.write_all(bytes)
 }
 
 #[cfg(test)]
@@ -347,6 +354,21 @@ mod tests {
             .map(|b| Box::new(b) as Box<dyn Bootstrap + Send>)
             .collect();
         a_leaving_rank_ends_the_others_wait(boots);
+    }
+
+    #[test]
+    fn what_file_ranks_publish_only_this_user_reads() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let b = FileBootstrap::new(dir.path(), 0, 1, Duration::from_secs(5)).unwrap();
+        assert_eq!(b.allgather(b"key").unwrap(), vec![b"key".to_vec()]);
+        b.leave("done");
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert!(files.len() >= 2, "{files:?}");
+        for f in files {
+            let mode = f.metadata().unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{:?}", f.path());
+        }
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub mod host;
 pub mod net;
 pub mod notice;
 pub mod op;
+pub mod private;
 pub mod provenance;
 pub mod rng;
 pub mod schema;

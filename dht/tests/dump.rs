@@ -936,3 +936,30 @@ fn a_fifo_a_huge_or_a_disagreeing_shard_count_fails_every_rank_without_waiting()
     let msg = refused(&prefix, 2, cfg, 40);
     names(&msg, &s1, 0, "is not a regular file");
 }
+
+#[test]
+fn a_prefix_naming_a_directory_is_refused_everywhere_and_shards_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let slash = PathBuf::from(format!("{}/", dir.path().display()));
+    for prefix in [dir.path().to_path_buf(), slash] {
+        let out = on_ranks(2, small(Variant::Lockfree, 64), |d, b| {
+            d.dump(&prefix, b).unwrap_err().to_string()
+        });
+        for msg in out {
+            assert!(msg.contains("names a directory"), "{msg}");
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "a refused dump wrote {left:?}");
+    // The shards hold the table's data: this user's alone, whatever the umask.
+    let prefix = dir.path().join("d");
+    dump_two_ranks(&prefix, 50);
+    for r in 0..2 {
+        let mode = std::fs::metadata(shard(&prefix, r))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "rank {r}'s shard");
+    }
+}

@@ -103,9 +103,13 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
     pub fn dump(&self, prefix: &Path, boot: &dyn Bootstrap) -> Result<Dumped> {
         // Every rank has stopped writing once all are here; all take rank
         // 0's id, which marks the shards of this one dump.
-        let ids = boot
-            .allgather(&fabkit_core::random_u64()?.to_le_bytes())
-            .map_err(Error::Bootstrap)?;
+        // A prefix that names a directory is refused on every rank.
+        let mine = check_prefix(prefix).and_then(|()| {
+            fabkit_core::random_u64()
+                .map(|id| id.to_le_bytes().to_vec())
+                .map_err(Error::Bootstrap)
+        });
+        let ids = agree(boot, "dump", mine)?;
         let dump_id = ids
             .first()
             .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
@@ -233,7 +237,8 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
             return Ok(false);
         }
         if d.out.is_none() {
-            let file = File::create(&d.part).map_err(io("creating", &d.part))?;
+            // 0600: it holds the table's data.
+            let file = fabkit_core::private::create(&d.part).map_err(io("creating", &d.part))?;
             let mut out = BufWriter::new(file);
             // A zero header until the records are written: a shard left
             // unfinished fails its header checksum.
@@ -414,4 +419,20 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
         }
         Ok(())
     }
+}
+
+/// A dump's prefix names files (`PREFIX.rankN`), never a directory: `/` or
+/// `out/` would make hidden files (`/.rank0`) in it.
+fn check_prefix(prefix: &Path) -> Result<()> {
+    let text = prefix.as_os_str().as_encoded_bytes();
+    if text.is_empty() || text.ends_with(b"/") || prefix.is_dir() {
+        return Err(Error::Config(format!(
+            "the dump prefix {:?} is empty or names a directory, and its shards would be hidden files in \
+             it ({}): give a file prefix inside it, e.g. {}",
+            prefix.display().to_string(),
+            shard(prefix, 0).display(),
+            prefix.join("table").display()
+        )));
+    }
+    Ok(())
 }

@@ -4,13 +4,13 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{anyhow, Context, Result};
 
 use super::shorten;
+use crate::held;
 
 /// Log lines quoted in an error about a server that exited, and the
 /// characters kept of each (redis's warnings run to 300 and more).
@@ -21,73 +21,20 @@ const LOG_LINE_CHARS: usize = 160;
 #[derive(Debug)]
 pub(super) struct PrivateDir {
     pub(super) path: PathBuf,
-    /// `LOCK` inside, held (flock) while this fabkit lives: the kernel
-    /// drops it when the process ends however it ends, so a later start
-    /// can tell a dead run's directory from a live one's in any PID
-    /// namespace or container that shares $TMPDIR.
-    _lock: fs::File,
-}
-
-/// The lock file of a server directory.
-pub(super) const LOCK: &str = "LOCK";
-
-/// Takes `file`'s flock exclusively, without waiting; whether it was free.
-fn try_lock(file: &fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor `file` owns; no memory is passed.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    /// Its `LOCK`, held while this fabkit lives ([`held`]): a later start
+    /// tells a dead run's directory from a live one's.
+    _held: held::Held,
 }
 
 /// Removes the directories of servers whose fabkit was killed before it
 /// could (the death signal ends the servers, but a SIGKILLed process
 /// removes nothing): `fabkit-redis-PID-N` of this user whose `LOCK` is no
-/// longer held. One without a lock file, or whose lock is held, is kept; a
-/// failure to remove one is no reason not to start.
-pub(super) fn reap_stale(base: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = fs::read_dir(base) else {
-        return;
-    };
-    // SAFETY: getuid has no preconditions.
-    let me = unsafe { libc::getuid() };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        // A directory still being made (`.new`, see `PrivateDir::create`)
-        // lives microseconds; one a minute old was left by a run killed
-        // while making it.
-        if let Some(made) = name.strip_suffix(".new") {
-            let old = fs::symlink_metadata(e.path()).ok().is_some_and(|m| {
-                m.is_dir()
-                    && m.uid() == me
-                    && m.modified()
-                        .ok()
-                        .and_then(|t| t.elapsed().ok())
-                        .is_some_and(|age| age > std::time::Duration::from_secs(60))
-            });
-            if stale_pid(made).is_some() && old {
-                let _ = fs::remove_dir_all(e.path());
-            }
-            continue;
-        }
-        let Some(pid) = stale_pid(&name) else {
-            continue;
-        };
-        let Ok(meta) = fs::symlink_metadata(e.path()) else {
-            continue;
-        };
-        if !meta.is_dir() || meta.uid() != me || pid == std::process::id() {
-            continue;
-        }
-        // The lock is taken through a file that must not be a link.
-        let lock = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(e.path().join(LOCK));
-        if lock.is_ok_and(|f| try_lock(&f)) {
-            let _ = fs::remove_dir_all(e.path());
-        }
-    }
+/// longer held ([`held::reap`]). One without a lock file, or whose lock is
+/// held, is kept; a failure to remove one is no reason not to start.
+/// Returns the ones removed, or with `dry_run` the ones that would be
+/// (`fabkit clean`).
+pub(crate) fn reap_stale(base: &Path, dry_run: bool) -> Vec<PathBuf> {
+    held::reap(base, |name| stale_pid(name).is_some(), dry_run)
 }
 
 /// The PID in a server directory's name `fabkit-redis-PID-N`.
@@ -104,45 +51,17 @@ impl PrivateDir {
     pub(super) fn create() -> Result<PrivateDir> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let base = std::env::temp_dir();
-        reap_stale(&base);
+        reap_stale(&base, false);
         let mut last = None;
         for _ in 0..100 {
             let n = SEQ.fetch_add(1, Ordering::Relaxed);
             let path = base.join(format!("fabkit-redis-{}-{n}", std::process::id()));
-            // Made under a name the reaper does not take (`.new`), locked,
-            // then renamed: another fabkit's reaper must never see the
-            // directory between its creation and its lock, which it would
-            // take for a dead run's and remove.
-            let fresh = path.with_extension("new");
-            if path.exists() {
-                last = Some(path);
-                continue;
-            }
-            match fs::DirBuilder::new().mode(0o700).create(&fresh) {
-                Ok(()) => {
-                    let made = fs::File::create(fresh.join(LOCK))
-                        .with_context(|| format!("creating {}/{LOCK}", fresh.display()))
-                        .and_then(|lock| {
-                            anyhow::ensure!(
-                                try_lock(&lock),
-                                "{}/{LOCK} is locked by another process",
-                                fresh.display()
-                            );
-                            Ok(lock)
-                        })
-                        .and_then(|lock| {
-                            fs::rename(&fresh, &path).with_context(|| {
-                                format!("renaming {} to {}", fresh.display(), path.display())
-                            })?;
-                            Ok(lock)
-                        });
-                    match made {
-                        Ok(lock) => return Ok(PrivateDir { path, _lock: lock }),
-                        Err(e) => {
-                            let _ = fs::remove_dir_all(&fresh);
-                            return Err(e);
-                        }
-                    }
+            match held::make(&path) {
+                Ok(h) => {
+                    return Ok(PrivateDir {
+                        path: h.path.clone(),
+                        _held: h,
+                    })
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(path),
                 Err(e) => {

@@ -30,6 +30,12 @@ mod resp;
 pub mod server;
 
 pub use client::Client;
+
+/// Removes (or with `dry_run` lists) the private directories of Redis
+/// servers whose fabkit was killed (`fabkit clean`).
+pub fn reap_stale_dirs(dry_run: bool) -> Vec<std::path::PathBuf> {
+    dir::reap_stale(&std::env::temp_dir(), dry_run)
+}
 pub use server::{available, password, NotInstalled, Server, INSTALL_HINT};
 
 use std::net::SocketAddrV4;

@@ -10,6 +10,7 @@ use super::dir::*;
 use super::resp::*;
 use super::server::*;
 use super::*;
+use crate::held::LOCK;
 use redis::Value;
 
 #[test]
@@ -54,7 +55,7 @@ fn a_start_reaps_the_directories_killed_runs_left_and_keeps_live_ones() {
         .unwrap()
         .set_modified(minutes_ago)
         .unwrap();
-    reap_stale(base.path());
+    reap_stale(base.path(), false);
     assert!(making.exists(), "a directory being made is kept");
     assert!(
         !left.exists(),
