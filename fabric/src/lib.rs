@@ -66,5 +66,5 @@ pub use fabkit_core::{bootstrap, Completion, Op, OpKind, Remote};
 pub use fabric_sys;
 pub use info::{Caps, Executes, Executor, Hints, Info, KeyPick, Ordering, Progress, ProviderInfo};
 pub use mailbox::{Call, Mailbox, MailboxConfig, MailboxCounts};
-pub use mr::{MemoryRegion, RemoteRegion};
+pub use mr::{live_regions, MemoryRegion, RemoteRegion};
 pub use rank::{Initiator, Lane, OrderingStats, ProgressMode, Rank, RankConfig};

@@ -112,6 +112,16 @@ const LOCAL: u64 = (ffi::FI_SEND | ffi::FI_RECV) as u64;
 /// leave from (a lane's staging): no peer reads or writes it.
 const STAGING: u64 = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE) as u64;
 
+/// Registrations this process holds open, in every domain.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many memory regions this process has registered and not closed,
+/// in every domain (a region whose close failed stays counted: the
+/// provider may still use it). Flat over a long run, or something leaks.
+pub fn live_regions() -> usize {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How often a requested key is drawn again when the domain says another
 /// region holds it.
 const KEY_DRAWS: usize = 4;
@@ -186,6 +196,7 @@ impl MemoryRegion {
                     return Err(call_error("fi_close(mr)", -rc));
                 }
                 self.reg = Reg::Closed;
+                LIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 self._ep = None;
                 Ok(())
             }
@@ -314,6 +325,7 @@ impl MemoryRegion {
         }
         let fid = NonNull::new(fid).expect("fi_mr_reg returned success and null");
         domain.log.opened("mr");
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut mr = MemoryRegion {
             buf,
             len,

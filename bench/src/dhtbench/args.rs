@@ -124,6 +124,13 @@ pub struct DhtArgs {
     /// then reads it back (0: skip; at most 10^6).
     #[arg(long, default_value = "20", value_parser = flags::rounds)]
     pub hot_rounds: u64,
+    /// Soak: repeat the phases, each time on fresh tables, until SECS have
+    /// passed (at most a day), sampling every rank's resident memory, file
+    /// descriptors, threads, registered regions, /dev/shm segments and
+    /// busy CPU per operation after each cycle; a count that grows after
+    /// warm-up fails the run. The table shows the last cycle.
+    #[arg(long, value_name = "SECS", value_parser = flags::secs)]
+    pub duration: Option<Duration>,
     /// Seconds to wait for any one operation before giving up.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = flags::secs)]
     pub timeout: Duration,

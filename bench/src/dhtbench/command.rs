@@ -6,7 +6,7 @@ use std::io::Write as _;
 
 use anyhow::Result;
 
-use super::{bound, report, DhtArgs, RedisOn, Sample, System};
+use super::{bound, report, DhtArgs, RedisOn, System};
 use crate::launch::Launch;
 
 /// `fabkit dht`: the benchmark on this rank (and the job's others), with
@@ -56,14 +56,14 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
         };
         let kind = fabkit_mpi::window::WindowKind::from(win);
         boot.set_timeout(to);
-        let samples = super::run_rank_mpi(args, kind, boot)?;
+        let ran = super::run_rank_mpi(args, kind, boot)?;
         if fabkit_core::bootstrap::Bootstrap::rank(boot) != 0 {
             return Ok(true);
         }
         let size = fabkit_core::bootstrap::Bootstrap::size(boot);
         let provider =
             format!("mpi osc={}, window {win:?}", crate::mpiperf::osc_in_force()).to_lowercase();
-        return report(args, &samples, launch.provenance(size), &provider, None);
+        return report(args, ran, launch.provenance(size), &provider, None);
     }
     let runs = launch.run(to, |boot| super::run_rank(args, boot))?;
     let Some(mut runs) = runs else {
@@ -75,7 +75,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
     // memory path on one node has no fabric in it at all.
     let first = runs
         .first()
-        .and_then(|s| s.iter().find(|x| x.system == System::Fabkit));
+        .and_then(|r| r.samples.iter().find(|x| x.system == System::Fabkit));
     let flag = if args.shm {
         "--shm".to_string()
     } else {
@@ -94,7 +94,7 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
     };
     report(
         args,
-        &runs.swap_remove(0),
+        runs.swap_remove(0),
         launch.provenance(n),
         &provider,
         rates.as_ref(),
@@ -106,11 +106,12 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
 /// whether every run was sound.
 fn report(
     args: &DhtArgs,
-    samples: &[Sample],
+    ran: super::Ran,
     provenance: fabkit_core::provenance::Provenance,
     provider: &str,
     rates: Option<&bound::Rates>,
 ) -> Result<bool> {
+    let samples = &ran.samples;
     let runs = report::runs(samples, args.record, rates);
     let clock = fabkit_core::time::Clock::detect();
     let mut notes = vec![format!(
@@ -149,15 +150,25 @@ fn report(
             notes,
         },
         runs,
+        soak: ran.soak,
     };
     print!("{}", report::table(&rep));
+    if let Some(s) = &rep.soak {
+        print!("{}", super::soak::describe(s));
+    }
     if let Some(p) = &args.json {
         crate::output::write_out(p, &(serde_json::to_string_pretty(&rep)? + "\n"))?;
     }
     if let Some(p) = &args.csv {
         crate::output::write_out(p, &report::csv(&rep)?)?;
     }
-    Ok(report::sound(&rep.runs))
+    let flat = rep.soak.as_ref().is_none_or(|s| {
+        if !s.flat() {
+            eprintln!("fabkit: error: the soak found a count that grew after warm-up (GREW above)");
+        }
+        s.flat()
+    });
+    Ok(report::sound(&rep.runs) && flat)
 }
 
 /// The demo's DHT benchmark on the fastest path measured here

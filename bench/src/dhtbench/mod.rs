@@ -29,6 +29,7 @@ pub mod phase;
 pub mod progress;
 pub mod redis;
 pub mod report;
+pub mod soak;
 pub mod transports;
 pub mod workload;
 
@@ -466,22 +467,55 @@ fn finish_phases<'w, S: Store>(
     Ok(out)
 }
 
+/// What one rank ran: the samples, and with `--duration` the soak.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ran {
+    /// The samples of the whole run (of the last cycle, in a soak).
+    pub samples: Vec<Sample>,
+    /// The soak's points and summary, gathered on every rank.
+    pub soak: Option<soak::Soak>,
+}
+
 /// Runs every variant and workload on this rank over the tables `tables`
-/// makes, then Redis: the samples of the whole run.
-fn bench_rank(
+/// makes (with `--duration`, again and again until the time is up, on
+/// fresh tables each time), then Redis: the samples of the whole run.
+fn bench_rank(a: &DhtArgs, boot: &dyn Bootstrap, tables: &transports::Tables<'_>) -> Result<Ran> {
+    let mut told = boot.rank() != 0;
+    let mut soaking = a.duration.map(soak::Soaking::start);
+    let mut out = loop {
+        let out = bench_cycle(a, boot, tables, &mut told)?;
+        let Some(s) = soaking.as_mut() else {
+            break out;
+        };
+        // Operations summed over ranks: this rank's share.
+        let ops = out.iter().map(|x| x.ops).sum::<u64>() / boot.size().max(1) as u64;
+        if !s.after_cycle(ops, boot)? {
+            break out;
+        }
+    };
+    let soak = soaking.map(|s| s.finish(boot)).transpose()?;
+    if !a.no_redis {
+        out.extend(redis_rank(a, boot)?);
+    }
+    Ok(Ran { samples: out, soak })
+}
+
+/// Every variant and workload once on this rank, each repetition on a
+/// fresh table; the note on the path taken, once (`told`).
+fn bench_cycle(
     a: &DhtArgs,
     boot: &dyn Bootstrap,
     tables: &transports::Tables<'_>,
+    told: &mut bool,
 ) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
-    let mut told = boot.rank() != 0;
     for v in variants(a) {
         let cfg = config(a, v)?;
         for (wi, &w) in a.workload.iter().enumerate() {
             for rep in 0..a.reps {
                 let mut t = tables.open(&cfg)?;
                 let path = t.path;
-                if !std::mem::replace(&mut told, true) {
+                if !std::mem::replace(told, true) {
                     // Once, from rank 0: the path and the fact it was
                     // chosen by (`auto` may also fall back).
                     eprintln!(
@@ -499,9 +533,6 @@ fn bench_rank(
                 tables.close(t)?;
             }
         }
-    }
-    if !a.no_redis {
-        out.extend(redis_rank(a, boot)?);
     }
     Ok(out)
 }
@@ -758,7 +789,7 @@ pub fn fabric_of(a: &DhtArgs) -> Result<transports::Fabric<'_>> {
 }
 
 /// Runs the benchmark on this rank over libfabric.
-pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Vec<Sample>> {
+pub fn run_rank(a: &DhtArgs, boot: &dyn Bootstrap) -> Result<Ran> {
     bench_rank(a, boot, &transports::Tables::fabric(&fabric_of(a)?, boot))
 }
 
@@ -768,7 +799,7 @@ pub fn run_rank_mpi(
     a: &DhtArgs,
     kind: fabkit_mpi::window::WindowKind,
     boot: &fabkit_mpi::MpiBootstrap,
-) -> Result<Vec<Sample>> {
+) -> Result<Ran> {
     bench_rank(
         a,
         boot,

@@ -234,6 +234,9 @@ pub struct Report {
     pub meta: Meta,
     /// Rows.
     pub runs: Vec<Run>,
+    /// With `--duration`: every rank's resources over the soak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<super::soak::Soak>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -874,6 +877,7 @@ mod tests {
                 notes: vec![],
             },
             runs: r,
+            soak: None,
         };
         let text = csv(&rep).unwrap();
         let mut rd = csv::Reader::from_reader(text.as_bytes());
@@ -1050,6 +1054,7 @@ mod tests {
                 notes: vec!["n".into()],
             },
             runs: r,
+            soak: None,
         };
         let json = serde_json::to_value(&rep).unwrap();
         fabkit_core::schema::same_keys(&json, JSON_KEYS).unwrap_or_else(|e| panic!("{e}"));
@@ -1073,6 +1078,7 @@ mod tests {
                     notes: vec![],
                 },
                 runs: runs(&[s], Record { key: 8, value: 8 }, None),
+                soak: None,
             }
         };
         let svg = ranks_chart(&[mk(1), mk(2), mk(4)], "t").unwrap();

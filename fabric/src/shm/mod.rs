@@ -62,6 +62,25 @@ pub use reap::{reap_stale, remove, survey, Maker, Reaped, Removal, Segment, Verd
 /// Where `shm_open` names live on Linux.
 pub const SHM_DIR: &str = "/dev/shm";
 
+/// How many segments in [`SHM_DIR`] this process made: fabkit's (by the
+/// creator in their names) and the libfabric shm provider's (by the pid in
+/// theirs). Flat over a long run, or something leaks.
+pub fn own_segments() -> usize {
+    let Ok(entries) = std::fs::read_dir(SHM_DIR) else {
+        return 0;
+    };
+    let me = Creator::current();
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            parse_name(&name).is_some_and(|(c, _)| c == me)
+                || parse_provider_name(&name).is_some_and(|(pid, _, _)| pid == me.pid)
+        })
+        .count()
+}
+
 /// The start of every segment name fabkit makes (without the leading `/`
 /// that `shm_open` wants).
 pub const PREFIX: &str = "fabkit.";
