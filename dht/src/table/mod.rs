@@ -259,10 +259,17 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
     /// the others' regions. (Dropping is safe too, but peers may then see
     /// errors.)
     pub fn free(self, boot: &dyn Bootstrap) -> Result<T> {
-        // After the barrier no rank sends another request: the service
-        // (dropped with the links) can stop.
+        // After the barrier no rank sends another request: the service can
+        // stop. It settles its last answers first, and those may still be
+        // on their way to a peer: every rank's service stops before any
+        // rank closes the endpoints they travel to (a provider may touch
+        // the receiver's endpoint until the send completes).
         boot.barrier().map_err(Error::Bootstrap)?;
-        let Dht { t, links, .. } = self;
+        let Dht { t, mut links, .. } = self;
+        if let Some(l) = links.as_mut() {
+            l.stop_service();
+            boot.barrier().map_err(Error::Bootstrap)?;
+        }
         drop(links);
         Ok(t)
     }

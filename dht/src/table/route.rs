@@ -24,7 +24,8 @@ use crate::variant::{Mode, Outcome, Update, MAX_RUN};
 pub(crate) struct Links<M: Messenger> {
     /// The service running peers' requests on this rank's region; first,
     /// so it stops (and its thread is joined) before anything else goes.
-    _service: Service,
+    /// None once [`Links::stop_service`] stopped it.
+    service: Option<Service>,
     pub(crate) m: Arc<M>,
     /// Per rank: whether its keys go to it as requests.
     by_message: Vec<bool>,
@@ -43,6 +44,12 @@ trait Counted: Send + Sync {
 }
 
 impl<M: Messenger> Links<M> {
+    /// Stops the service and joins its thread, which first settles the
+    /// answers it has in flight (their sends complete).
+    pub(crate) fn stop_service(&mut self) {
+        drop(self.service.take());
+    }
+
     /// Whether any rank is reached by messages.
     pub(crate) fn any(&self) -> bool {
         self.by_message.iter().any(|&b| b)
@@ -145,7 +152,7 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
         let m = Arc::new(m);
         let service = Service::start(executor.clone(), m.clone(), sizes)?;
         let links = Links {
-            _service: service,
+            service: Some(service),
             m,
             by_message,
             sizes,
