@@ -43,13 +43,13 @@ mpi() { mpirun --oversubscribe -n "$1" "$fk" dht "${@:2}"; }
 
 for dist in uniform zipf; do
   for n in 1 2 3 4; do
-    run "fastest-$dist-r$n" mpi "$n" --mpi allocate "${all[@]}" --distribution "$dist" "${common[@]}"
+    run "fastest-$dist-r$n" mpi "$n" --mpi allocate --path rma "${all[@]}" --distribution "$dist" "${common[@]}"
   done
   for rec in S M L; do
-    run "fastest-$dist-$rec-r2" mpi 2 --mpi allocate "${all[@]}" --distribution "$dist" --record "$rec" "${common[@]}"
+    run "fastest-$dist-$rec-r2" mpi 2 --mpi allocate --path rma "${all[@]}" --distribution "$dist" --record "$rec" "${common[@]}"
   done
 done
-run "fastest-default-r2" mpi 2 --mpi allocate "${all[@]}" "${common[@]}"
+run "fastest-default-r2" mpi 2 --mpi allocate --path rma "${all[@]}" "${common[@]}"
 
 two=(-w paper,a "${common[@]}")
 run "threads-shm-r2" "$fk" dht -n 2 -p shm "${two[@]}"
@@ -58,7 +58,7 @@ run "threads-tcp-r2" "$fk" dht -n 2 -p 'tcp;ofi_rxm' "${two[@]}"
 run "launch-shmshortcut-r2" "$fk" launch -n 2 -- "$fk" dht -p shm --shm "${two[@]}"
 run "mpirun-shm-r2" mpi 2 -p shm "${two[@]}"
 run "mpirun-tcp-r2" mpi 2 -p 'tcp;ofi_rxm' "${two[@]}"
-run "mpirun-create-pt2pt-r2" mpi 2 --mpi create "${two[@]}"
+run "mpirun-create-pt2pt-r2" mpi 2 --mpi create --path rma "${two[@]}"
 
 # Throughput against ranks on the fastest path, one chart per workload
 # phase that a user compares by.

@@ -68,6 +68,18 @@ pub struct AutoPath {
 
 /// The auto path of `variants` across nodes on a provider that executes
 /// as `e` (`one_node`: a provider of one node only, such as shm).
+/// Why `provider` cannot carry the message path (as a table's set-up
+/// finds, and `auto` then takes rma), or None where it can.
+fn message_refused(provider: &str) -> Option<String> {
+    let boot = fabkit_core::ThreadGroup::members(1, std::time::Duration::from_secs(5)).pop()?;
+    let mut cfg = fabkit_fabric::MailboxConfig::new(provider);
+    cfg.timeout = std::time::Duration::from_secs(2);
+    match fabkit_fabric::Mailbox::establish(cfg, &boot) {
+        Err(fabkit_fabric::Error::Unsupported { what, .. }) => Some(format!("it lacks {what}")),
+        _ => None,
+    }
+}
+
 fn auto_paths(e: Executes, one_node: bool) -> Vec<AutoPath> {
     use fabkit_dht::path::{plan, Carrier, Path, Way};
     let groups: [&[Variant]; 2] = [
@@ -210,6 +222,16 @@ pub fn gather(only: Option<&str>) -> Result<Report> {
         let one_node = matches!(row.provider.as_str(), "shm" | "sm2");
         if row.fabkit_rma {
             row.auto = auto_paths(row.executes, one_node);
+            // The message path needs messages that name their sender: a
+            // mailbox of one rank asks its own service, as a table's does.
+            if row.auto.iter().any(|a| a.takes == "message") {
+                if let Some(why) = message_refused(&row.provider) {
+                    for a in row.auto.iter_mut().filter(|a| a.takes == "message") {
+                        a.takes = "rma".into();
+                        a.why = format!("{}; but the message path is refused here ({why})", a.why);
+                    }
+                }
+            }
         }
     }
     Ok(Report {

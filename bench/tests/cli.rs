@@ -1310,6 +1310,20 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
             ],
             "provider `net` cannot do u64 atomics",
         ),
+        // A record the message path cannot send in one message: it ran and
+        // failed on every rank (exit 1) without the fix.
+        (
+            &[
+                "dht",
+                "-n",
+                "2",
+                "--record",
+                "1048576,1048576",
+                "--path",
+                "message",
+            ],
+            "use smaller records, or the rma path",
+        ),
         // perf: ran for ever or overflowed.
         (
             &["perf", "-n", U64_MAX],

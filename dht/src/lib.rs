@@ -207,5 +207,5 @@ pub use layout::Variant;
 pub use outcome::{Error, FindOrPut, Found, Read, Result, Stats, Write, COUNTERS};
 pub use path::Path;
 pub use placement::KeyHash;
-pub use table::{Dht, LANE_KEYS, MAX_DEPTH, MAX_MESSAGE};
+pub use table::{fits_a_message, Dht, LANE_KEYS, MAX_DEPTH, MAX_MESSAGE};
 pub use transport::Transport;

@@ -209,7 +209,8 @@ pub fn open<'b>(cfg: &Config, r: &Recipe<'b>, boot: &dyn Bootstrap) -> Result<Op
     // Every rank resolves the same path, or says why not, before any sets
     // up a transport (which is collective).
     let planned = carrier(r, one_node)
-        .and_then(|c| path::plan(cfg.path, cfg.variant, c, one_node).map_err(Error::Config));
+        .and_then(|c| path::plan(cfg.path, cfg.variant, c, one_node).map_err(Error::Config))
+        .and_then(|p| records_fit(cfg, p, r));
     let agreed = crate::collective::agree(
         boot,
         "choosing the path",
@@ -223,6 +224,33 @@ pub fn open<'b>(cfg: &Config, r: &Recipe<'b>, boot: &dyn Bootstrap) -> Result<Op
     let (table, plan) = build(cfg, r, boot, plan, &near)?;
     let path = plan.taken(!one_node);
     Ok(Opened { table, plan, path })
+}
+
+/// The message path sends a key and its value in one message: where a
+/// record does not fit, `auto` takes the rma path (and says why), and a
+/// message path asked for is refused, naming the fix.
+fn records_fit(cfg: &Config, plan: Plan, r: &Recipe<'_>) -> Result<Plan> {
+    if plan.near != Way::Message && plan.far != Way::Message {
+        return Ok(plan);
+    }
+    match crate::table::fits_a_message(cfg) {
+        Ok(()) => Ok(plan),
+        Err(why) if cfg.path == crate::Path::Auto => {
+            #[cfg(feature = "mpi")]
+            let near = if r.mpi.is_some() { Way::Rma } else { plan.near };
+            #[cfg(not(feature = "mpi"))]
+            let near = {
+                let _ = r;
+                plan.near
+            };
+            Ok(Plan {
+                near: if near == Way::Message { Way::Rma } else { near },
+                far: Way::Rma,
+                why: format!("{}; but {why}", plan.why),
+            })
+        }
+        Err(why) => Err(Error::Config(why)),
+    }
 }
 
 /// The table of `plan`, and the plan it took: `auto`'s, with the message
@@ -272,7 +300,9 @@ fn build<'b>(
                 let (t, exec) = memory_for_messages(cfg, mb.get(), near, near_way)?;
                 let m = fabkit_mpi::Mailbox::create(mb.get(), r.timeout, crate::MAX_MESSAGE)
                     .map_err(Error::transport)?;
-                let d = Dht::create_with_messages(t, exec, m, *cfg, mb.get(), hash)?;
+                let mut d = Dht::create_with_messages(t, exec, m, *cfg, mb.get(), hash)?;
+                // A reply is one message: waited for as long as one.
+                d.set_deadline(r.timeout)?;
                 d.warm_up(mb.get())?;
                 Ok(Table::MpiMessage(d))
             }
@@ -313,7 +343,9 @@ fn build<'b>(
                 Err(e) => return Err(Error::transport(e)),
             };
             let (t, exec) = memory_for_messages(cfg, boot, near, near_way)?;
-            let d = Dht::create_with_messages(t, exec, m, *cfg, boot, hash)?;
+            let mut d = Dht::create_with_messages(t, exec, m, *cfg, boot, hash)?;
+            // A reply is one message: waited for as long as one.
+            d.set_deadline(r.timeout)?;
             d.warm_up(boot)?;
             Ok(Table::Message(d))
         }

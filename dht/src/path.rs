@@ -196,6 +196,8 @@ pub fn plan(
                     .into(),
             )
         }
+        // An MPI job sets up no libfabric RMA: on one node memory is all.
+        Path::Memory if mpi => fixed(Way::Memory, Way::Memory, "asked for"),
         Path::Memory => fixed(Way::Memory, Way::Rma, "asked for"),
         Path::Rma => fixed(Way::Rma, Way::Rma, "asked for"),
         Path::Message => match carrier {
@@ -325,6 +327,16 @@ mod tests {
             false,
         );
         assert!(e.unwrap_err().contains("choose the message or rma path"));
+        // On one node an MPI job's memory path is memory to every rank
+        // (there is no libfabric RMA to fall back on).
+        let p = plan(
+            Path::Memory,
+            Variant::Fine,
+            Carrier::Mpi { threads: true },
+            true,
+        )
+        .unwrap();
+        assert_eq!((p.near, p.far), (Way::Memory, Way::Memory));
     }
 
     #[test]

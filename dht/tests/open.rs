@@ -27,11 +27,17 @@ fn each_path_opens_the_table_its_plan_says_and_works() {
             std::thread::scope(|s| {
                 for b in &boots {
                     s.spawn(move || {
-                        let r = Recipe::fabric("tcp;ofi_rxm");
+                        let mut r = Recipe::fabric("tcp;ofi_rxm");
+                        r.timeout = Duration::from_millis(2500);
                         let t = open(&cfg, &r, b).unwrap();
                         assert_eq!(t.path.name(), label, "{path:?} {variant:?}: {}", t.plan.why);
                         let me = b.rank() as u64;
                         fabkit_dht::with_table!(&t.table, d => {
+                            // A reply is waited for as long as the recipe's
+                            // timeout says (`--timeout`), not the default.
+                            if label == "message" {
+                                assert_eq!(d.deadline(), r.timeout);
+                            }
                             let k = key(me);
                             d.write(&k, &value(&k, me, 0, 24)).unwrap();
                             b.barrier().unwrap();

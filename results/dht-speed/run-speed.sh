@@ -123,28 +123,28 @@ round() {
   f_lockfree() {
     fabkit "$r" lockfree-threads-shm -- -n 2 --shm -v lockfree
     fabkit "$r" lockfree-processes-shm "${mpi2[@]}" -- --shm -v lockfree
-    fabkit "$r" lockfree-mpi-allocate "${mpi2[@]}" --mca osc sm,pt2pt -- --mpi allocate -v lockfree
+    fabkit "$r" lockfree-mpi-allocate "${mpi2[@]}" --mca osc sm,pt2pt -- --mpi allocate --path rma -v lockfree
   }
   pair a_ceiling -- f_lockfree
   a_lockfree() { mpidht "$r" mpidht-lockfree lockfree rdma; }
   f_create() {
-    fabkit "$r" lockfree-mpi-create-b1 "${mpi2[@]}" --mca osc rdma -- --mpi create -v lockfree -b 1
-    fabkit "$r" lockfree-mpi-create-b64 "${mpi2[@]}" --mca osc rdma -- --mpi create -v lockfree
+    fabkit "$r" lockfree-mpi-create-b1 "${mpi2[@]}" --mca osc rdma -- --mpi create --path rma -v lockfree -b 1
+    fabkit "$r" lockfree-mpi-create-b64 "${mpi2[@]}" --mca osc rdma -- --mpi create --path rma -v lockfree
     fabkit "$r" chunked-threads-shm -- -n 2 --shm -v chunked
   }
   pair a_lockfree -- f_create
   a_coarse() { mpidht "$r" mpidht-coarse coarse rdma; }
   f_coarse() {
     fabkit "$r" coarse-threads-shm -- -n 2 --shm -v coarse
-    fabkit "$r" coarse-mpi-create-b1 "${mpi2[@]}" --mca osc rdma -- --mpi create -v coarse -b 1
-    fabkit "$r" coarse-mpi-create-b64 "${mpi2[@]}" --mca osc rdma -- --mpi create -v coarse
+    fabkit "$r" coarse-mpi-create-b1 "${mpi2[@]}" --mca osc rdma -- --mpi create --path rma -v coarse -b 1
+    fabkit "$r" coarse-mpi-create-b64 "${mpi2[@]}" --mca osc rdma -- --mpi create --path rma -v coarse
   }
   pair a_coarse -- f_coarse
   a_fine() { mpidht "$r" mpidht-fine fine pt2pt; }
   f_fine() {
     fabkit "$r" fine-threads-shm -- -n 2 --shm -v fine
-    fabkit "$r" fine-mpi-create-b1 "${mpi2[@]}" --mca osc pt2pt -- --mpi create -v fine -b 1
-    fabkit "$r" chunked-mpi-create-b1 "${mpi2[@]}" --mca osc pt2pt -- --mpi create -v chunked -b 1
+    fabkit "$r" fine-mpi-create-b1 "${mpi2[@]}" --mca osc pt2pt -- --mpi create --path rma -v fine -b 1
+    fabkit "$r" chunked-mpi-create-b1 "${mpi2[@]}" --mca osc pt2pt -- --mpi create --path rma -v chunked -b 1
   }
   pair a_fine -- f_fine
   # Scaling: the ceiling and the fastest path at 1 to 4 ranks.

@@ -160,8 +160,11 @@ pub struct DhtArgs {
     /// Also write one CSV row per run to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<std::path::PathBuf>,
-    /// Run over MPI one-sided RMA on a window of this kind instead of
-    /// libfabric (under mpirun): the MPI-DHT's own setting, same algorithms.
+    /// Run over MPI instead of libfabric (under mpirun): one-sided RMA on a
+    /// window of this kind on the rma path (the MPI-DHT's own setting, same
+    /// algorithms), point-to-point messages on the message path. `auto`
+    /// takes memory on one node and messages across nodes where MPI gives
+    /// MPI_THREAD_MULTIPLE: give --path rma to measure MPI windows.
     #[cfg(feature = "mpi")]
     #[arg(long, value_name = "KIND", value_enum)]
     pub mpi: Option<crate::mpiperf::WinArg>,
@@ -249,6 +252,9 @@ pub fn validate(a: &DhtArgs, ranks: usize, in_process: usize, mpi: bool) -> Resu
     for v in variants(a) {
         let cfg = config(a, v)?;
         check_memory(a, &cfg, ranks as u64, in_process as u64)?;
+        if a.path == Some(fabkit_dht::Path::Message) {
+            fabkit_dht::fits_a_message(&cfg).map_err(exit::usage)?;
+        }
     }
     for (i, w) in a.workload.iter().enumerate() {
         exit::ensure_usage!(

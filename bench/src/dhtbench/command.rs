@@ -61,8 +61,19 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
             return Ok(true);
         }
         let size = fabkit_core::bootstrap::Bootstrap::size(boot);
-        let provider =
-            format!("mpi osc={}, window {win:?}", crate::mpiperf::osc_in_force()).to_lowercase();
+        // The path says whether MPI windows carried the operations at all
+        // (on one node `auto` takes memory).
+        let taken = ran
+            .samples
+            .iter()
+            .find_map(|x| x.path)
+            .map_or("?", |p| p.name());
+        let provider = format!(
+            "mpi osc={}, window {win:?} (--path {}: {taken})",
+            crate::mpiperf::osc_in_force(),
+            path.name()
+        )
+        .to_lowercase();
         return report(args, ran, launch.provenance(size), &provider, None);
     }
     let runs = launch.run(to, |boot| super::run_rank(args, boot))?;

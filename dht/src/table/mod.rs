@@ -24,7 +24,7 @@ use crate::variant::{Shape, MAX_RUN};
 
 use drive::Work;
 pub(crate) use route::Links;
-pub use route::MAX_MESSAGE;
+pub use route::{fits_a_message, MAX_MESSAGE};
 
 /// A distributed hash table over a transport, and (on the message path)
 /// a messenger to the ranks the transport does not reach by memory.

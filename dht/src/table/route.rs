@@ -20,6 +20,37 @@ use crate::placement::KeyHash;
 use crate::transport::Transport;
 use crate::variant::{Mode, Outcome, Update, MAX_RUN};
 
+/// Whether one key of `cfg`'s records, with its value, fits a request and
+/// its answer on the message path ([`MAX_MESSAGE`] bytes at most); the
+/// error says what to do. The message path needs it; `auto` takes the rma
+/// path where it fails.
+pub fn fits_a_message(cfg: &Config) -> std::result::Result<(), String> {
+    let sizes = Sizes {
+        table: 0,
+        ranks: 1,
+        key_len: cfg.key_len,
+        value_len: cfg.value_len,
+        max_keys: MAX_RUN,
+    };
+    let fits = [Kind::Read, Kind::Write, Kind::FindOrPut]
+        .into_iter()
+        .all(|k| sizes.keys_per_message(k, MAX_MESSAGE, MAX_RUN) > 0);
+    if fits {
+        Ok(())
+    } else {
+        Err(too_big(cfg, MAX_MESSAGE))
+    }
+}
+
+/// The message of a record too big for a message of `max_len` bytes.
+fn too_big(cfg: &Config, max_len: usize) -> String {
+    format!(
+        "a record of {} B keys and {} B values does not fit a message of {max_len} B (the \
+         message path sends a key and its value in one): use smaller records, or the rma path",
+        cfg.key_len, cfg.value_len
+    )
+}
+
 /// What a table on the message path holds beyond the transport.
 pub(crate) struct Links<M: Messenger> {
     /// The service running peers' requests on this rank's region; first,
@@ -139,10 +170,7 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
             .min()
             .unwrap_or(0);
         if sizes.max_keys == 0 {
-            return Err(Error::Config(format!(
-                "a record of {} B keys and {} B values does not fit a message of {max_len} B",
-                cfg.key_len, cfg.value_len
-            )));
+            return Err(Error::Config(too_big(&cfg, max_len)));
         }
         let me = t.rank();
         let by_message = (0..t.ranks()).map(|r| r != me && !t.by_memory(r)).collect();

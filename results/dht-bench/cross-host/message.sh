@@ -110,7 +110,7 @@ mpi() {
   testbed
   local m=(fabkit launch --mpi -n 2 --netns ipoib-a,ipoib-b)
   for r in $(seq "$rounds"); do
-    msg() { OMPI_MCA_osc=sm,pt2pt dht mpi "$r" message "${m[@]}" -- --mpi create -v lockfree -w paper -k "$keys" --no-redis --hot-rounds 0 --latency-ops 0; }
+    msg() { OMPI_MCA_osc=sm,pt2pt dht mpi "$r" message "${m[@]}" -- --mpi create --path message -v lockfree -w paper -k "$keys" --no-redis --hot-rounds 0 --latency-ops 0; }
     win() { OMPI_MCA_osc=pt2pt dht mpi "$r" rma-pt2pt "${m[@]}" -- --mpi create --path rma -v lockfree -w paper -k 1000 --no-redis --hot-rounds 0 --latency-ops 0; }
     if flip "$r"; then win; msg; else msg; win; fi
   done

@@ -54,7 +54,7 @@ for r in $(seq "$rounds"); do
     "${two[@]}" "${dht[@]}" -v "$v" --no-redis --depth 1 "${bound[@]}" --json "$out/d1-$v-r$r.json" >"$out/d1-$v-r$r.txt"
     "${two[@]}" "${dht[@]}" -v "$v" --no-redis --shm "${bound[@]}" --json "$out/shm-$v-r$r.json" >"$out/shm-$v-r$r.txt"
   done
-  fabkit launch --mpi -n 2 --netns ipoib-a,ipoib-b -- fabkit dht --mpi create -k "$keys" -b "$batch" \
+  fabkit launch --mpi -n 2 --netns ipoib-a,ipoib-b -- fabkit dht --mpi create --path rma -k "$keys" -b "$batch" \
     -v lockfree --no-redis --hot-rounds 0 --json "$out/mpi-lockfree-r$r.json" >"$out/mpi-lockfree-r$r.txt" 2>&1 ||
     echo "round $r: MPI run failed (see mpi-lockfree-r$r.txt)"
 done
