@@ -559,7 +559,40 @@ pub fn launch_processes(
     for &g in &groups {
         signal_group(g, libc::SIGKILL);
     }
+    if !matches!(code, Ok(0)) {
+        remove_segments_of(&groups);
+    }
     code
+}
+
+/// Removes the /dev/shm segments the ranks `pids` made (fabkit's, and the
+/// libfabric shm provider's) that nothing holds any more: a rank that was
+/// killed, or stopped after another failed, could not unlink them.
+/// Judged as `fabkit clean` judges; said on stderr, a failure included.
+fn remove_segments_of(pids: &[u32]) {
+    use fabkit_fabric::shm::{remove, survey, Maker, Removal, Verdict};
+    let Ok(found) = survey(true) else {
+        return;
+    };
+    for (seg, verdict) in found {
+        let pid = match &seg.maker {
+            Maker::Fabkit { creator, .. } => creator.pid,
+            Maker::Provider { pid } => *pid,
+        };
+        if !pids.contains(&pid) || !matches!(verdict, Verdict::Stale(_)) {
+            continue;
+        }
+        match remove(&seg) {
+            Ok(Removal::Removed) => {
+                eprintln!(
+                    "fabkit launch: removed /dev/shm/{} (rank pid {pid})",
+                    seg.file
+                )
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("fabkit launch: could not remove /dev/shm/{}: {e}", seg.file),
+        }
+    }
 }
 
 /// Watches every rank: the first failure stops the rest (they would wait

@@ -184,16 +184,15 @@ impl Options {
     }
 
     /// One line: the variant, the route, (off MPI) the provider and
-    /// domain, and the path the table took (`path`, one of `memory`,
-    /// `rma`, `memory+rma`, `message`, `memory+message`) and why.
-    pub(crate) fn describe(&self, path: &str, why: &str) -> String {
+    /// domain, and the path the table took and why.
+    pub(crate) fn describe(&self, path: fabkit_dht::path::Taken, why: &str) -> String {
         let variant = name_of(&VARIANTS, self.variant);
-        let window = if path == "rma" {
+        let window = if path == fabkit_dht::path::Taken::Rma {
             " (MPI_Win_allocate)"
         } else {
             ""
         };
-        let took = format!("path {path} ({}: {why})", self.path.name());
+        let took = format!("path {} ({}: {why})", path.name(), self.path.name());
         match (self.route, &self.domain) {
             (Route::Mpi, _) => format!("{variant} over mpi{window}, {took}"),
             (route, d) => format!(

@@ -195,7 +195,7 @@ fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<DHT, String>
     // the path and the region's size first.
     let opened = open(&cfg, &recipe, &*boot).map_err(|e| e.to_string())?;
     let over = opened.table;
-    let described = options.describe(opened.path.name(), &opened.plan.why);
+    let described = options.describe(opened.path, &opened.plan.why);
     let described = CString::new(described).unwrap_or_default();
     Ok(DHT {
         over,

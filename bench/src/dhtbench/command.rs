@@ -50,9 +50,10 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
     #[cfg(feature = "mpi")]
     if let Some(win) = args.mpi {
         let Launch::Mpi(boot) = &launch else {
-            return Err(crate::exit::usage(
-                "--mpi runs under an MPI launcher: mpirun -n 2 fabkit dht --mpi allocate",
-            ));
+            return Err(crate::exit::usage(format!(
+                "--mpi runs under an MPI launcher: mpirun -n 2 fabkit dht --mpi {}",
+                crate::dhtbench::report::name(win)
+            )));
         };
         let kind = fabkit_mpi::window::WindowKind::from(win);
         boot.set_timeout(to);

@@ -462,10 +462,11 @@ pub fn command(a: &SurrogateArgs) -> Result<bool> {
     let mpi = false;
     validate(a, ranks, mpi)?;
     #[cfg(feature = "mpi")]
-    if mpi && !matches!(launch, Launch::Mpi(_)) {
-        return Err(crate::exit::usage(
-            "--mpi runs under an MPI launcher: mpirun -n 2 fabkit surrogate --mpi allocate",
-        ));
+    if let (Some(win), false) = (a.mpi, matches!(launch, Launch::Mpi(_))) {
+        return Err(crate::exit::usage(format!(
+            "--mpi runs under an MPI launcher: mpirun -n 2 fabkit surrogate --mpi {}",
+            crate::dhtbench::report::name(win)
+        )));
     }
     // Where the results go is checked before a run of minutes, and leaves
     // nothing behind that was not there.

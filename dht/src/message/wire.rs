@@ -401,8 +401,17 @@ pub(crate) fn failure(out: &mut Vec<u8>, s: &Sizes, owner: usize, req: &Request<
         flags: FAILED,
     }
     .write(out);
-    out.extend_from_slice(why.as_bytes());
+    // Cut (at a character) to fit any message: a reply too long to send
+    // would leave the caller waiting out its timeout instead.
+    let mut end = why.len().min(MAX_WHY);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&why.as_bytes()[..end]);
 }
+
+/// The longest reason a failure reply carries, bytes.
+const MAX_WHY: usize = 1024;
 
 /// What a reply says.
 #[derive(Debug, PartialEq, Eq)]
@@ -446,18 +455,27 @@ pub(crate) fn read_reply(
     }
     let codes = b.get(HEADER..HEADER + count).ok_or(Refusal::Malformed)?;
     let vl = s.value_len;
+    // Checked whole before anything is written: a refused reply leaves the
+    // caller's outcomes and values as they were.
+    let mut with_value = 0usize;
+    for &c in codes {
+        let o = outcome_of(kind, c).ok_or(Refusal::Malformed)?;
+        with_value += usize::from(carries_value(o));
+    }
+    let len = with_value
+        .checked_mul(vl)
+        .and_then(|v| v.checked_add(HEADER + count));
+    if len != Some(b.len()) || found.len() < count.saturating_mul(vl) {
+        return Err(Refusal::Malformed);
+    }
     let mut at = HEADER + count;
     for (i, &c) in codes.iter().enumerate() {
         let o = outcome_of(kind, c).ok_or(Refusal::Malformed)?;
         if carries_value(o) {
-            let v = b.get(at..at + vl).ok_or(Refusal::Malformed)?;
-            found[i * vl..(i + 1) * vl].copy_from_slice(v);
+            found[i * vl..(i + 1) * vl].copy_from_slice(&b[at..at + vl]);
             at += vl;
         }
         outcomes[i] = o;
-    }
-    if at != b.len() {
-        return Err(Refusal::Malformed);
     }
     Ok(Reply::Done)
 }
@@ -583,7 +601,12 @@ mod tests {
         assert!(read_reply(&bad, &s, Kind::Read, 3, 41, &mut got, &mut vals).is_err());
         let mut short = rep.clone();
         short.pop();
-        assert!(read_reply(&short, &s, Kind::Read, 3, 41, &mut got, &mut vals).is_err());
+        // A refused reply writes nothing: the first value would fit, the
+        // last is cut.
+        let (mut got2, mut vals2) = ([Outcome::Pending; 3], vec![7u8; 48]);
+        assert!(read_reply(&short, &s, Kind::Read, 3, 41, &mut got2, &mut vals2).is_err());
+        assert_eq!(got2, [Outcome::Pending; 3]);
+        assert_eq!(vals2, vec![7u8; 48]);
     }
 
     #[test]
@@ -606,6 +629,12 @@ mod tests {
         let mut got = [Outcome::Pending; 1];
         let r = read_reply(&rep, &s, Kind::Write, 0, 7, &mut got, &mut [0u8; 16]).unwrap();
         assert_eq!(r, Reply::Failed("deadline".into()));
+        // A reason of any length fits a message, cut at a character.
+        let long = "é".repeat(10_000);
+        failure(&mut rep, &s, 0, &req, &long);
+        assert!(rep.len() <= HEADER + MAX_WHY, "{}", rep.len());
+        let r = read_reply(&rep, &s, Kind::Write, 0, 7, &mut got, &mut [0u8; 16]).unwrap();
+        assert_eq!(r, Reply::Failed("é".repeat(MAX_WHY / 2)));
     }
 
     #[test]

@@ -148,9 +148,15 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
         // The table's id: rank 0's draw, agreed by all (a request for
         // another table, or a late one for a table freed and made again,
         // is refused by it).
-        let ids = boot
-            .allgather(&fabkit_core::random_u64()?.to_le_bytes())
-            .map_err(Error::Bootstrap)?;
+        // This rank's draws (the id, and its requests' first id); one that
+        // fails on one rank fails the create on every rank.
+        let draws = fabkit_core::random_u64().and_then(|a| Ok((a, fabkit_core::random_u64()?)));
+        let mine = match &draws {
+            Ok((id, _)) => Ok(id.to_le_bytes().to_vec()),
+            Err(e) => Err(Error::Config(e.to_string())),
+        };
+        let ids = crate::collective::agree(boot, "drawing the table's id", mine)?;
+        let first_id = draws.map_or(0, |(_, f)| f >> 1);
         let table = ids
             .first()
             .and_then(|b| b.get(..8))
@@ -184,7 +190,7 @@ impl<T: Transport, M: Messenger> Dht<T, M> {
             m,
             by_message,
             sizes,
-            next_id: AtomicU64::new(fabkit_core::random_u64()? >> 1),
+            next_id: AtomicU64::new(first_id),
             served: executor,
         };
         Ok(Dht::assemble(t, cfg, key_hash, Some(links)))

@@ -32,6 +32,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::run::Waited;
 use super::{Batch, Hold, Look, Machine, Mode, Outcome, Role, Run, Shape, Step};
 use crate::layout::{
     claimed_over_full, full, full_version, is_claimed, is_full, CLAIMED, CLAIMED_OVER_FULL,
@@ -269,7 +270,7 @@ impl<'a> Chunked<'a> {
         if p.retries < shape.checksum_retries {
             p.retries += 1;
             self.run.stats.checksum_retries += 1;
-            self.run.past_deadline(i, now, "a consistent read");
+            self.run.past_deadline(i, now, Waited::ConsistentRead);
             return true;
         }
         // Still failing, with this key's bytes: damage (scan passes over
@@ -318,7 +319,7 @@ impl<'a> Chunked<'a> {
                     // stalled claimer's write may land after the takeover
                     // read the bucket, and an increment would be lost. It
                     // fails at its deadline, as fine and coarse writers do.
-                    self.run.past_deadline(i, now, "the claim");
+                    self.run.past_deadline(i, now, Waited::Claim);
                     return false;
                 }
                 if now.saturating_duration_since(t) >= deadline {
@@ -347,7 +348,7 @@ impl<'a> Chunked<'a> {
         p.since = Some(now);
         // A new claim: others are making progress, and this probe has
         // waited its whole deadline only if the run has.
-        self.run.past_deadline(i, now, "the claim");
+        self.run.past_deadline(i, now, Waited::Claim);
         false
     }
 
@@ -583,7 +584,7 @@ impl Machine for Chunked<'_> {
                         p.phase = Some(Role::Data);
                         p.seen = b.word(j);
                         p.since = None;
-                        self.run.past_deadline(i, now, "the claim");
+                        self.run.past_deadline(i, now, Waited::Claim);
                     }
                 }
                 Role::Check => {
@@ -608,7 +609,7 @@ impl Machine for Chunked<'_> {
                         // claim: its store may have landed and been kept.
                         // Doing it again could count it twice; say so.
                         let found = b.word(j);
-                        self.run.lost(i, "the claim", found);
+                        self.run.lost(i, Waited::Claim, found);
                         self.run.probes[i].done = true;
                         self.run.probes[i].phase = None;
                     } else {
@@ -621,7 +622,7 @@ impl Machine for Chunked<'_> {
                         }
                         p.phase = Some(Role::Data);
                         p.since = None;
-                        self.run.past_deadline(i, now, "the claim");
+                        self.run.past_deadline(i, now, Waited::Claim);
                     }
                 }
                 _ => {}

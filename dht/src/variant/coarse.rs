@@ -12,6 +12,7 @@
 
 use std::time::Instant;
 
+use super::run::Waited;
 use super::{
     locked_look, locked_read, plan_lock_release, store_or_advance, take, word, Batch, Hold, Look,
     Machine, Mode, Outcome, Role, Run, Step,
@@ -268,7 +269,7 @@ impl Machine for Coarse<'_> {
                 let w = b.word(0);
                 self.run.probes[lead].seen = w;
                 if word::held(w) {
-                    self.run.past_deadline(lead, now, "the region lock");
+                    self.run.past_deadline(lead, now, Waited::RegionLock);
                     progressed = false;
                 } else {
                     self.group = Group::Probe;
@@ -282,11 +283,11 @@ impl Machine for Coarse<'_> {
                     self.group = Group::Probe;
                 } else if !word::held(old) {
                     p.free = old;
-                    self.run.past_deadline(lead, now, "the region lock");
+                    self.run.past_deadline(lead, now, Waited::RegionLock);
                 } else {
                     p.seen = old;
                     p.free = word::free(old);
-                    self.run.past_deadline(lead, now, "the region lock");
+                    self.run.past_deadline(lead, now, Waited::RegionLock);
                     progressed = false;
                 }
             }
@@ -311,12 +312,12 @@ impl Machine for Coarse<'_> {
                 self.run.stats.lock_retries += 1;
                 self.restart_members();
                 self.group = Group::Snap;
-                self.run.past_deadline(lead, now, "a consistent read");
+                self.run.past_deadline(lead, now, Waited::ConsistentRead);
                 progressed = false;
             }
             Group::Release => {
                 if b.word(0) != self.run.probes[lead].word {
-                    self.run.lost(lead, "the region lock", b.word(0));
+                    self.run.lost(lead, Waited::RegionLock, b.word(0));
                 }
                 let p = &mut self.run.probes[lead];
                 p.hold = Hold::None;

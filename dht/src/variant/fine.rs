@@ -18,6 +18,7 @@
 
 use std::time::Instant;
 
+use super::run::Waited;
 use super::{
     lock_failed, lock_released, locked_look, locked_read, release_step, take, word, Batch, Hold,
     Look, Machine, Mode, Outcome, Role, Run, Step,
@@ -75,7 +76,7 @@ impl<'a> Fine<'a> {
                 p.seen = w;
                 if word::held(w) {
                     // A writer has it: snapshot again after a wait.
-                    self.run.past_deadline(i, now, "a consistent read");
+                    self.run.past_deadline(i, now, Waited::ConsistentRead);
                     return false;
                 }
                 p.phase = Some(Role::Data);
@@ -116,7 +117,7 @@ impl<'a> Fine<'a> {
                     p.seen = w;
                     p.phase = Some(Role::Snap);
                     self.run.stats.lock_retries += 1;
-                    self.run.past_deadline(i, now, "a consistent read");
+                    self.run.past_deadline(i, now, Waited::ConsistentRead);
                     return true;
                 }
                 match p.pending {
@@ -139,19 +140,19 @@ impl<'a> Fine<'a> {
                 } else if !word::held(old) {
                     // The guess of the free value was wrong: now we know it.
                     p.free = old;
-                    self.run.past_deadline(i, now, "the lock");
+                    self.run.past_deadline(i, now, Waited::Lock);
                 } else {
                     // Held by another writer: try its likely release value.
                     p.seen = old;
                     p.free = word::free(old);
-                    self.run.past_deadline(i, now, "the lock");
+                    self.run.past_deadline(i, now, Waited::Lock);
                     return false;
                 }
             }
             Role::Store => self.run.probes[i].phase = Some(Role::Release),
             Role::Release => {
                 if b.word(j) != self.run.probes[i].word {
-                    self.run.lost(i, "the lock", b.word(j));
+                    self.run.lost(i, Waited::Lock, b.word(j));
                 }
                 let p = &mut self.run.probes[i];
                 p.hold = Hold::None;

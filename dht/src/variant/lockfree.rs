@@ -21,6 +21,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::run::Waited;
 use super::{store_or_advance, take, Batch, Look, Machine, Mode, Outcome, Role, Run, Step};
 use crate::layout::{INVALID, OCCUPIED};
 use crate::outcome::{Error, Result, Stats, Write};
@@ -77,7 +78,7 @@ impl<'a> Lockfree<'a> {
             if p.retries < shape.checksum_retries {
                 p.retries += 1;
                 self.run.stats.checksum_retries += 1;
-                if self.run.past_deadline(i, now, "a consistent read") {
+                if self.run.past_deadline(i, now, Waited::ConsistentRead) {
                     self.run.probes[i].done = true;
                 }
                 return;

@@ -239,7 +239,7 @@ impl<'a> Run<'a> {
 
     /// Ends the run with a deadline error for probe `i` if `now` is past
     /// the deadline; true if it did.
-    pub(crate) fn past_deadline(&mut self, i: usize, now: Instant, what: &'static str) -> bool {
+    pub(crate) fn past_deadline(&mut self, i: usize, now: Instant, what: Waited) -> bool {
         if now < self.deadline {
             return false;
         }
@@ -250,21 +250,17 @@ impl<'a> Run<'a> {
                 crate::Variant::Fine | crate::Variant::Coarse
             );
             let holder = match what {
-                "the lock" | "the region lock" => word::holder(p.seen),
-                "a consistent read" if locked => word::holder(p.seen),
-                "the claim" => word::holder_of_tag(p.seen >> 8),
-                _ => None,
+                Waited::Lock | Waited::RegionLock => word::holder(p.seen),
+                Waited::ConsistentRead if locked => word::holder(p.seen),
+                Waited::Claim => word::holder_of_tag(p.seen >> 8),
+                Waited::ConsistentRead => None,
             };
             self.error = Some(Error::Deadline {
                 op: self.mode.name(),
                 key: key_hex(self.keys[i]),
-                what,
+                what: what.text(),
                 rank: p.rank,
-                bucket: if what == "the region lock" {
-                    0
-                } else {
-                    p.bucket
-                },
+                bucket: what.bucket(p.bucket),
                 holder: holder.map_or(String::new(), |r| format!(" (held by rank {r})")),
                 waited: now.saturating_duration_since(self.started),
             });
@@ -274,18 +270,14 @@ impl<'a> Run<'a> {
 
     /// Records that probe `i`'s hold was not its own any more when given
     /// back (the first error of the run wins).
-    pub(crate) fn lost(&mut self, i: usize, what: &'static str, found: u64) {
+    pub(crate) fn lost(&mut self, i: usize, what: Waited, found: u64) {
         let p = self.probes[i];
         self.error.get_or_insert(Error::Lost {
             op: self.mode.name(),
             key: key_hex(self.keys[i]),
-            what,
+            what: what.text(),
             rank: p.rank,
-            bucket: if what == "the region lock" {
-                0
-            } else {
-                p.bucket
-            },
+            bucket: what.bucket(p.bucket),
             found,
         });
     }
@@ -459,5 +451,39 @@ pub(crate) fn store_or_advance(run: &mut Run<'_>, done: &Batch, i: usize, choice
         p.phase = Some(Role::Store);
         let at = run.shape.data_at(p.rank, p.bucket);
         run.stores.insert(at);
+    }
+}
+
+/// What a probe waited for, or held, when its run failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// A bucket's lock (fine).
+    Lock,
+    /// The region's lock (coarse), in the region's first word.
+    RegionLock,
+    /// A read whose checksum or lock word agreed.
+    ConsistentRead,
+    /// A bucket's claim (chunked).
+    Claim,
+}
+
+impl Waited {
+    /// How an error says it.
+    pub(crate) fn text(self) -> &'static str {
+        match self {
+            Waited::Lock => "the lock",
+            Waited::RegionLock => "the region lock",
+            Waited::ConsistentRead => "a consistent read",
+            Waited::Claim => "the claim",
+        }
+    }
+
+    /// The bucket an error names: the region lock lives in bucket 0.
+    fn bucket(self, probed: u64) -> u64 {
+        if self == Waited::RegionLock {
+            0
+        } else {
+            probed
+        }
     }
 }
