@@ -431,3 +431,34 @@ mod tests {
         }
     }
 }
+
+/// Bounds on numbers read from files (`--bound`, `--ops`, `--perf`,
+/// `plot`'s inputs), as flags bound theirs: a file fabkit wrote never
+/// holds a rate of 1e300 or a CPU time of 1e-300, and an edited or damaged
+/// one must not reach a table as a 300-digit number or a chart as `inf`.
+pub mod from_file {
+    /// Transfers or operations per second.
+    pub const RATE: (f64, f64) = (1e-3, 1e12);
+    /// A latency, microseconds.
+    pub const LATENCY_US: (f64, f64) = (1e-3, 1e9);
+    /// Busy CPU time per operation or transfer, nanoseconds.
+    pub const CPU_NS: (f64, f64) = (1e-3, 1e12);
+    /// Remote operations per DHT operation.
+    pub const PER_OP: (f64, f64) = (1e-9, 1e6);
+    /// A transfer's size, bytes.
+    pub const BYTES: (f64, f64) = (1.0, 1099511627776.0);
+
+    /// `v`, when it is a finite number within `(lo, hi)` (both included),
+    /// or 0 (a count that did not happen: a phase that sent nothing); else
+    /// why not, naming `what`.
+    pub fn check(what: &str, v: f64, (lo, hi): (f64, f64)) -> Result<f64, String> {
+        if v == 0.0 || (v.is_finite() && (lo..=hi).contains(&v)) {
+            Ok(v)
+        } else {
+            Err(format!(
+                "{what} is {v:e}, outside {lo:e} to {hi:e}: not a measurement; give a file \
+                 fabkit wrote, unedited"
+            ))
+        }
+    }
+}

@@ -63,7 +63,7 @@ use crate::dhtbench::transports;
 use crate::dhtbench::workload::{PhaseName, Workload};
 use crate::dhtbench::System;
 use crate::exit;
-use crate::flags::{self, Record};
+use crate::flags::{self, from_file, Record};
 use fabkit_dht::message::wire::{Kind, Sizes};
 use fabkit_dht::path::{self, Carrier, Way};
 
@@ -535,8 +535,24 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
         }
         let c = &r.counters;
         let per_op = c.remote_ops_per_op;
-        if !(per_op.is_finite() && per_op > 0.0) || c.remote_ops == 0 {
+        let row = format!("the {} row's", r.phase);
+        from_file::check(
+            &format!("{row} remote_ops_per_op"),
+            per_op,
+            from_file::PER_OP,
+        )
+        .map_err(&bad)?;
+        if per_op == 0.0 || c.remote_ops == 0 {
             continue; // a phase that sent nothing
+        }
+        for (what, len) in [("key", r.record.key), ("value", r.record.value)] {
+            if !(1..=flags::MAX_FIELD).contains(&len) {
+                return Err(bad(format!(
+                    "{row} {what} length is {len} B, outside 1 to {} B: give a file fabkit \
+                     wrote, unedited",
+                    crate::flags::MAX_FIELD
+                )));
+            }
         }
         let ops = c.remote_ops as f64 / per_op;
         let counted = [c.cross_reads, c.cross_writes, c.cross_atomics, c.self_ops];
@@ -552,7 +568,9 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
         }
         let counted = counted.map(|n| n as f64);
         let host_ns = r.cpu_ns_per_op;
-        if !(host_ns.is_finite() && host_ns > 0.0) {
+        from_file::check(&format!("{row} cpu_ns_per_op"), host_ns, from_file::CPU_NS)
+            .map_err(&bad)?;
+        if host_ns <= 0.0 {
             return Err(bad(format!(
                 "the {variant} {phase} row has no busy CPU per operation above 0: give a run long \
                  enough to measure it (more -k)",

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 
 use crate::dhtbench::report::{name, variant_name};
 use crate::exit::usage;
+use crate::flags::from_file;
 use crate::perf::report::Report;
 use crate::perf::Point;
 use crate::Over;
@@ -189,6 +190,14 @@ pub fn load(inputs: &[PathBuf], metric: Metric) -> Result<(Vec<Series>, Vec<Repo
                 p.bytes
             )));
         }
+        for (i, p) in r.points.iter().enumerate() {
+            let bytes = format!("{}: point {i}'s bytes", path.display());
+            from_file::check(&bytes, p.bytes as f64, from_file::BYTES).map_err(usage)?;
+            if let Some(y) = metric.value(p).filter(|y| *y != 0.0) {
+                let what = format!("{}: point {i}'s value", path.display());
+                from_file::check(&what, y, (1e-12, 1e15)).map_err(usage)?;
+            }
+        }
         let pts: Vec<(f64, f64)> = r
             .points
             .iter()
@@ -278,6 +287,38 @@ fn write(path: &std::path::Path, text: &str) -> Result<()> {
     }
 }
 
+/// Refuses a dht report whose figures no run could have measured (see
+/// [`from_file`]), before they reach a chart's axis or a table.
+fn check_dht_numbers(r: &crate::dhtbench::report::Report) -> std::result::Result<(), String> {
+    for (i, run) in r.runs.iter().enumerate() {
+        let rate = from_file::RATE;
+        for (what, v) in [
+            ("ops_per_sec", run.ops_per_sec),
+            ("ops_per_sec_min", run.ops_per_sec_min),
+            ("ops_per_sec_max", run.ops_per_sec_max),
+        ] {
+            from_file::check(&format!("run {i}'s {what}"), v, rate)?;
+        }
+        let l = &run.latency_us;
+        for (what, v) in [("p50", Some(l.p50)), ("p99", l.p99)] {
+            if let Some(v) = v {
+                from_file::check(
+                    &format!("run {i}'s latency {what}"),
+                    v,
+                    from_file::LATENCY_US,
+                )?;
+            }
+        }
+        if run.ranks == 0 || run.ranks > 1 << 20 {
+            return Err(format!(
+                "run {i} has {} ranks, outside 1 to 2^20: give a file fabkit wrote, unedited",
+                run.ranks
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Reads `fabkit dht` reports (JSON with `meta` and `runs`), or `None`
 /// when the first input is not one (then they are perf results).
 fn load_dht(inputs: &[PathBuf]) -> Result<Option<Vec<crate::dhtbench::report::Report>>> {
@@ -301,12 +342,14 @@ fn load_dht(inputs: &[PathBuf]) -> Result<Option<Vec<crate::dhtbench::report::Re
                 inputs[0].display()
             )));
         }
-        out.push(serde_json::from_value(v).map_err(|e| {
+        let r: crate::dhtbench::report::Report = serde_json::from_value(v).map_err(|e| {
             usage(format!(
                 "{} is not a fabkit dht report: {e}",
                 path.display()
             ))
-        })?);
+        })?;
+        check_dht_numbers(&r).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+        out.push(r);
     }
     Ok(Some(out))
 }

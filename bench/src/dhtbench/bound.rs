@@ -26,6 +26,7 @@ use fabkit_dht::{Config, Variant};
 use serde::{Deserialize, Serialize};
 
 use crate::exit;
+use crate::flags::from_file::{self, BYTES, CPU_NS, LATENCY_US, RATE};
 use crate::flags::Record;
 use crate::perf::report::Report;
 use crate::perf::{Pattern, PerfOp, Point, WriteCompletion};
@@ -185,7 +186,9 @@ pub fn load(
             if kind == Kind::SendLatency {
                 // A ping-pong: its median half round trip.
                 let half = p.latency.as_ref().map(|l| l.p50).unwrap_or(0.0);
-                if !(half.is_finite() && half > 0.0) || p.threads != 1 {
+                let half = from_file::check(&format!("point {n}'s latency"), half, LATENCY_US)
+                    .map_err(bad)?;
+                if p.threads != 1 {
                     return Err(bad(format!(
                         "point {n} is a send ping-pong without a positive latency from one \
                          thread: give a file fabkit perf -o send --pattern lat wrote"
@@ -207,14 +210,15 @@ pub fn load(
                 )));
             }
             let per_sec = p.rates.mxfers_per_sec * 1e6;
-            if !(per_sec.is_finite() && per_sec > 0.0 && p.bytes > 0) {
-                return Err(bad(format!(
-                    "point {n} has no finite positive rates.mxfers_per_sec and bytes: give a \
-                     file fabkit perf wrote, unedited"
-                )));
-            }
+            from_file::check(&format!("point {n}'s rate per second"), per_sec, RATE)
+                .map_err(bad)?;
+            from_file::check(&format!("point {n}'s bytes"), p.bytes as f64, BYTES).map_err(bad)?;
             used += 1;
-            let cpu_ns = p.cpu_ns_per_xfer.filter(|c| c.is_finite() && *c >= 0.0);
+            let cpu_ns = p
+                .cpu_ns_per_xfer
+                .map(|c| from_file::check(&format!("point {n}'s CPU ns per transfer"), c, CPU_NS))
+                .transpose()
+                .map_err(bad)?;
             let rate = Rate {
                 per_sec,
                 bytes: p.bytes as u64,
