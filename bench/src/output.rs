@@ -17,6 +17,14 @@ pub fn check_output_file(flag: &str, path: &Path) -> Result<()> {
         return Ok(());
     }
     let probe = || -> std::io::Result<()> {
+        // A pipe, a socket or a device is checked without opening it: a
+        // FIFO's reader would see end of file at the probe's close, and
+        // the real write would then wait for a reader for ever.
+        if let Ok(m) = std::fs::metadata(path) {
+            if !m.is_file() && !m.is_dir() {
+                return writable(path);
+            }
+        }
         let existed = path.exists();
         std::fs::OpenOptions::new()
             .append(true)
@@ -38,6 +46,20 @@ pub fn check_output_file(flag: &str, path: &Path) -> Result<()> {
             path.display()
         ))
     })
+}
+
+/// Whether this process may write `path` (access(2) with W_OK), without
+/// opening it.
+fn writable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: c is a valid NUL-terminated path; access reads it only.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Makes the output directory `flag` names if it is not there, and

@@ -1707,3 +1707,27 @@ fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() 
         assert!(err.contains("--bound") && err.contains(needle), "{err}");
     }
 }
+
+#[test]
+fn a_named_pipe_as_json_gets_the_report_and_the_run_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("report");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // The reader opens the pipe once and reads to its end, as `cat` would:
+    // a probe that opened and closed it gave this reader end of file, and
+    // the real write then waited for a reader for ever.
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    // Bounded: the bug was a wait for ever.
+    let o = run(Command::new("timeout")
+        .args(["120", env!("CARGO_BIN_EXE_fabkit")])
+        .args(["dht", "-n", "2", "-k", "500", "--no-redis", "-w", "paper"])
+        .args(["--latency-ops", "0", "--hot-rounds", "0", "--json"])
+        .arg(&fifo));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = reader.join().unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert!(v["runs"].is_array(), "{text}");
+}
