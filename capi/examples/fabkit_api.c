@@ -5,13 +5,17 @@
  * DHT_write_accumulate (the sums must come out exact: no increment lost),
  * writes its own keys as one batch and reads everyone's as another, then
  * checks the counters, the table's description and a few failures. MODE
- * "disagree" has rank 1 ask for another variant than the others, and
- * "bogus" asks for a variant that does not exist: DHT_create must then
+ * "disagree" has rank 1 ask for another variant than the others,
+ * "bogus" asks for a variant that does not exist, and "osc-rdma" names
+ * Open MPI's osc rdma for a variant with atomics on MPI windows (after
+ * MPI_Init, which keeps the launcher's component): DHT_create must then
  * fail on every rank with a message. Prints one RESULT line per rank. */
+#define _POSIX_C_SOURCE 200112L
 #include <LUCX/MPI/DHT.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ROUNDS 200
@@ -158,6 +162,10 @@ int main(int argc, char **argv) {
     variant = strcmp(variant, "fine") ? "fine" : "coarse";
   if (!strcmp(mode, "bogus"))
     variant = "bogus";
+  if (!strcmp(mode, "osc-rdma")) {
+    setenv("OMPI_MCA_osc", "rdma", 1);
+    setenv("FABKIT_DHT_PATH", "rma", 1);
+  }
 
   DHT_init_t init = {.key_size = 8, .data_size = 8, .bucket_count = 1000,
                      .hash_func = NULL, .comm = MPI_COMM_WORLD};
@@ -167,7 +175,9 @@ int main(int argc, char **argv) {
   if (*mode) {
     /* Expected to fail on every rank, saying why. */
     const char *why = fabkit_dht_last_error();
-    const char *want = !strcmp(mode, "bogus") ? "give one of" : "disagree";
+    const char *want = !strcmp(mode, "bogus")      ? "give one of"
+                       : !strcmp(mode, "osc-rdma") ? "osc sm,pt2pt"
+                                                   : "disagree";
     if (t || !strstr(why, want))
       fail = "DHT_create did not fail as it should";
     printf("RESULT rank %d: %s: %s\n", rank, fail ? "FAIL" : "ok refused",

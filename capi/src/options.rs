@@ -183,6 +183,37 @@ impl Options {
         }
     }
 
+    /// Whether this table sends atomics on MPI windows with no one-sided
+    /// component named (`OMPI_MCA_osc` unset): Open MPI 4.1's default
+    /// there, osc rdma, crashes in them; fabkit cannot see which
+    /// component MPI chose.
+    fn osc_at_risk(&self, path: fabkit_dht::path::Taken) -> bool {
+        self.route == Route::Mpi
+            && path == fabkit_dht::path::Taken::Rma
+            && self.variant.needs_atomics()
+            && std::env::var_os("OMPI_MCA_osc").is_none()
+    }
+
+    /// Why this table cannot run: it would send atomics on MPI windows of
+    /// osc rdma, which the job names (`OMPI_MCA_osc=rdma`) and which
+    /// crashes in them (Open MPI 4.1).
+    pub(crate) fn osc_refused(&self, path: fabkit_dht::path::Taken) -> Option<String> {
+        let named = std::env::var("OMPI_MCA_osc").ok()?;
+        let first = named.split(',').next().unwrap_or_default().trim();
+        (self.route == Route::Mpi
+            && path == fabkit_dht::path::Taken::Rma
+            && self.variant.needs_atomics()
+            && first == "rdma")
+            .then(|| {
+                format!(
+                    "the {} variant sends atomics on MPI windows, and OMPI_MCA_osc={named} picks \
+                     osc rdma, which crashes in them (Open MPI 4.1): use --mca osc sm,pt2pt (or \
+                     ucx), or the lockfree variant",
+                    name_of(&VARIANTS, self.variant)
+                )
+            })
+    }
+
     /// One line: the variant, the route, (off MPI) the provider and
     /// domain, and the path the table took and why.
     pub(crate) fn describe(&self, path: fabkit_dht::path::Taken, why: &str) -> String {
@@ -192,7 +223,11 @@ impl Options {
         } else {
             ""
         };
-        let took = format!("path {} ({}: {why})", path.name(), self.path.name());
+        let mut took = format!("path {} ({}: {why})", path.name(), self.path.name());
+        if self.osc_at_risk(path) {
+            took += "; Open MPI's default one-sided component (osc rdma, in 4.1) crashes this \
+                     variant's atomics: run with --mca osc sm,pt2pt (or ucx)";
+        }
         match (self.route, &self.domain) {
             (Route::Mpi, _) => format!("{variant} over mpi{window}, {took}"),
             (route, d) => format!(

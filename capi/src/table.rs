@@ -194,6 +194,13 @@ fn make(init: &DHT_init_t, opts: Result<Options, String>) -> Result<DHT, String>
     // Every rank reaches the transport's collective setup, which agrees on
     // the path and the region's size first.
     let opened = open(&cfg, &recipe, &*boot).map_err(|e| e.to_string())?;
+    // Open MPI 4.1's osc rdma crashes in the atomics of a locking or
+    // claiming variant over MPI windows; where the job names it, refuse
+    // (every rank sees the same MCA environment, so all refuse alike).
+    if let Some(why) = options.osc_refused(opened.path) {
+        let _ = opened.table.close(&*boot);
+        return Err(why);
+    }
     let over = opened.table;
     let described = options.describe(opened.path, &opened.plan.why);
     let described = CString::new(described).unwrap_or_default();

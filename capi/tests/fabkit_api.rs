@@ -32,7 +32,7 @@ fn ranks_that_disagree_or_ask_for_nothing_known_fail_create_on_every_rank() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("fabkit_api");
     build("fabkit_api", &exe, false);
-    for mode in ["disagree", "bogus"] {
+    for mode in ["disagree", "bogus", "osc-rdma"] {
         let out = run(&exe, 3, &["fine", "mpi", mode], &[]);
         every_rank_says(mode, 3, out, ": ok refused");
     }
