@@ -400,6 +400,18 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
 /// against the rank count.
 pub fn command(a: &PlotArgs) -> Result<bool> {
     if let Some(mut reports) = load_dht(&a.inputs)? {
+        // A soak (fabkit dht --duration): its memory over time.
+        if let [r] = &reports[..] {
+            if let (Some(s), Some(out)) = (&r.soak, &a.output) {
+                let title = if a.title.is_empty() {
+                    format!("soak: {}", r.meta.provider)
+                } else {
+                    a.title.clone()
+                };
+                write(out, &crate::dhtbench::soak::chart(s, &title))?;
+                return Ok(true);
+            }
+        }
         // fabkit dht reports: throughput against the rank count.
         for r in &mut reports {
             r.runs.retain(|x| {

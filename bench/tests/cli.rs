@@ -1712,7 +1712,11 @@ fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() 
 fn a_named_pipe_as_json_gets_the_report_and_the_run_ends() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("report");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     // The reader opens the pipe once and reads to its end, as `cat` would:
     // a probe that opened and closed it gave this reader end of file, and
     // the real write then waited for a reader for ever.

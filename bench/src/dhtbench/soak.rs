@@ -329,6 +329,59 @@ fn slope(xy: &[(f64, f64)]) -> f64 {
     }
 }
 
+/// The soak's chart: each rank's resident memory (MiB) per minute, the
+/// median with the lowest and highest of the minute; the counts, flat or
+/// not, in the legend.
+pub fn chart(s: &Soak, title: &str) -> String {
+    let minutes = s
+        .points
+        .iter()
+        .map(|p| (p.secs / 60.0) as usize)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let cats: Vec<String> = (0..minutes).map(|m| m.to_string()).collect();
+    let lines: Vec<fabkit_chart::Line> = s
+        .ranks
+        .iter()
+        .map(|r| {
+            let points = (0..minutes)
+                .map(|m| {
+                    let mut v: Vec<f64> = s
+                        .points
+                        .iter()
+                        .filter(|p| p.rank == r.rank && (p.secs / 60.0) as usize == m)
+                        .map(|p| p.rss_kib as f64 / 1024.0)
+                        .collect();
+                    v.sort_by(f64::total_cmp);
+                    Some((*v.get(v.len() / 2)?, *v.first()?, *v.last()?))
+                })
+                .collect();
+            let counts: Vec<String> = r
+                .counts
+                .iter()
+                .map(|(n, at, most)| format!("{n} {at}->{most}"))
+                .collect();
+            fabkit_chart::Line {
+                label: format!(
+                    "rank {}: {:+.0} MiB/h; {}",
+                    r.rank,
+                    r.rss_kib_per_hour / 1024.0,
+                    counts.join(", ")
+                ),
+                points,
+            }
+        })
+        .collect();
+    fabkit_chart::lines(
+        title,
+        "minutes since the start",
+        "resident memory, MiB (median, min-max of the minute)",
+        &cats,
+        &lines,
+    )
+}
+
 /// The soak's lines for the printed table.
 pub fn describe(s: &Soak) -> String {
     let mut out = format!(
