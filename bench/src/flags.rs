@@ -448,17 +448,26 @@ pub mod from_file {
     /// A transfer's size, bytes.
     pub const BYTES: (f64, f64) = (1.0, 1099511627776.0);
 
-    /// `v`, when it is a finite number within `(lo, hi)` (both included),
-    /// or 0 (a count that did not happen: a phase that sent nothing); else
-    /// why not, naming `what`.
+    /// `v`, when it is a finite number within `(lo, hi)` (both included);
+    /// else why not, naming `what`.
     pub fn check(what: &str, v: f64, (lo, hi): (f64, f64)) -> Result<f64, String> {
-        if v == 0.0 || (v.is_finite() && (lo..=hi).contains(&v)) {
+        if v.is_finite() && (lo..=hi).contains(&v) {
             Ok(v)
         } else {
             Err(format!(
                 "{what} is {v:e}, outside {lo:e} to {hi:e}: not a measurement; give a file \
                  fabkit wrote, unedited"
             ))
+        }
+    }
+
+    /// [`check`], with 0 allowed too: a count or time that did not happen
+    /// (a phase that sent nothing, a run that failed).
+    pub fn check_or_zero(what: &str, v: f64, range: (f64, f64)) -> Result<f64, String> {
+        if v == 0.0 {
+            Ok(v)
+        } else {
+            check(what, v, range)
         }
     }
 }

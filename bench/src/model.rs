@@ -568,7 +568,7 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
         }
         let counted = counted.map(|n| n as f64);
         let host_ns = r.cpu_ns_per_op;
-        from_file::check(&format!("{row} cpu_ns_per_op"), host_ns, from_file::CPU_NS)
+        from_file::check_or_zero(&format!("{row} cpu_ns_per_op"), host_ns, from_file::CPU_NS)
             .map_err(&bad)?;
         if host_ns <= 0.0 {
             return Err(bad(format!(

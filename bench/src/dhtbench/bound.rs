@@ -216,7 +216,9 @@ pub fn load(
             used += 1;
             let cpu_ns = p
                 .cpu_ns_per_xfer
-                .map(|c| from_file::check(&format!("point {n}'s CPU ns per transfer"), c, CPU_NS))
+                .map(|c| {
+                    from_file::check_or_zero(&format!("point {n}'s CPU ns per transfer"), c, CPU_NS)
+                })
                 .transpose()
                 .map_err(bad)?;
             let rate = Rate {
@@ -448,7 +450,7 @@ mod tests {
             "{e}"
         );
         file(vec![pt("read", 192, true, "transmit", -1.0)], "tcp");
-        refused("tcp", &[], "point 0 has no finite positive");
+        refused("tcp", &[], "point 0's rate per second is -1e6");
         file(vec![], "tcp");
         refused("tcp", &[], "fabkit perf -b");
         let e = load(&[dir.path().join("none.json")], "--bound", Some("tcp"), &[]).unwrap_err();
