@@ -240,8 +240,11 @@ fn live_segments_are_kept_and_a_killed_processs_go() {
     );
     let listed = text
         .lines()
-        .any(|l| l.starts_with("removed /") || l.starts_with("kept /"));
-    assert!(!(text.contains("nothing to remove") && listed), "{text}");
+        .any(|l| l.starts_with("removed /dev/shm") || l.starts_with("kept /dev/shm"));
+    assert!(
+        !(text.contains("nothing to remove in /dev/shm") && listed),
+        "{text}"
+    );
 }
 
 #[test]
@@ -404,5 +407,71 @@ fn odd_names_symlinks_and_other_namespaces_are_left_alone() {
     assert!(shm_path(&link).symlink_metadata().is_ok() && shm_path(&target).exists());
     assert!(!text.contains(&link) && !text.contains(&target), "{text}");
     assert!(Path::new(SHM_DIR).join(&odd).exists());
-    assert!(!text.contains("nothing to remove"), "{text}");
+    assert!(!text.contains("nothing to remove in /dev/shm"), "{text}");
+}
+
+/// What killed runs leave in the temporary directory: a launcher's meeting
+/// place and a Redis server's directory, each this user's with a lock
+/// nobody holds, are removed; one whose lock a live process holds is kept.
+#[test]
+fn the_directories_of_killed_runs_are_removed_and_live_ones_kept() {
+    // Another test's clean would remove these meanwhile.
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = std::env::temp_dir();
+    let pid = std::process::id();
+    let dead = [
+        tmp.join(format!("fabkit-launch-{pid}-deadbeefdeadbeef")),
+        tmp.join(format!("fabkit-redis-{pid}-999")),
+    ];
+    let live = tmp.join(format!("fabkit-launch-{pid}-1111111111111111"));
+    let _cleanup = RemoveDirs(vec![dead[0].clone(), dead[1].clone(), live.clone()]);
+    for d in dead.iter().chain([&live]) {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("LOCK"), "").unwrap();
+    }
+    // The live one's lock, held by another process (flock(1) says so once
+    // it holds it).
+    let mut holder = Command::new("flock")
+        .arg(live.join("LOCK"))
+        .args(["-c", "echo held; cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "held\n");
+    let (out, text) = clean(&["--dry-run"]);
+    assert!(out.status.success(), "{text}");
+    for d in &dead {
+        assert!(
+            text.contains(&format!("would remove {}", d.display())),
+            "{text}"
+        );
+        assert!(d.exists(), "--dry-run removed {}", d.display());
+    }
+    let (out, text) = clean(&[]);
+    assert!(out.status.success(), "{text}");
+    for d in &dead {
+        assert!(!d.exists(), "{} was kept: {text}", d.display());
+    }
+    assert!(
+        live.exists(),
+        "a live launch's meeting place was removed: {text}"
+    );
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+}
+
+/// Removes directories however a test ends.
+struct RemoveDirs(Vec<PathBuf>);
+
+impl Drop for RemoveDirs {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
