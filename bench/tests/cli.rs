@@ -1317,6 +1317,8 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
                 "dht",
                 "-n",
                 "2",
+                "-k",
+                "20",
                 "--record",
                 "1048576,1048576",
                 "--path",
