@@ -40,6 +40,15 @@ pub trait Bootstrap {
     fn leave(&self, why: &str) {
         let _ = why;
     }
+    /// From now on each exchange waits up to `wait` for the other ranks,
+    /// where this bootstrap lets its caller say (MPI's does: a benchmark
+    /// waits a short while in its set-up and a phase's length at a phase
+    /// barrier); returns whether it took it. The others keep the wait they
+    /// were made with (`fabkit launch`'s `--timeout`, a thread group's).
+    fn set_wait(&self, wait: Duration) -> bool {
+        let _ = wait;
+        false
+    }
 }
 
 /// Who this rank's host is: the host name and the network namespace

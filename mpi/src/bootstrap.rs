@@ -483,6 +483,11 @@ impl Bootstrap for MpiBootstrap {
         self.rank
     }
 
+    fn set_wait(&self, wait: Duration) -> bool {
+        self.set_timeout(wait);
+        true
+    }
+
     fn size(&self) -> usize {
         self.size
     }

@@ -513,7 +513,12 @@ fn bench_cycle(
         let cfg = config(a, v)?;
         for (wi, &w) in a.workload.iter().enumerate() {
             for rep in 0..a.reps {
+                // A rank that never arrives is named within --timeout (10 s
+                // at least) in the set-up, and waited for a phase's length
+                // at a phase barrier.
+                boot.set_wait(a.timeout.max(SETUP_WAIT));
                 let mut t = tables.open(&cfg)?;
+                boot.set_wait(phase_bound(a, boot.size()));
                 let path = t.path;
                 if !std::mem::replace(told, true) {
                     // Once, from rank 0: the path and the fact it was
@@ -826,6 +831,10 @@ pub fn phase_bound(a: &DhtArgs, ranks: usize) -> Duration {
         .saturating_mul(u32::try_from(batches).unwrap_or(u32::MAX))
         .min(a.timeout.max(MAX_PHASE_WAIT))
 }
+
+/// The shortest wait for the other ranks in a table's set-up: a --timeout
+/// of a millisecond is for operations, not for ranks setting up endpoints.
+pub const SETUP_WAIT: Duration = Duration::from_secs(10);
 
 /// The longest a rank waits for the others at a phase barrier unless
 /// --timeout is longer: an hour, as `perf`'s idle ranks wait for a size.
