@@ -17,7 +17,8 @@
 # at the start (a rebuild meanwhile does not change what runs); needs root
 # (the testbed) and leaves it down however it ends. Writes SECTION.json
 # (the report, soak included), SECTION.txt (command and output) and
-# machine.txt; soak-chart.py draws soak.svg from the JSON.
+# machine.txt, and SECTION.svg (fabkit plot: each rank's resident memory
+# per minute, the counts in the legend).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . results/machine.sh
@@ -49,16 +50,19 @@ run() { # SECTION LAUNCH... -- DHT-ARGS...
   echo "\$ ${launch[*]} -- fabkit dht $* --duration $secs --json $out/$s.json" > "$out/$s.txt"
   "${launch[@]}" -- "$fk" dht "$@" --duration "$secs" --json "$out/$s.json" >> "$out/$s.txt" 2>&1
   echo "exit $?" >> "$out/$s.txt"
+  "$fk" plot "$out/$s.json" --title "$title" -o "$out/$s.svg"
 }
 
 for s in "${sections[@]}"; do
   case $s in
   memory)
+    title="soak: lock-free, 2 ranks on one node, --path memory, $secs s"
     run memory "$fk" launch -n 2 -- -v lockfree --path memory -k 100000 -w paper \
       --no-redis --hot-rounds 0 --latency-ops 0 ;;
   tcp)
     ip netns list | grep -qw ipoib-a || "$bin/ipoib-eval" testbed up --mgmt >/dev/null || exit 1
     trap '"$bin/ipoib-eval" testbed down >/dev/null 2>&1; rm -rf "$bin"' EXIT
+    title="soak: lock-free, 2 hosts (namespaces), tcp;ofi_rxm, message path, $secs s"
     run tcp "$fk" launch --netns ipoib-a,ipoib-b -- -v lockfree -p 'tcp;ofi_rxm' \
       -d 10.77.1.0/24 -k 20000 -w paper,a,b,c --no-redis --hot-rounds 0 --latency-ops 0 ;;
   *) echo "soak.sh: no section $s (memory, tcp)" >&2; exit 2 ;;
