@@ -87,11 +87,14 @@ pub fn abandoned(dir: &Path) -> bool {
             .is_ok_and(|f| try_lock(&f))
 }
 
-/// Whether `dir` is a directory (not a link) of this user.
+/// Whether `dir` is a directory (not a link) of this user that only this
+/// user may enter (0700, as [`make`] makes them).
 fn mine(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
     // SAFETY: getuid has no preconditions.
     let me = unsafe { libc::getuid() };
-    fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == me)
+    fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == me && m.permissions().mode() & 0o077 == 0)
 }
 
 /// How old a half-made directory (`NAME.new`) must be to be taken for a

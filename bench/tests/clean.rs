@@ -424,9 +424,19 @@ fn the_directories_of_killed_runs_are_removed_and_live_ones_kept() {
         tmp.join(format!("fabkit-redis-{pid}-999")),
     ];
     let live = tmp.join(format!("fabkit-launch-{pid}-1111111111111111"));
-    let _cleanup = RemoveDirs(vec![dead[0].clone(), dead[1].clone(), live.clone()]);
-    for d in dead.iter().chain([&live]) {
-        std::fs::create_dir(d).unwrap();
+    // Not made as fabkit makes them (0755, not 0700): not judged.
+    let open = tmp.join(format!("fabkit-launch-{pid}-2222222222222222"));
+    let _cleanup = RemoveDirs(vec![
+        dead[0].clone(),
+        dead[1].clone(),
+        live.clone(),
+        open.clone(),
+    ]);
+    for d in dead.iter().chain([&live, &open]) {
+        use std::os::unix::fs::DirBuilderExt;
+        let mode = if *d == open { 0o755 } else { 0o700 };
+        std::fs::DirBuilder::new().mode(mode).create(d).unwrap();
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
         std::fs::write(d.join("LOCK"), "").unwrap();
     }
     // The live one's lock, held by another process (flock(1) says so once

@@ -52,3 +52,31 @@ fn a_minute_of_cycles_leaves_every_count_where_warm_up_left_it() {
     }
     assert!(out.contains("soak: 60 s asked"), "{out}");
 }
+
+/// Ranks as threads of one process read the same process's counts: they
+/// read them one at a time, and none starts its next cycle meanwhile (a
+/// sibling's open directory or endpoints counted as a leak before).
+#[test]
+fn a_soak_of_ranks_as_threads_is_flat_too() {
+    let o = fabkit()
+        .args([
+            "dht",
+            "-n",
+            "4",
+            "-k",
+            "2000",
+            "-v",
+            "lockfree",
+            "--no-redis",
+        ])
+        .args(["--latency-ops", "0", "--hot-rounds", "0", "--duration", "5"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(out.matches("; flat").count(), 4, "{out}");
+}

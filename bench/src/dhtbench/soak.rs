@@ -129,8 +129,12 @@ impl Soak {
     }
 }
 
-/// Reads this process's resources now.
+/// Reads this process's resources now. Ranks that are threads of one
+/// process read it one at a time: a sibling's reading of `/proc/self/fd`
+/// holds a descriptor of its own, which would count as a leak.
 fn resources() -> Point {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let page_kib = {
         // SAFETY: sysconf has no preconditions.
         let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -240,6 +244,9 @@ impl Soaking {
                 },
                 ..resources()
             });
+            // No rank starts the next cycle (and opens its endpoints) while
+            // another still reads: ranks may be threads of one process.
+            boot.barrier()?;
         }
         Ok(said & 1 == 1)
     }

@@ -19,7 +19,9 @@ fn a_start_reaps_the_directories_killed_runs_left_and_keeps_live_ones() {
     let base = tempfile::tempdir().unwrap();
     let dir = |name: &str, lock: bool| {
         let d = base.path().join(name);
-        fs::create_dir(&d).unwrap();
+        std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o700)
+            .create(&d)
+            .unwrap();
         fs::write(d.join("redis.log"), "x").unwrap();
         if lock {
             fs::File::create(d.join(LOCK)).unwrap();
