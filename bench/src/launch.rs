@@ -442,6 +442,10 @@ impl HeldSignals {
 
 impl Drop for HeldSignals {
     fn drop(&mut self) {
+        // A second signal that came while the job was being ended is taken
+        // here: the launcher is ending anyway, with the first one's status,
+        // and its default action would end it before it had cleaned up.
+        while self.wait(Duration::ZERO).is_some() {}
         // SAFETY: old is the mask saved by `hold`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
     }
@@ -514,9 +518,10 @@ pub fn launch_processes(
         ));
     };
     check_namespaces("launch", netns)?;
-    let dir = meeting_place()?;
-    // Held from before the first rank starts, so none is missed.
+    // Held from before the first rank starts, so none is missed, until
+    // after the meeting place is removed (dropped after it).
     let signals = HeldSignals::hold();
+    let dir = meeting_place()?;
     let mut children = Vec::new();
     for rank in 0..size {
         let mut c = match netns.get(rank) {
@@ -535,6 +540,12 @@ pub fn launch_processes(
         // A launcher killed or signalled alone (a scheduler, `timeout`,
         // Ctrl-C at its terminal) takes each rank's group with it.
         own_group_ending_with_this_process(&mut c);
+        // A rank in a group of its own that reads the terminal would be
+        // stopped (SIGTTIN) and wait for ever: ranks read no terminal.
+        // SAFETY: isatty has no preconditions.
+        if unsafe { libc::isatty(0) } == 1 {
+            c.stdin(std::process::Stdio::null());
+        }
         if !netns.is_empty() {
             c.env(ENV_NETNS, netns.join(","));
         }
@@ -554,10 +565,14 @@ pub fn launch_processes(
         }
     }
     let groups: Vec<u32> = children.iter().map(|(_, ch)| ch.id()).collect();
-    let code = watch(children, &dir.0.path, size, &signals);
-    // Whatever a rank started ends with the job, however the job ended.
+    let code = watch(&children, &dir.0.path, size, &signals);
+    // Whatever a rank started ends with the job, however the job ended;
+    // then the ranks are reaped (their pids named their groups till now).
     for &g in &groups {
         signal_group(g, libc::SIGKILL);
+    }
+    for (_, mut ch) in children {
+        let _ = ch.wait();
     }
     if !matches!(code, Ok(0)) {
         remove_segments_of(&groups);
@@ -598,26 +613,26 @@ fn remove_segments_of(pids: &[u32]) {
 /// Watches every rank: the first failure stops the rest (they would wait
 /// in the bootstrap until its timeout otherwise), and a signal the
 /// launcher gets is passed on to every rank's group. Returns the job's
-/// exit code.
+/// exit code. Ranks are not reaped here ([`exited`]): a leader's pid stays
+/// its group's until the launcher has ended the group.
 fn watch(
-    children: Vec<(usize, std::process::Child)>,
+    children: &[(usize, std::process::Child)],
     dir: &std::path::Path,
     size: usize,
     signals: &HeldSignals,
 ) -> Result<i32> {
-    let mut code = 0;
-    let mut running = children;
-    while !running.is_empty() {
-        let mut still = Vec::new();
-        let mut failed = Vec::new();
-        for (rank, mut ch) in running {
-            match ch.try_wait() {
-                Ok(Some(st)) if !st.success() => failed.push((rank, st)),
-                Ok(Some(_)) => {}
-                Ok(None) => still.push((rank, ch)),
-                Err(e) => return Err(anyhow!("waiting for rank {rank}: {e}")),
+    let mut done: Vec<Option<std::process::ExitStatus>> = vec![None; children.len()];
+    loop {
+        for ((rank, ch), d) in children.iter().zip(done.iter_mut()) {
+            if d.is_none() {
+                *d = exited(ch).map_err(|e| anyhow!("waiting for rank {rank}: {e}"))?;
             }
         }
+        let failed: Vec<(usize, std::process::ExitStatus)> = children
+            .iter()
+            .zip(&done)
+            .filter_map(|((r, _), d)| d.filter(|st| !st.success()).map(|st| (*r, st)))
+            .collect();
         if let Some(&(first, st)) = failed.first() {
             // The others end at once when one leaves (Bootstrap::leave), so
             // the first exit seen may be an echo: the rank that left first
@@ -625,26 +640,24 @@ fn watch(
             let (rank, st) = match origin(dir, size) {
                 Some(k) if k != first => match failed.iter().find(|(r, _)| *r == k) {
                     Some(&(k, st)) => (k, st),
-                    None => match still.iter_mut().find(|(r, _)| *r == k) {
+                    None => match children.iter().find(|(r, _)| *r == k) {
                         Some((_, ch)) => (k, wait_briefly(ch).unwrap_or(st)),
                         None => (first, st),
                     },
                 },
                 _ => (first, st),
             };
-            code = st.code().unwrap_or(1);
             eprintln!("fabkit launch: rank {rank} failed ({st}); stopping the others");
+            return Ok(st.code().unwrap_or(1));
         }
-        if code != 0 {
-            for (_, ch) in still.iter_mut() {
-                signal_group(ch.id(), libc::SIGKILL);
-                let _ = ch.wait();
-            }
-            break;
-        }
-        running = still;
+        let running: Vec<&std::process::Child> = children
+            .iter()
+            .zip(&done)
+            .filter(|(_, d)| d.is_none())
+            .map(|((_, ch), _)| ch)
+            .collect();
         if running.is_empty() {
-            break;
+            return Ok(0);
         }
         // Polling child exits, and taking a signal meanwhile; no busy loop.
         if let Some(sig) = signals.wait(Duration::from_millis(20)) {
@@ -654,21 +667,17 @@ fn watch(
                 _ => "SIGHUP",
             };
             eprintln!("fabkit launch: {name} received; passing it on to the ranks");
-            for (_, ch) in &running {
+            for ch in &running {
                 signal_group(ch.id(), sig);
             }
-            // They get a moment to end cleanly (remove their segments),
-            // then go.
-            for (_, ch) in running.iter_mut() {
-                if wait_briefly(ch).is_none() {
-                    signal_group(ch.id(), libc::SIGKILL);
-                    let _ = ch.wait();
-                }
+            // They get a moment to end cleanly (remove their segments);
+            // the caller then ends what is left.
+            for ch in &running {
+                wait_briefly(ch);
             }
             return Ok(128 + sig);
         }
     }
-    Ok(code)
 }
 
 /// The rank that left a `fabkit launch` job first, by its `left.rankN`
@@ -679,14 +688,49 @@ fn origin(dir: &std::path::Path, size: usize) -> Option<usize> {
 
 /// The exit status of `ch` if it ends within a second: a rank that left
 /// the job is on its way out.
-fn wait_briefly(ch: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+fn wait_briefly(ch: &std::process::Child) -> Option<std::process::ExitStatus> {
     for _ in 0..50 {
-        if let Ok(Some(st)) = ch.try_wait() {
+        if let Ok(Some(st)) = exited(ch) {
             return Some(st);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     None
+}
+
+/// `ch`'s exit status if it has ended, without reaping it (`waitid` with
+/// `WNOWAIT`): until it is reaped its pid, which names its process group,
+/// cannot be given to another process, so signalling the group later can
+/// only reach what the rank started.
+fn exited(ch: &std::process::Child) -> std::io::Result<Option<std::process::ExitStatus>> {
+    use std::os::unix::process::ExitStatusExt;
+    // SAFETY: an all-zero siginfo_t is a valid out parameter.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only `info`; the pid is our child's, not yet
+    // reaped (only `launch_processes` reaps, after the job).
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            ch.id() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: after a successful waitid the pid field is set (0: no change).
+    if unsafe { info.si_pid() } == 0 {
+        return Ok(None);
+    }
+    // SAFETY: as above, for a child that changed state.
+    let status = unsafe { info.si_status() };
+    let raw = match info.si_code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_DUMPED => status | 0x80,
+        _ => status,
+    };
+    Ok(Some(std::process::ExitStatus::from_raw(raw)))
 }
 
 /// Runs `cmd` under Open MPI's `mpirun` with its ranks spread over the

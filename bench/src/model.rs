@@ -598,6 +598,30 @@ pub fn phases(path: &Path) -> Result<Vec<Phase>> {
             cross[0] += ahead * share;
             itself += ahead * (1.0 - share);
         }
+        // The whole numbers and shares the model multiplies by, bounded
+        // as their flags are.
+        let whole = [
+            ("ranks", r.ranks as u64, 1, 1 << 20),
+            ("batch", r.batch as u64, 1, 1 << 20),
+            ("depth", r.depth as u64, 1, fabkit_dht::MAX_DEPTH as u64),
+            ("counters.remote_ops", c.remote_ops, 0, 1 << 53),
+        ];
+        for (what, v, lo, hi) in whole {
+            if !(lo..=hi).contains(&v) {
+                return Err(bad(format!(
+                    "{row} {what} is {v}, outside {lo} to {hi}: give a file fabkit wrote, unedited"
+                )));
+            }
+        }
+        if let Some(own) = r.own_share {
+            from_file::check_or_zero(&format!("{row} own_share"), own, (0.0, 1.0)).map_err(&bad)?;
+        }
+        for (what, v) in [
+            ("reads_per_sec", r.reads_per_sec),
+            ("writes_per_sec", r.writes_per_sec),
+        ] {
+            from_file::check_or_zero(&format!("{row} {what}"), v, from_file::RATE).map_err(&bad)?;
+        }
         out.push(Phase {
             variant: v,
             workload: r.workload,

@@ -80,6 +80,21 @@ fn damaged_numbers_in_reports_are_refused_by_every_reader() {
         let e = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "plot {x}: {e}");
     }
+    // Whole numbers and shares the model multiplies by.
+    for (field, v) in [
+        ("ranks", serde_json::json!(u64::MAX)),
+        ("depth", serde_json::json!(1u64 << 40)),
+        ("own_share", serde_json::json!(-1e300)),
+    ] {
+        let mut v2 = read("model-ops-lockfree.json");
+        for r in v2["runs"].as_array_mut().unwrap() {
+            r[field] = v.clone();
+        }
+        let o = model(&put("whole.json", &v2), &perf);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{field}: {e}");
+        assert!(e.contains(field), "{e}");
+    }
     // Sizes are bounded before they are summed.
     let mut v = read("model-ops-lockfree.json");
     for r in v["runs"].as_array_mut().unwrap() {

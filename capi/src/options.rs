@@ -183,35 +183,46 @@ impl Options {
         }
     }
 
-    /// Whether this table sends atomics on MPI windows with no one-sided
-    /// component named (`OMPI_MCA_osc` unset): Open MPI 4.1's default
-    /// there, osc rdma, crashes in them; fabkit cannot see which
-    /// component MPI chose.
-    fn osc_at_risk(&self, path: fabkit_dht::path::Taken) -> bool {
+    /// Whether this table sends atomics on MPI windows (Open MPI 4.1's osc
+    /// rdma crashes in them).
+    fn atomics_on_windows(&self, path: fabkit_dht::path::Taken) -> bool {
         self.route == Route::Mpi
             && path == fabkit_dht::path::Taken::Rma
             && self.variant.needs_atomics()
-            && std::env::var_os("OMPI_MCA_osc").is_none()
     }
 
-    /// Why this table cannot run: it would send atomics on MPI windows of
-    /// osc rdma, which the job names (`OMPI_MCA_osc=rdma`) and which
-    /// crashes in them (Open MPI 4.1).
+    /// Whether osc rdma may serve this table's windows though the job does
+    /// not name it: no component list (`OMPI_MCA_osc` unset; an MCA
+    /// parameter file may still set one), or a list of exclusions (`^...`)
+    /// that does not exclude it. Open MPI picks among the allowed
+    /// components by priority, and fabkit cannot see which it picked.
+    fn osc_at_risk(&self, path: fabkit_dht::path::Taken) -> bool {
+        self.atomics_on_windows(path)
+            && match std::env::var("OMPI_MCA_osc") {
+                Err(_) => true,
+                Ok(list) => match list.trim().strip_prefix('^') {
+                    Some(excluded) => !excluded.split(',').any(|c| c.trim() == "rdma"),
+                    None => false,
+                },
+            }
+    }
+
+    /// Why this table cannot run: it would send atomics on MPI windows,
+    /// and the job's component list allows osc rdma (which crashes in them
+    /// in Open MPI 4.1, and which Open MPI prefers by priority wherever it
+    /// is allowed).
     pub(crate) fn osc_refused(&self, path: fabkit_dht::path::Taken) -> Option<String> {
         let named = std::env::var("OMPI_MCA_osc").ok()?;
-        let first = named.split(',').next().unwrap_or_default().trim();
-        (self.route == Route::Mpi
-            && path == fabkit_dht::path::Taken::Rma
-            && self.variant.needs_atomics()
-            && first == "rdma")
-            .then(|| {
-                format!(
-                    "the {} variant sends atomics on MPI windows, and OMPI_MCA_osc={named} picks \
-                     osc rdma, which crashes in them (Open MPI 4.1): use --mca osc sm,pt2pt (or \
-                     ucx), or the lockfree variant",
-                    name_of(&VARIANTS, self.variant)
-                )
-            })
+        let allows_rdma =
+            !named.trim().starts_with('^') && named.split(',').any(|c| c.trim() == "rdma");
+        (self.atomics_on_windows(path) && allows_rdma).then(|| {
+            format!(
+                "the {} variant sends atomics on MPI windows, and OMPI_MCA_osc={named} allows \
+                 osc rdma, which crashes in them (Open MPI 4.1): use --mca osc sm,pt2pt (or \
+                 ucx), or the lockfree variant",
+                name_of(&VARIANTS, self.variant)
+            )
+        })
     }
 
     /// One line: the variant, the route, (off MPI) the provider and

@@ -52,9 +52,11 @@
  * - Under Open MPI 4.1 the default one-sided component, osc rdma, crashes
  *   in the atomics that the fine, coarse and chunked variants send on MPI
  *   windows (the rma path): run them with --mca osc sm,pt2pt (or ucx).
- *   DHT_create refuses them where the job names osc rdma
- *   (OMPI_MCA_osc=rdma); where no component is named fabkit cannot see
- *   which one MPI chose, and fabkit_dht_describe says so.
+ *   DHT_create refuses them where the job's list allows osc rdma
+ *   (OMPI_MCA_osc=rdma, or pt2pt,rdma: Open MPI picks by priority); where
+ *   no list is given (or one of exclusions keeps rdma; an MCA parameter
+ *   file may also set it) fabkit cannot see which component MPI chose, and
+ *   fabkit_dht_describe says so.
  * - DHT_to_file writes fabkit's checksummed shards <filename>.rank<N>;
  *   DHT_from_file reads them (not the MPI-DHT's files) into a table of any
  *   size or rank count.
