@@ -489,6 +489,59 @@ impl Retired {
     }
 }
 
+/// Closes `eps` (each holding its endpoint's last reference) and lets go
+/// of the `retired` buffers operations on them may have used, in the order
+/// the provider needs: registrations before the endpoints where it binds
+/// them (`regions_first`), else after; each buffer freed only if every
+/// close succeeded, else leaked and said once (`whose`: "rank 3",
+/// "mailbox of rank 3"). Whether every close succeeded.
+pub(crate) fn close_then_free(
+    eps: impl IntoIterator<Item = crate::ep::Endpoint>,
+    mut retired: Vec<Retired>,
+    regions_first: bool,
+    whose: &str,
+) -> bool {
+    let mut closed = true;
+    if regions_first {
+        for r in &mut retired {
+            closed &= r.close_registration().is_ok();
+        }
+    }
+    for ep in eps {
+        closed = closed
+            && match Arc::try_unwrap(ep.inner) {
+                Ok(ep) => ep.close().is_ok(),
+                Err(shared) => {
+                    fabkit_core::notice::notice(format_args!(
+                        "{whose}: an endpoint is still referenced elsewhere, so it cannot be \
+                         closed now"
+                    ));
+                    drop(shared);
+                    false
+                }
+            };
+    }
+    if !regions_first && closed {
+        for r in &mut retired {
+            closed &= r.close_registration().is_ok();
+        }
+    }
+    if closed {
+        for r in retired {
+            // SAFETY: the endpoints every operation on these buffers was
+            // posted on have closed (fi_close returned 0).
+            unsafe { r.free() };
+        }
+    } else if !retired.is_empty() {
+        fabkit_core::notice::notice(format_args!(
+            "{whose}: a close failed, so {} retired buffer(s) the provider may still write \
+             are leaked, not freed",
+            retired.len()
+        ));
+    }
+    closed
+}
+
 impl Drop for Retired {
     fn drop(&mut self) {
         // Not freed through `free`: the provider may still write the

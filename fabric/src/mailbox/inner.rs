@@ -77,6 +77,12 @@ impl Inner {
                     )
                 }
             });
+        self.posted_or_spare(t, buf)
+    }
+
+    /// The posted operation on `buf`, or where posting failed, `buf` back
+    /// among the spares (nothing can touch it) and the error.
+    fn posted_or_spare(&self, t: Result<Ticket>, buf: MemoryRegion) -> Result<Posted> {
         match t {
             Ok(t) => Ok(Posted { t, buf }),
             Err(e) => {
@@ -142,13 +148,7 @@ impl Inner {
                 Err(e) => break Err(e),
             }
         };
-        match posted {
-            Ok(t) => Ok(Posted { t, buf }),
-            Err(e) => {
-                self.spare.lock().unwrap().push(buf);
-                Err(e)
-            }
-        }
+        self.posted_or_spare(posted, buf)
     }
 
     /// Waits for a send until `deadline`; its buffer goes back to the spares,
@@ -260,12 +260,6 @@ impl Drop for Inner {
         retired.extend(posted.into_iter().map(|p| p.buf.retire()));
         // Spare buffers have nothing in flight.
         drop(std::mem::take(&mut *self.spare.lock().unwrap()));
-        let mut closed = true;
-        if self.regions_first {
-            for r in &mut retired {
-                closed &= r.close_registration().is_ok();
-            }
-        }
         // SAFETY: each endpoint is taken exactly once, here, and not used
         // after; no region of ours holds it any more (spares dropped,
         // in-flight ones retired).
@@ -275,35 +269,12 @@ impl Drop for Inner {
                 ManuallyDrop::take(&mut self.client.ep),
             ]
         };
-        for ep in eps {
-            closed = closed
-                && match Arc::try_unwrap(ep.inner) {
-                    Ok(ep) => ep.close().is_ok(),
-                    Err(shared) => {
-                        drop(shared);
-                        false
-                    }
-                };
-        }
-        if !self.regions_first && closed {
-            for r in &mut retired {
-                closed &= r.close_registration().is_ok();
-            }
-        }
-        if closed {
-            for r in retired {
-                // SAFETY: the endpoints every operation on these buffers was
-                // posted on have closed (fi_close returned 0).
-                unsafe { r.free() };
-            }
-        } else if !retired.is_empty() {
-            fabkit_core::notice::notice(format_args!(
-                "mailbox of rank {}: a close failed, so {} buffer(s) the provider may still \
-                 write are leaked, not freed",
-                self.rank,
-                retired.len()
-            ));
-        }
+        crate::mr::close_then_free(
+            eps,
+            retired,
+            self.regions_first,
+            &format!("mailbox of rank {}", self.rank),
+        );
         let _ = &self.domain;
     }
 }

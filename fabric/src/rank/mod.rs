@@ -202,8 +202,7 @@ impl Drop for Rank {
     fn drop(&mut self) {
         // The progress thread reads the CQ: stop it before anything closes.
         self.progress.take();
-        let mut retired =
-            std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
         // SAFETY: each of the three fields is dropped or taken exactly once,
         // here, and the rank is not used afterwards. The live staging buffer
         // and the region have no operation of ours in flight (one that did
@@ -214,47 +213,14 @@ impl Drop for Rank {
             ManuallyDrop::drop(&mut self.region);
             ManuallyDrop::take(&mut self.ep)
         };
-        let mut closed = true;
-        if self.regions_first {
-            for r in &mut retired {
-                closed &= r.close_registration().is_ok();
-            }
-        }
         // Initiators borrow the rank and its live regions are closed, so
         // the rank holds the endpoint's last reference.
-        closed = closed
-            && match Arc::try_unwrap(ep.inner) {
-                Ok(ep) => ep.close().is_ok(),
-                Err(shared) => {
-                    fabkit_core::notice::notice(format_args!(
-                        "rank {}: its endpoint is still referenced elsewhere, so it cannot be \
-                         closed now",
-                        self.rank
-                    ));
-                    drop(shared);
-                    false
-                }
-            };
-        if !self.regions_first && closed {
-            for r in &mut retired {
-                closed &= r.close_registration().is_ok();
-            }
-        }
-        if closed {
-            for r in retired {
-                // SAFETY: the endpoint every operation on it was posted on
-                // has closed (fi_close returned 0).
-                unsafe { r.free() };
-            }
-        } else if !retired.is_empty() {
-            fabkit_core::notice::notice(format_args!(
-                "rank {}: a close failed, so {} retired staging buffer(s) the NIC may still \
-                 write are leaked, not freed",
-                self.rank,
-                retired.len()
-            ));
-            drop(retired); // leaks them
-        }
+        crate::mr::close_then_free(
+            [ep],
+            retired,
+            self.regions_first,
+            &format!("rank {}", self.rank),
+        );
     }
 }
 
