@@ -13,6 +13,7 @@ macro_rules! usage {
 use anyhow::{anyhow, Context, Result};
 use fabkit_core::bootstrap::{launched_by_mpi, Bootstrap, FileBootstrap, ThreadGroup};
 use fabkit_core::provenance::{Launcher, Provenance};
+use fabkit_netns::cleanup::{child_takes_terminating, HeldTerminating};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -353,29 +354,21 @@ fn check_namespaces(cmd: &str, netns: &[String]) -> Result<()> {
     }
 }
 
-/// The signals a launcher passes on to its ranks' process groups.
-fn passed_on() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
-        }
-        set
-    }
-}
-
 /// Makes the process `c` starts get SIGTERM when this one (the thread
 /// that starts it: every launch starts its children from one) ends, also
 /// by SIGKILL. It survives `ip netns exec`, which execs the command.
 fn ends_with_this_process(c: &mut std::process::Command) {
-    // SAFETY: prctl is async-signal-safe; it runs in the child before exec
-    // and touches no memory of the parent.
+    // SAFETY: prctl, getppid and _exit are async-signal-safe; they run in
+    // the child before exec and touch no memory of the parent.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(c, || {
+        let launcher = libc::getpid();
+        std::os::unix::process::CommandExt::pre_exec(c, move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The launcher may have gone before the prctl: then go too.
+            if libc::getppid() != launcher {
+                libc::_exit(1);
             }
             Ok(())
         });
@@ -385,21 +378,19 @@ fn ends_with_this_process(c: &mut std::process::Command) {
 /// Makes the process `c` starts the leader of a process group of its own,
 /// so that the launcher can end it with everything it started (a shell's
 /// `sleep`, a rank's helpers), and [`ends_with_this_process`]. The signals
-/// the launcher holds to pass on ([`HeldSignals`]) are unblocked in it.
+/// the launcher holds to pass on ([`HeldTerminating`]) are unblocked in it.
 fn own_group_ending_with_this_process(c: &mut std::process::Command) {
-    let set = passed_on();
-    // SAFETY: setpgid and pthread_sigmask are async-signal-safe; they run
-    // in the child before exec and touch only the copied set.
+    // SAFETY: setpgid is async-signal-safe; it runs in the child before
+    // exec and touches no memory of the parent.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(c, move || {
-            if libc::setpgid(0, 0) != 0
-                || libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) != 0
-            {
+        std::os::unix::process::CommandExt::pre_exec(c, || {
+            if libc::setpgid(0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
+    child_takes_terminating(c);
     ends_with_this_process(c);
 }
 
@@ -408,47 +399,6 @@ fn own_group_ending_with_this_process(c: &mut std::process::Command) {
 fn signal_group(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) touches no memory; a negative pid names the group.
     unsafe { libc::kill(-(pid as libc::pid_t), sig) };
-}
-
-/// SIGINT, SIGTERM and SIGHUP held back in the launching thread while it
-/// watches its ranks (it takes them with [`HeldSignals::wait`] and passes
-/// them on); dropping it restores the mask.
-struct HeldSignals {
-    set: libc::sigset_t,
-    old: libc::sigset_t,
-}
-
-impl HeldSignals {
-    fn hold() -> HeldSignals {
-        let set = passed_on();
-        // SAFETY: an all-zero sigset_t is a valid out parameter.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: set is initialised; old is a valid out pointer.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
-        HeldSignals { set, old }
-    }
-
-    /// Waits up to `d` for one of the held signals; its number, if one came.
-    fn wait(&self, d: Duration) -> Option<libc::c_int> {
-        let ts = libc::timespec {
-            tv_sec: d.as_secs() as libc::time_t,
-            tv_nsec: d.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: set is initialised; a null info pointer is allowed.
-        let sig = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
-        (sig > 0).then_some(sig)
-    }
-}
-
-impl Drop for HeldSignals {
-    fn drop(&mut self) {
-        // A second signal that came while the job was being ended is taken
-        // here: the launcher is ending anyway, with the first one's status,
-        // and its default action would end it before it had cleaned up.
-        while self.wait(Duration::ZERO).is_some() {}
-        // SAFETY: old is the mask saved by `hold`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
-    }
 }
 
 /// The directory a launch's ranks meet in, removed however
@@ -520,7 +470,7 @@ pub fn launch_processes(
     check_namespaces("launch", netns)?;
     // Held from before the first rank starts, so none is missed, until
     // after the meeting place is removed (dropped after it).
-    let signals = HeldSignals::hold();
+    let signals = HeldTerminating::hold().context("holding SIGINT, SIGTERM and SIGHUP")?;
     let dir = meeting_place()?;
     let mut children = Vec::new();
     for rank in 0..size {
@@ -619,7 +569,7 @@ fn watch(
     children: &[(usize, std::process::Child)],
     dir: &std::path::Path,
     size: usize,
-    signals: &HeldSignals,
+    signals: &HeldTerminating,
 ) -> Result<i32> {
     let mut done: Vec<Option<std::process::ExitStatus>> = vec![None; children.len()];
     loop {

@@ -150,6 +150,8 @@ pub fn on_signals(say: fn(Signalled)) -> std::io::Result<()> {
     Ok(())
 }
 
+pub use crate::sys::{child_takes_terminating, HeldTerminating};
+
 /// Makes a child started by `cmd` be killed when the thread that started
 /// it ends, so an interrupted run leaves no such process behind (and takes
 /// signals normally, whatever the mask [`on_signals`] set in the thread

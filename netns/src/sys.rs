@@ -102,21 +102,90 @@ pub fn wait_terminating() -> libc::c_int {
     }
 }
 
-/// Makes a child started by `cmd` be killed when the thread that started
-/// it ends, so an interrupted run leaves no such process behind (and takes
-/// signals normally, whatever the mask of the thread that forks).
-pub fn child_dies_with_us(cmd: &mut std::process::Command) {
-    // SAFETY: sigprocmask and prctl are async-signal-safe; the closure runs
-    // in the child between fork and exec and touches only a local set.
+/// The terminating signals held back in the calling thread, for it to take
+/// them one by one ([`HeldTerminating::wait`]) where a thread of their own
+/// ([`block_terminating`]) would not do: a launcher that passes them on to
+/// its children. Dropping it takes any still pending (the holder is ending
+/// anyway, and their default action would end it before it had cleaned
+/// up), then restores the mask. The process must have no other thread that
+/// leaves them unblocked, or they may go there instead.
+pub struct HeldTerminating {
+    set: libc::sigset_t,
+    old: libc::sigset_t,
+}
+
+impl std::fmt::Debug for HeldTerminating {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeldTerminating")
+    }
+}
+
+impl HeldTerminating {
+    /// Blocks SIGINT, SIGTERM and SIGHUP (not SIGHUP where it is ignored:
+    /// `nohup`) in the calling thread.
+    pub fn hold() -> io::Result<HeldTerminating> {
+        HUP_IGNORED.store(ignored(libc::SIGHUP), std::sync::atomic::Ordering::Relaxed);
+        let set = terminating_set();
+        // SAFETY: an all-zero sigset_t is a valid out parameter.
+        let mut old: libc::sigset_t = unsafe { zeroed() };
+        // SAFETY: set is initialised; old is a valid out pointer.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(HeldTerminating { set, old })
+    }
+
+    /// Waits up to `d` for one of the held signals; its number, if one came.
+    pub fn wait(&self, d: std::time::Duration) -> Option<libc::c_int> {
+        let ts = libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: set is initialised; a null info pointer is allowed.
+        let sig = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
+        (sig > 0).then_some(sig)
+    }
+}
+
+impl Drop for HeldTerminating {
+    fn drop(&mut self) {
+        while self.wait(std::time::Duration::ZERO).is_some() {}
+        // SAFETY: old is the mask saved by `hold`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// Makes the child `cmd` starts take the terminating signals normally,
+/// whatever the mask of the thread that forks.
+pub fn child_takes_terminating(cmd: &mut std::process::Command) {
+    // SAFETY: sigprocmask is async-signal-safe; the closure runs in the
+    // child between fork and exec and touches only a local set.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(cmd, || {
             let set = terminating_set();
             libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+}
+
+/// Makes a child started by `cmd` be killed when the thread that started
+/// it ends, so an interrupted run leaves no such process behind (and takes
+/// signals normally, whatever the mask of the thread that forks).
+pub fn child_dies_with_us(cmd: &mut std::process::Command) {
+    child_takes_terminating(cmd);
+    // SAFETY: prctl and getppid are async-signal-safe; the closure runs in
+    // the child between fork and exec and touches no memory of the parent.
+    unsafe {
+        let parent = libc::getpid();
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            // The parent may have gone before the prctl: then go too.
-            if libc::getppid() == 1 {
+            // The parent may have gone before the prctl: then go too (its
+            // pid, not 1: a parent may be a container's init).
+            if libc::getppid() != parent {
                 libc::_exit(1);
             }
             Ok(())
