@@ -104,11 +104,12 @@ pub fn wait_terminating() -> libc::c_int {
 
 /// The terminating signals held back in the calling thread, for it to take
 /// them one by one ([`HeldTerminating::wait`]) where a thread of their own
-/// ([`block_terminating`]) would not do: a launcher that passes them on to
-/// its children. Dropping it takes any still pending (the holder is ending
-/// anyway, and their default action would end it before it had cleaned
-/// up), then restores the mask. The process must have no other thread that
-/// leaves them unblocked, or they may go there instead.
+/// ([`on_signals`](crate::cleanup::on_signals)) would not do: a launcher
+/// that passes them on to its children. Dropping it takes any still
+/// pending (the holder is ending anyway, and their default action would
+/// end it before it had cleaned up), then restores the mask. The process
+/// must have no other thread that leaves them unblocked, or they may go
+/// there instead.
 pub struct HeldTerminating {
     set: libc::sigset_t,
     old: libc::sigset_t,
