@@ -99,8 +99,10 @@ pub struct RankSummary {
     pub counts: Vec<(String, u64, u64)>,
     /// The counts that grew after warm-up (empty: none leaked).
     pub grew: Vec<String>,
-    /// Resident memory's least-squares slope after warm-up, KiB per hour.
-    pub rss_kib_per_hour: f64,
+    /// Resident memory's least-squares slope after warm-up, KiB per hour;
+    /// none from less than [`SLOPE_SPAN`] of samples (seconds of data
+    /// extrapolated to an hour say nothing).
+    pub rss_kib_per_hour: Option<f64>,
     /// Resident memory's largest excursion after warm-up above its value
     /// at the end of warm-up, KiB.
     pub rss_excursion_kib: u64,
@@ -277,6 +279,9 @@ impl Soaking {
     }
 }
 
+/// The least time after warm-up that memory's slope is given for.
+pub const SLOPE_SPAN: Duration = Duration::from_secs(60);
+
 /// One rank's summary: each count at the end of warm-up against its
 /// largest after it, and resident memory's slope and excursion.
 pub fn summarize(rank: usize, points: &[&Point], warmup: u64) -> RankSummary {
@@ -313,7 +318,10 @@ pub fn summarize(rank: usize, points: &[&Point], warmup: u64) -> RankSummary {
         cycles: points.last().map_or(0, |p| p.cycle),
         counts,
         grew,
-        rss_kib_per_hour: slope(&xy),
+        rss_kib_per_hour: {
+            let span = xy.last().zip(xy.first()).map_or(0.0, |(l, f)| l.0 - f.0);
+            (span * 3600.0 >= SLOPE_SPAN.as_secs_f64()).then(|| slope(&xy))
+        },
         rss_excursion_kib,
         cpu_ns_per_op: cpu.get(cpu.len() / 2).copied().unwrap_or(0.0),
     }
@@ -371,9 +379,10 @@ pub fn chart(s: &Soak, title: &str) -> String {
                 .collect();
             fabkit_chart::Line {
                 label: format!(
-                    "rank {}: {:+.0} MiB/h; {}",
+                    "rank {}: {}; {}",
                     r.rank,
-                    r.rss_kib_per_hour / 1024.0,
+                    r.rss_kib_per_hour
+                        .map_or("slope -".into(), |k| format!("{:+.0} MiB/h", k / 1024.0)),
                     counts.join(", ")
                 ),
                 points,
@@ -402,12 +411,15 @@ pub fn describe(s: &Soak) -> String {
             .map(|(n, at, most)| format!("{n} {at}->{most}"))
             .collect();
         out += &format!(
-            "  rank {}: {} cycles; after warm-up {}; rss {:+.0} KiB/h (largest +{} KiB); \
+            "  rank {}: {} cycles; after warm-up {}; rss {} (largest +{} KiB); \
              {:.0} ns CPU/op; {}\n",
             r.rank,
             r.cycles,
             counts.join(", "),
-            r.rss_kib_per_hour,
+            r.rss_kib_per_hour.map_or_else(
+                || format!("slope - (under {} s)", SLOPE_SPAN.as_secs()),
+                |k| format!("{k:+.0} KiB/h")
+            ),
             r.rss_excursion_kib,
             r.cpu_ns_per_op,
             if r.grew.is_empty() {
@@ -447,8 +459,21 @@ mod tests {
         let leak = [p(1, 5, 1000), p(2, 5, 1100), p(3, 5, 1200), p(4, 5, 1300)];
         let refs: Vec<&Point> = leak.iter().collect();
         let s = summarize(0, &refs, 1);
-        assert!((s.rss_kib_per_hour - 10_000.0).abs() < 1e-6, "{s:?}");
+        assert!(
+            (s.rss_kib_per_hour.unwrap() - 10_000.0).abs() < 1e-6,
+            "{s:?}"
+        );
         assert_eq!(s.rss_excursion_kib, 300);
+        // Seconds of samples give no slope an hour long.
+        let quick: Vec<Point> = leak
+            .iter()
+            .map(|p| Point {
+                secs: p.secs / 100.0,
+                ..*p
+            })
+            .collect();
+        let refs: Vec<&Point> = quick.iter().collect();
+        assert_eq!(summarize(0, &refs, 1).rss_kib_per_hour, None);
     }
 
     #[test]
