@@ -137,6 +137,38 @@ fn read(clock: libc::clockid_t, resolution: bool) -> Option<Duration> {
     })
 }
 
+/// A moment several threads mark and read, such as when a service last
+/// took a request: the time since it was made (its first mark) or last
+/// marked, as nanoseconds in an atomic.
+#[derive(Debug)]
+pub struct Moment {
+    base: std::time::Instant,
+    ns: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Moment {
+    fn default() -> Self {
+        Moment {
+            base: std::time::Instant::now(),
+            ns: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl Moment {
+    /// Marks now.
+    pub fn mark(&self) {
+        let now = self.base.elapsed().as_nanos() as u64;
+        self.ns.store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The time since the last mark (or since it was made).
+    pub fn since(&self) -> Duration {
+        let at = Duration::from_nanos(self.ns.load(std::sync::atomic::Ordering::Relaxed));
+        self.base.elapsed().saturating_sub(at)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +203,19 @@ mod tests {
         );
         assert_eq!(Clock::parse_cpuinfo("cpu MHz : nan\n"), None);
         assert_eq!(Clock::parse_cpuinfo(""), None);
+    }
+
+    #[test]
+    fn a_moment_counts_from_its_last_mark() {
+        let m = Moment::default();
+        std::thread::sleep(Duration::from_millis(20));
+        let before = m.since();
+        assert!(before >= Duration::from_millis(20), "{before:?}");
+        m.mark();
+        assert!(
+            m.since() < before,
+            "{:?} after a mark, {before:?} before",
+            m.since()
+        );
     }
 }

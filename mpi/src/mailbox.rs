@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use mpi::ffi;
 
+use fabkit_core::time::Moment;
 use fabkit_core::Bootstrap;
 use fabkit_core::Error as CoreError;
 use fabkit_core::OpKind;
@@ -87,12 +88,10 @@ pub struct Mailbox {
     /// Request receives posted on `comm` (the serving thread's).
     posted: Mutex<Vec<Posted>>,
     woken: AtomicBool,
-    /// When the service last took a request (ns since `born`).
-    active: AtomicU64,
-    /// When this rank last made a call (ns since `born`), for the service's
-    /// pauses.
-    called: AtomicU64,
-    born: Instant,
+    /// When the service last took a request.
+    active: Moment,
+    /// When this rank last made a call, for the service's pauses.
+    called: Moment,
     /// Requests too long for a receive, dropped.
     oversized: AtomicU64,
     freed: bool,
@@ -202,9 +201,8 @@ impl Mailbox {
             timeout: fabkit_core::time::scaled(timeout),
             posted: Mutex::new(Vec::new()),
             woken: AtomicBool::new(false),
-            active: AtomicU64::new(0),
-            called: AtomicU64::new(0),
-            born: Instant::now(),
+            active: Moment::default(),
+            called: Moment::default(),
             oversized: AtomicU64::new(0),
             freed: false,
         };
@@ -378,8 +376,7 @@ impl Mailbox {
     /// Sends `request` to rank `to` with the request tag, after posting a
     /// receive for its reply (the tag of `id`, from `to` alone).
     pub fn call(&self, to: usize, id: u64, request: &[u8]) -> Result<Call> {
-        self.called
-            .store(self.born.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.called.mark();
         let peer = self.peer(to)?;
         self.check_len(request.len(), to)?;
         let recv = self.post_recv(
@@ -490,8 +487,7 @@ impl Mailbox {
                 }
             }
             if handed > 0 {
-                self.active
-                    .store(self.born.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                self.active.mark();
                 return Ok(handed);
             }
             if self.woken.swap(false, Ordering::AcqRel) {
@@ -501,15 +497,7 @@ impl Mailbox {
             if now >= deadline {
                 return Ok(0);
             }
-            let idle = self
-                .born
-                .elapsed()
-                .saturating_sub(Duration::from_nanos(self.active.load(Ordering::Relaxed)));
-            let since_call = self
-                .born
-                .elapsed()
-                .saturating_sub(Duration::from_nanos(self.called.load(Ordering::Relaxed)));
-            match serve_nap(idle, since_call < HOT, &mut nap) {
+            match serve_nap(self.active.since(), self.called.since() < HOT, &mut nap) {
                 Some(n) => std::thread::sleep(n.min(deadline - now)),
                 None => std::thread::yield_now(),
             }

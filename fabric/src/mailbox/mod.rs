@@ -35,12 +35,13 @@ mod setup;
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fabkit_core::agree::Disagreed;
 use fabkit_core::bootstrap::Bootstrap;
+use fabkit_core::time::Moment;
 use fabkit_core::Error as CoreError;
 use fabkit_core::OpKind;
 use fabric_sys as ffi;
@@ -147,9 +148,8 @@ struct Inner {
     cfg: MailboxConfig,
     /// A wake-up asked of a waiting `serve`.
     woken: AtomicBool,
-    /// When the service last took a request (ns since `born`), for its naps.
-    active: AtomicU64,
-    born: Instant,
+    /// When the service last took a request, for its naps.
+    active: Moment,
     counts: Mutex<MailboxCounts>,
     /// Close registrations before endpoints (`FI_MR_ENDPOINT`).
     regions_first: bool,
@@ -400,8 +400,7 @@ impl Mailbox {
         loop {
             let handed = i.take_requests(f, &mut bytes)?;
             if handed > 0 {
-                i.active
-                    .store(i.born.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                i.active.mark();
                 return Ok(handed);
             }
             if i.woken.swap(false, Ordering::AcqRel) {
@@ -422,11 +421,7 @@ impl Mailbox {
                 continue;
             }
             cq.drive(Duration::ZERO);
-            let idle = i
-                .born
-                .elapsed()
-                .saturating_sub(Duration::from_nanos(i.active.load(Ordering::Relaxed)));
-            if idle < HOT {
+            if i.active.since() < HOT {
                 std::thread::yield_now();
             } else if let Some(bell) = &i.bells[i.rank] {
                 // Quiet: sleep until a caller rings, unless a request came
