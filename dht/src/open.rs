@@ -208,9 +208,10 @@ pub fn open<'b>(cfg: &Config, r: &Recipe<'b>, boot: &dyn Bootstrap) -> Result<Op
     let one_node = near.iter().all(|&s| s);
     // Every rank resolves the same path, or says why not, before any sets
     // up a transport (which is collective).
-    let planned = carrier(r, one_node)
-        .and_then(|c| path::plan(cfg.path, cfg.variant, c, one_node).map_err(Error::Config))
-        .and_then(|p| records_fit(cfg, p, r));
+    let planned = carrier(r, one_node).and_then(|c| {
+        let p = path::plan(cfg.path, cfg.variant, c, one_node).map_err(Error::Config)?;
+        records_fit(cfg, p, c)
+    });
     let agreed = crate::collective::agree(
         boot,
         "choosing the path",
@@ -229,26 +230,23 @@ pub fn open<'b>(cfg: &Config, r: &Recipe<'b>, boot: &dyn Bootstrap) -> Result<Op
 /// The message path sends a key and its value in one message: where a
 /// record does not fit, `auto` takes the rma path (and says why), and a
 /// message path asked for is refused, naming the fix.
-fn records_fit(cfg: &Config, plan: Plan, r: &Recipe<'_>) -> Result<Plan> {
+fn records_fit(cfg: &Config, plan: Plan, carrier: Carrier) -> Result<Plan> {
     if plan.near != Way::Message && plan.far != Way::Message {
         return Ok(plan);
     }
     match crate::table::fits_a_message(cfg) {
         Ok(()) => Ok(plan),
-        Err(why) if cfg.path == crate::Path::Auto => {
-            #[cfg(feature = "mpi")]
-            let near = if r.mpi.is_some() { Way::Rma } else { plan.near };
-            #[cfg(not(feature = "mpi"))]
-            let near = {
-                let _ = r;
-                plan.near
-            };
-            Ok(Plan {
-                near: if near == Way::Message { Way::Rma } else { near },
-                far: Way::Rma,
-                why: format!("{}; but {why}", plan.why),
-            })
-        }
+        Err(why) if cfg.path == crate::Path::Auto => Ok(Plan {
+            // MPI's memory path goes no further than a node: its RMA is
+            // windows to every rank.
+            near: match carrier {
+                Carrier::Mpi { .. } => Way::Rma,
+                Carrier::Fabric { .. } if plan.near == Way::Message => Way::Rma,
+                Carrier::Fabric { .. } => plan.near,
+            },
+            far: Way::Rma,
+            why: format!("{}; but {why}", plan.why),
+        }),
         Err(why) => Err(Error::Config(why)),
     }
 }
