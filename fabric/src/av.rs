@@ -215,6 +215,19 @@ impl AddressVector {
     }
 }
 
+impl AddressVector {
+    /// Removes `addr` (`fi_av_remove`): a connection the provider keeps to
+    /// it closes, and inserting its name again makes a new one.
+    pub fn remove(&self, addr: FiAddr) -> Result<()> {
+        let mut a = addr;
+        // SAFETY: the AV is open; `a` is one fi_addr_t the call reads.
+        check("fi_av_remove", unsafe {
+            ffi::fi_av_remove(self.inner.fid.as_ptr(), &mut a, 1, 0)
+        })?;
+        Ok(())
+    }
+}
+
 impl AvInner {
     fn addr_len(&self) -> AddrLen {
         if self.format == ffi::FI_ADDR_STR {

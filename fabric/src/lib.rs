@@ -55,6 +55,7 @@ pub mod mailbox;
 pub mod mr;
 pub mod rank;
 pub mod shm;
+pub mod stranger;
 pub mod verbs;
 
 pub use av::{AddressVector, FiAddr};
@@ -68,3 +69,4 @@ pub use info::{Caps, Executes, Executor, Hints, Info, KeyPick, Ordering, Progres
 pub use mailbox::{Call, Mailbox, MailboxConfig, MailboxCounts};
 pub use mr::{live_regions, MemoryRegion, RemoteRegion};
 pub use rank::{Initiator, Lane, OrderingStats, ProgressMode, Rank, RankConfig};
+pub use stranger::{Stranger, Tally, Try};

@@ -1,0 +1,659 @@
+//! A process outside a job, as an attacker is: an endpoint of its own on
+//! the job's provider, which reaches a rank by an address it found itself
+//! (a scan, not the job's bootstrap) and tries what a peer could do, with
+//! keys and offsets it guesses: RMA reads and writes, atomics, and tagged
+//! messages. What it is for is the test that none of it works: every
+//! operation the target accepted is counted as a breach.
+//!
+//! Tries go out a window at a time and each is waited for up to the
+//! stranger's timeout; a target that answers nothing for a whole window
+//! is given up on (the rest of the run's tries counted as not sent), so a
+//! provider that drops bad requests silently costs one window's timeout,
+//! not one per key.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::mem::ManuallyDrop;
+use std::time::{Duration, Instant};
+
+use fabric_sys as ffi;
+
+use crate::av::{AddressVector, FiAddr};
+use crate::cq::{CompletionQueue, Outcome, Ticket};
+use crate::domain::{Domain, Fabric};
+use crate::ep::{Attempt, Endpoint};
+use crate::error::{strerror, Result};
+use crate::info::{self, Caps, Hints, Info};
+use crate::mr::{close_then_free, MemoryRegion};
+use fabkit_core::OpKind;
+
+/// Bytes each try reads or writes (one u64, the atomics' width).
+const WORD: usize = 8;
+/// The byte every write try stores, so a breach is visible in the data.
+pub const SCRIBBLE: u8 = 0x5a;
+
+/// What a try does at the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Try {
+    /// `fi_read` of one word.
+    Read,
+    /// `fi_writemsg` of one word of [`SCRIBBLE`], delivery complete.
+    Write,
+    /// `fi_fetch_atomic(FI_SUM)` of 1 on one word.
+    FetchAdd,
+}
+
+impl Try {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Try::Read => "read",
+            Try::Write => "write",
+            Try::FetchAdd => "fetch_add",
+        }
+    }
+
+    fn kind(self) -> OpKind {
+        match self {
+            Try::Read => OpKind::Read,
+            Try::Write => OpKind::Write,
+            Try::FetchAdd => OpKind::FetchAdd,
+        }
+    }
+}
+
+/// What a run of tries came to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Tries posted.
+    pub tried: u64,
+    /// Tries the target carried out: each one a breach.
+    pub done: u64,
+    /// Tries that failed with an error completion, by its name.
+    pub refused: BTreeMap<String, u64>,
+    /// Tries the provider would not post (an error at once), by its name.
+    pub not_posted: BTreeMap<String, u64>,
+    /// Tries with no completion within the timeout.
+    pub unanswered: u64,
+    /// Tries never sent because the target had stopped answering.
+    pub skipped: u64,
+}
+
+impl Tally {
+    /// Adds `other`'s counts to this one.
+    pub fn add(&mut self, other: &Tally) {
+        self.tried += other.tried;
+        self.done += other.done;
+        self.unanswered += other.unanswered;
+        self.skipped += other.skipped;
+        for (mine, theirs) in [
+            (&mut self.refused, &other.refused),
+            (&mut self.not_posted, &other.not_posted),
+        ] {
+            for (k, v) in theirs {
+                *mine.entry(k.clone()).or_default() += v;
+            }
+        }
+    }
+
+    /// Tries that failed, at the target or at once.
+    pub fn failed(&self) -> u64 {
+        self.refused.values().sum::<u64>() + self.not_posted.values().sum::<u64>()
+    }
+}
+
+/// Errors that say the connection went, not what the target made of the
+/// try itself.
+const CONNECTION_LOST: [i32; 5] = [
+    libc::ENOTCONN,
+    libc::ECONNRESET,
+    libc::ECONNABORTED,
+    libc::ECANCELED,
+    libc::EPIPE,
+];
+
+/// A try posted and not yet settled.
+struct InFlight {
+    ticket: Ticket,
+    /// Its two words of the buffer.
+    slot: usize,
+    /// (remote address or offset, key).
+    target: (u64, u64),
+    deadline: Instant,
+}
+
+/// An endpoint outside any job (see the module).
+pub struct Stranger {
+    line: Line,
+    domain: Domain,
+    _fabric: Fabric,
+    info: Info,
+    timeout: Duration,
+    /// Endpoints opened in all.
+    lines: u64,
+}
+
+/// One endpoint of the stranger's, its queues and buffer, and the target
+/// it reaches. A target that refuses by closing the connection is
+/// reached again through a new line: a provider may keep a closed
+/// connection to an address for as long as the endpoint lives.
+struct Line {
+    ep: ManuallyDrop<Endpoint>,
+    cq: CompletionQueue,
+    av: AddressVector,
+    /// Where reads land and writes leave from; no peer can reach it.
+    buf: ManuallyDrop<MemoryRegion>,
+    /// The target's name and address in `av`.
+    at: Option<(Vec<u8>, FiAddr)>,
+    /// Whether a try timed out: its buffer may still be written until the
+    /// endpoint closes.
+    abandoned: bool,
+    regions_first: bool,
+}
+
+impl Line {
+    fn open(domain: &Domain) -> Result<Line> {
+        let cq = CompletionQueue::open(domain, 1024)?;
+        let av = AddressVector::open(domain)?;
+        let ep = Endpoint::open(domain, &cq, &av)?;
+        let buf = ep.register_staging(MESSAGE_ROOM)?;
+        Ok(Line {
+            ep: ManuallyDrop::new(ep),
+            cq,
+            av,
+            buf: ManuallyDrop::new(buf),
+            at: None,
+            abandoned: false,
+            regions_first: domain.info().mr_mode() & ffi::FI_MR_ENDPOINT != 0,
+        })
+    }
+
+    /// `name`'s address, inserted the first time.
+    fn reach(&mut self, name: &[u8]) -> Result<FiAddr> {
+        match &self.at {
+            Some((n, a)) if n == name => Ok(*a),
+            _ => {
+                if let Some((_, old)) = self.at.take() {
+                    self.av.remove(old)?;
+                }
+                let a = self.av.insert(name)?;
+                self.at = Some((name.to_vec(), a));
+                Ok(a)
+            }
+        }
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        // SAFETY: neither is used again. A buffer a timed-out try may still
+        // write is retired, freed only once its endpoint has closed.
+        let (ep, buf) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.ep),
+                ManuallyDrop::take(&mut self.buf),
+            )
+        };
+        if !self.abandoned {
+            drop(buf);
+            drop(ep);
+            return;
+        }
+        close_then_free([ep], vec![buf.retire()], self.regions_first, "stranger");
+    }
+}
+
+impl std::fmt::Debug for Stranger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stranger")
+            .field("provider", &self.info.provider())
+            .field("timeout", &self.timeout)
+            .field("lines", &self.lines)
+            .finish()
+    }
+}
+
+/// Receive buffer of [`Stranger::replies`], and the longest message sent.
+const MESSAGE_ROOM: usize = 1 << 16;
+
+impl Stranger {
+    /// Opens an endpoint on `provider` (and `domain`: an interface or a
+    /// network such as 10.77.0.0/16) with RMA, atomics and tagged
+    /// messages; every wait on a try ends after `timeout`.
+    pub fn open(provider: &str, domain: Option<&str>, timeout: Duration) -> Result<Stranger> {
+        let caps = Caps {
+            tagged: true,
+            ..Caps::ALL
+        };
+        let hints = Hints {
+            provider: Some(provider.to_string()),
+            domain: domain.map(str::to_string),
+            caps,
+            ordering: info::Ordering::None,
+        };
+        let info = info::find(&hints, false)?;
+        let fabric = Fabric::open(&info)?;
+        let domain = Domain::open(&fabric, &info)?;
+        let line = Line::open(&domain)?;
+        Ok(Stranger {
+            line,
+            domain,
+            _fabric: fabric,
+            info,
+            timeout,
+            lines: 1,
+        })
+    }
+
+    /// The provider it runs on.
+    pub fn provider(&self) -> String {
+        self.info.provider()
+    }
+
+    /// This endpoint's own address (it changes when a lost connection
+    /// makes a new one).
+    pub fn name(&self) -> &[u8] {
+        self.line.ep.name()
+    }
+
+    /// Endpoints opened so far: one, and one for each connection a
+    /// target closed (a provider may keep a closed connection to an
+    /// address for as long as the endpoint lives, and `tcp;ofi_rxm` 1.17
+    /// does) or completion queue that failed.
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// A new line if the current one's completion queue failed.
+    fn mend(&mut self) -> Result<()> {
+        if self.line.cq.inner.broken().is_some() {
+            self.renew()?;
+        }
+        Ok(())
+    }
+
+    /// A new endpoint in place of the current one.
+    fn renew(&mut self) -> Result<()> {
+        let line = Line::open(&self.domain)?;
+        drop(std::mem::replace(&mut self.line, line));
+        self.lines += 1;
+        Ok(())
+    }
+
+    /// Tries `what` at the endpoint `name` for every (remote address or
+    /// offset, key) of `targets`, `window` at a time. `on_done` sees each
+    /// try the target carried out, with the bytes a read or an atomic
+    /// brought back.
+    ///
+    /// A target may refuse by closing the connection (the `tcp` provider
+    /// does on a bad key): the tries in flight with it then fail as well.
+    /// The first such loss makes the rest go one at a time, each lost
+    /// connection replaced by a new endpoint, so each refusal is the try's
+    /// own.
+    pub fn rma(
+        &mut self,
+        name: &[u8],
+        what: Try,
+        targets: &[(u64, u64)],
+        window: usize,
+        on_done: &mut dyn FnMut(u64, u64, [u8; WORD]),
+    ) -> Result<Tally> {
+        let mut window = window.clamp(1, (MESSAGE_ROOM / (2 * WORD)).min(512));
+        self.mend()?;
+        let mut at = self.line.reach(name)?;
+        let mut t = Tally::default();
+        let mut flight: VecDeque<InFlight> = VecDeque::new();
+        // Tries to send again: their connection was lost under them.
+        let mut again: VecDeque<(u64, u64)> = VecDeque::new();
+        let mut lost = false;
+        // Tries in a row with no answer: at a window's worth, the target
+        // is silent and the rest is skipped.
+        let mut silent = 0usize;
+        let mut next = 0usize;
+        let mut refused_since: Option<Instant> = None;
+        loop {
+            if silent >= window {
+                t.skipped += (targets.len() - next + again.len()) as u64;
+                next = targets.len();
+                again.clear();
+            }
+            let pending = !again.is_empty() || next < targets.len();
+            if !pending && flight.is_empty() {
+                break;
+            }
+            if (lost || self.line.cq.inner.broken().is_some()) && flight.is_empty() {
+                // A new connection for what is left.
+                self.renew()?;
+                at = self.line.reach(name)?;
+                lost = false;
+                window = 1;
+            }
+            if pending && !lost && flight.len() < window {
+                let target = again.front().copied().unwrap_or_else(|| targets[next]);
+                let slot = (0..window)
+                    .find(|s| flight.iter().all(|f| f.slot != *s))
+                    .expect("fewer in flight than the window");
+                match self.post(at, what, slot, target) {
+                    Ok(Some(ticket)) => {
+                        refused_since = None;
+                        t.tried += 1;
+                        flight.push_back(InFlight {
+                            ticket,
+                            slot,
+                            target,
+                            deadline: Instant::now() + self.timeout,
+                        });
+                    }
+                    Ok(None) => {
+                        // The queue is full, or the provider holds the
+                        // try back (connecting): settle something, or
+                        // progress, until the timeout.
+                        let since = *refused_since.get_or_insert_with(Instant::now);
+                        if flight.is_empty() {
+                            if since.elapsed() < self.timeout {
+                                self.line.cq.inner.drive(Duration::from_millis(1));
+                                continue;
+                            }
+                            refused_since = None;
+                            silent += 1;
+                            t.tried += 1;
+                            t.unanswered += 1;
+                        } else {
+                            if let Some((target, gone)) = self.settle(
+                                &mut flight,
+                                &mut t,
+                                &mut silent,
+                                (what, window),
+                                on_done,
+                            ) {
+                                if gone {
+                                    again.push_back(target);
+                                }
+                                lost = true;
+                            }
+                            continue;
+                        }
+                    }
+                    Err(code) => {
+                        t.tried += 1;
+                        *t.not_posted.entry(strerror(code)).or_default() += 1;
+                    }
+                }
+                if again.pop_front().is_none() {
+                    next += 1;
+                }
+                continue;
+            }
+            if let Some((target, gone)) =
+                self.settle(&mut flight, &mut t, &mut silent, (what, window), on_done)
+            {
+                // In flight with a connection another try lost: not its
+                // own refusal, so it goes again.
+                if gone {
+                    again.push_back(target);
+                }
+                lost = true;
+            }
+        }
+        if t.unanswered > 0 {
+            // Tries still held by the provider would hold up the next
+            // ones: start clean.
+            self.renew()?;
+        }
+        Ok(t)
+    }
+
+    /// Settles the oldest try. When its connection was lost: with others
+    /// of a `window` above 1 in flight, it is handed back to be tried
+    /// again (`Some((target, true))`); alone, its loss is its refusal
+    /// (`Some((target, false))`).
+    fn settle(
+        &mut self,
+        flight: &mut VecDeque<InFlight>,
+        t: &mut Tally,
+        silent: &mut usize,
+        (what, window): (Try, usize),
+        on_done: &mut dyn FnMut(u64, u64, [u8; WORD]),
+    ) -> Option<((u64, u64), bool)> {
+        let InFlight {
+            ticket,
+            slot,
+            target,
+            deadline,
+        } = flight.pop_front()?;
+        // Each try's own deadline: a silent target costs one timeout for
+        // the whole window, not one per try.
+        match self.line.cq.inner.wait(ticket, deadline) {
+            Outcome::Done { .. } => {
+                *silent = 0;
+                t.done += 1;
+                let mut word = [0u8; WORD];
+                let at = 2 * slot * WORD + if what == Try::FetchAdd { WORD } else { 0 };
+                let _ = self.line.buf.snapshot(at, &mut word);
+                on_done(target.0, target.1, word);
+                None
+            }
+            Outcome::Failed { code, .. } => {
+                *silent = 0;
+                if CONNECTION_LOST.contains(&code) {
+                    if window > 1 {
+                        t.tried -= 1;
+                        return Some((target, true));
+                    }
+                    *t.refused.entry(strerror(code)).or_default() += 1;
+                    return Some((target, false));
+                }
+                *t.refused.entry(strerror(code)).or_default() += 1;
+                None
+            }
+            Outcome::CqFailed { call, code } => {
+                // The provider wrote an error the queue cannot place (rxm
+                // does after refusing an atomic): this line is spent.
+                self.line.abandoned = true;
+                if window > 1 {
+                    t.tried -= 1;
+                    return Some((target, true));
+                }
+                *t.refused
+                    .entry(format!(
+                        "{} ({call} failed on the intruder's side)",
+                        strerror(code)
+                    ))
+                    .or_default() += 1;
+                Some((target, false))
+            }
+            Outcome::TimedOut => {
+                self.line.abandoned = true;
+                *silent += 1;
+                t.unanswered += 1;
+                None
+            }
+        }
+    }
+
+    /// Posts one try from `slot`'s two words: `Ok(None)` if the provider
+    /// said -FI_EAGAIN, `Err` with the (positive) code it refused with.
+    fn post(
+        &self,
+        at: FiAddr,
+        what: Try,
+        slot: usize,
+        (raddr, key): (u64, u64),
+    ) -> std::result::Result<Option<Ticket>, i32> {
+        let off = 2 * slot * WORD;
+        let operand: [u8; WORD] = match what {
+            Try::Write => [SCRIBBLE; WORD],
+            Try::FetchAdd => 1u64.to_le_bytes(),
+            Try::Read => [0; WORD],
+        };
+        self.line
+            .buf
+            .fill(off, &operand)
+            .map_err(|_| ffi::FI_EINVAL as i32)?;
+        let buf = self.line.buf.ptr_at(off).cast::<libc::c_void>();
+        let result = self.line.buf.ptr_at(off + WORD).cast::<libc::c_void>();
+        let desc = self.line.buf.desc();
+        let ep = self.line.ep.raw();
+        // SAFETY: the endpoint is open; `buf` and `result` are words of the
+        // registered buffer that this try alone uses until it settles (or,
+        // abandoned, until the endpoint closes: the buffer is freed only
+        // after, in Drop); ctx is a slot reserved for this try.
+        let post = |ctx: *mut libc::c_void| unsafe {
+            match what {
+                Try::Read => ffi::fi_read(ep, buf, WORD, desc, at, raddr, key, ctx),
+                Try::Write => {
+                    // Delivery complete: the completion says the target
+                    // took the write, not only that it left.
+                    let mut d = desc;
+                    let iov = ffi::iovec {
+                        iov_base: buf,
+                        iov_len: WORD,
+                    };
+                    let rma_iov = ffi::fi_rma_iov {
+                        addr: raddr,
+                        len: WORD,
+                        key,
+                    };
+                    let msg = ffi::fi_msg_rma {
+                        msg_iov: &iov,
+                        desc: &mut d,
+                        iov_count: 1,
+                        addr: at,
+                        rma_iov: &rma_iov,
+                        rma_iov_count: 1,
+                        context: ctx,
+                        data: 0,
+                    };
+                    ffi::fi_writemsg(
+                        ep,
+                        &msg,
+                        u64::from(ffi::FI_DELIVERY_COMPLETE) | u64::from(ffi::FI_COMPLETION),
+                    )
+                }
+                Try::FetchAdd => ffi::fi_fetch_atomic(
+                    ep,
+                    buf,
+                    1,
+                    desc,
+                    result,
+                    desc,
+                    at,
+                    raddr,
+                    key,
+                    ffi::FI_UINT64,
+                    ffi::FI_SUM,
+                    ctx,
+                ),
+            }
+        };
+        let deadline = Instant::now() + self.timeout;
+        match self
+            .line
+            .ep
+            .try_post(what.kind(), 0, deadline, self.timeout, post)
+        {
+            Ok(Attempt::Posted(t)) => Ok(Some(t)),
+            Ok(Attempt::Refused) => Ok(None),
+            Err(crate::Error::Completion { code, .. } | crate::Error::Call { code, .. }) => {
+                Err(code)
+            }
+            Err(_) => Err(ffi::FI_EOTHER as i32),
+        }
+    }
+
+    /// Sends `msg` tagged `tag` to the endpoint `name`: what the provider
+    /// said of it (`Ok` once it left, or the error's name). A connection
+    /// the target closed is replaced after.
+    pub fn send(&mut self, name: &[u8], tag: u64, msg: &[u8]) -> std::result::Result<(), String> {
+        self.mend().map_err(|e| e.to_string())?;
+        let at = self.line.reach(name).map_err(|e| e.to_string())?;
+        let len = msg.len().min(MESSAGE_ROOM);
+        self.line
+            .buf
+            .fill(0, &msg[..len])
+            .map_err(|e| e.to_string())?;
+        let buf = self.line.buf.ptr_at(0).cast::<libc::c_void>();
+        let desc = self.line.buf.desc();
+        let ep = self.line.ep.raw();
+        // SAFETY: as in `post`: the buffer's first `len` bytes are this
+        // send's until it settles or the endpoint closes.
+        let post =
+            |ctx: *mut libc::c_void| unsafe { ffi::fi_tsend(ep, buf, len, desc, at, tag, ctx) };
+        let deadline = Instant::now() + self.timeout;
+        let ticket = loop {
+            match self
+                .line
+                .ep
+                .try_post(OpKind::Send, 0, deadline, self.timeout, post)
+            {
+                Ok(Attempt::Posted(t)) => break t,
+                Ok(Attempt::Refused) if Instant::now() < deadline => {
+                    self.line.cq.inner.drive(Duration::from_millis(1));
+                }
+                Ok(Attempt::Refused) => {
+                    self.renew().map_err(|e| e.to_string())?;
+                    return Err("no room to send within the timeout".into());
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        match self.line.cq.inner.wait(ticket, deadline) {
+            Outcome::Done { .. } => Ok(()),
+            Outcome::Failed { code, .. } => {
+                if CONNECTION_LOST.contains(&code) {
+                    self.renew().map_err(|e| e.to_string())?;
+                }
+                Err(strerror(code))
+            }
+            Outcome::TimedOut | Outcome::CqFailed { .. } => {
+                self.line.abandoned = true;
+                self.renew().map_err(|e| e.to_string())?;
+                Err("no completion within the timeout".into())
+            }
+        }
+    }
+
+    /// Waits `wait` for any tagged message to this endpoint: how many came
+    /// (an answer to a stranger is a breach).
+    pub fn replies(&mut self, wait: Duration) -> u64 {
+        if self.mend().is_err() {
+            return 0;
+        }
+        let mut got = 0;
+        let until = Instant::now() + wait;
+        let buf = self.line.buf.ptr_at(0).cast::<libc::c_void>();
+        let desc = self.line.buf.desc();
+        let ep = self.line.ep.raw();
+        loop {
+            // SAFETY: as in `post`; the receive may land in the whole buffer,
+            // which no try uses while it is posted (tries are settled).
+            let post = |ctx: *mut libc::c_void| unsafe {
+                ffi::fi_trecv(
+                    ep,
+                    buf,
+                    MESSAGE_ROOM,
+                    desc,
+                    ffi::FI_ADDR_UNSPEC,
+                    0,
+                    !0u64,
+                    ctx,
+                )
+            };
+            let ticket = match self
+                .line
+                .ep
+                .try_post(OpKind::Recv, 0, until, self.timeout, post)
+            {
+                Ok(Attempt::Posted(t)) => t,
+                _ => return got,
+            };
+            match self.line.cq.inner.wait(ticket, until) {
+                Outcome::Done { .. } | Outcome::Failed { .. } => got += 1,
+                Outcome::TimedOut | Outcome::CqFailed { .. } => {
+                    self.line.ep.cancel(ticket);
+                    self.line.abandoned = true;
+                    return got;
+                }
+            }
+        }
+    }
+}
