@@ -54,6 +54,12 @@ pub struct TestbedSpec {
     /// own links.
     #[serde(default)]
     pub mgmt: bool,
+    /// A third host, `<name>-x`, on a link of its own behind the gateway
+    /// (10.77.3.0/24): it reaches both hosts through the gateway's routing
+    /// but sees none of their traffic (an outsider on the network, for
+    /// `fabkit intrude`). Needs `gateway`.
+    #[serde(default)]
+    pub outsider: bool,
 }
 
 /// The management interface's name inside each host's namespace (to
@@ -76,6 +82,7 @@ impl Default for TestbedSpec {
             txqueuelen: None,
             ipv6: false,
             mgmt: false,
+            outsider: false,
         }
     }
 }
@@ -284,6 +291,8 @@ pub struct Testbed {
     pub b: Host,
     /// The gateway's namespace, when there is one.
     pub gateway: Option<String>,
+    /// The outsider (`-x`), when asked for.
+    pub outsider: Option<Host>,
     up: bool,
     /// Removes the testbed if the process is interrupted (SIGINT, SIGTERM).
     undo: Option<crate::cleanup::Registered>,
@@ -454,6 +463,11 @@ impl Testbed {
                 return Err(bad(format!("--mtu must be 68 to 65535, got {m}")));
             }
         }
+        if spec.outsider && !spec.gateway {
+            return Err(bad(
+                "an outsider sits behind the gateway: ask for the gateway too".into(),
+            ));
+        }
         check_offloads(&spec.offloads)?;
         sweep_stale();
         down(&spec.name)?;
@@ -477,6 +491,12 @@ impl Testbed {
                 mgmt: None,
             },
             gateway: spec.gateway.then(|| g.clone()),
+            outsider: spec.outsider.then(|| Host {
+                netns: ns(&name, "x"),
+                iface: "vx".into(),
+                addr: IpAddr::V4(Ipv4Addr::new(10, 77, 3, 2)),
+                mgmt: None,
+            }),
             spec,
             up: true,
             undo: Some(crate::cleanup::register(move || {
@@ -492,6 +512,7 @@ impl Testbed {
         let s = self.spec.clone();
         let mut all = vec![self.a.netns.clone(), self.b.netns.clone()];
         all.extend(self.gateway.clone());
+        all.extend(self.outsider.as_ref().map(|x| x.netns.clone()));
         for n in &all {
             // Under the gate: an interrupt's undo (removing the testbed's
             // namespaces) sees every namespace made, and none is made after.
@@ -523,18 +544,28 @@ impl Testbed {
                 (self.b.netns.clone(), "vb", "10.77.1.2/24".into()),
                 s.mtu,
             )],
-            Some(g) => vec![
-                (
-                    (self.a.netns.clone(), "va", "10.77.1.1/24".into()),
-                    (g.clone(), "ga", "10.77.1.2/24".into()),
-                    s.mtu,
-                ),
-                (
-                    (g.clone(), "gb", "10.77.2.1/24".into()),
-                    (self.b.netns.clone(), "vb", "10.77.2.2/24".into()),
-                    s.mtu_b,
-                ),
-            ],
+            Some(g) => {
+                let mut v = vec![
+                    (
+                        (self.a.netns.clone(), "va", "10.77.1.1/24".into()),
+                        (g.clone(), "ga", "10.77.1.2/24".into()),
+                        s.mtu,
+                    ),
+                    (
+                        (g.clone(), "gb", "10.77.2.1/24".into()),
+                        (self.b.netns.clone(), "vb", "10.77.2.2/24".into()),
+                        s.mtu_b,
+                    ),
+                ];
+                if let Some(x) = &self.outsider {
+                    v.push((
+                        (g.clone(), "gx", "10.77.3.1/24".into()),
+                        (x.netns.clone(), "vx", "10.77.3.2/24".into()),
+                        1500,
+                    ));
+                }
+                v
+            }
         };
         for ((n1, i1, a1), (n2, i2, a2), mtu) in &links {
             run(&[
@@ -625,6 +656,21 @@ impl Testbed {
                 "via",
                 "10.77.2.1",
             ])?;
+            if let Some(x) = &self.outsider {
+                for (n, via) in [(&self.a.netns, "10.77.1.2"), (&self.b.netns, "10.77.2.1")] {
+                    run(&["ip", "-n", n, "route", "add", "10.77.3.0/24", "via", via])?;
+                }
+                run(&[
+                    "ip",
+                    "-n",
+                    &x.netns,
+                    "route",
+                    "add",
+                    "default",
+                    "via",
+                    "10.77.3.1",
+                ])?;
+            }
         }
         Ok(())
     }

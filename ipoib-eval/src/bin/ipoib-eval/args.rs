@@ -139,6 +139,11 @@ pub(crate) struct TestbedArgs {
     /// 10.78.0.0/16, default route), for launchers such as mpirun.
     #[arg(long)]
     pub(crate) mgmt: bool,
+    /// A third host (`NAME-x`, 10.77.3.2) behind the gateway on a link of
+    /// its own: it reaches both hosts but sees none of their traffic
+    /// (`fabkit intrude` runs there). Needs --gateway.
+    #[arg(long, requires = "gateway")]
+    pub(crate) outsider: bool,
 }
 
 #[derive(Args, Debug)]

@@ -184,6 +184,7 @@ pub(crate) fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
                 txqueuelen: a.txqueuelen,
                 ipv6: a.ipv6,
                 mgmt: a.mgmt,
+                outsider: a.outsider,
             })
             .map_err(fail)?;
             out!("testbed {} up:", a.name);
@@ -202,6 +203,14 @@ pub(crate) fn testbed_cmd(cmd: &TestbedCmd) -> Result<(), RunError> {
                     "  {g:<12} routes between the two (MTU {} | {})",
                     a.mtu,
                     a.mtu_b
+                );
+            }
+            if let Some(x) = &tb.outsider {
+                out!(
+                    "  {:<12} {} {} (outsider: reaches both through the gateway)",
+                    x.netns,
+                    x.iface,
+                    x.addr
                 );
             }
             out!(
