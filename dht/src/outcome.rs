@@ -376,8 +376,8 @@ pub struct Stats {
     #[serde(default)]
     pub served_keys: u64,
     /// Messages the service refused (malformed, another version or table,
-    /// sizes not the table's, or not from a member): never run, never
-    /// answered.
+    /// sizes not the table's, not from a member, or longer than any
+    /// request and dropped on arrival): never run, never answered.
     #[serde(default)]
     pub refused: u64,
     /// Of `refused`: from an address not in the job, or claiming a rank it

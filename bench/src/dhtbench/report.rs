@@ -140,6 +140,13 @@ pub struct Counters {
     /// Busy CPU time of the ranks' service threads, ns.
     #[serde(default)]
     pub service_cpu_ns: u64,
+    /// Messages the ranks' services refused: never run, never answered
+    /// (malformed, of another table, from outside the job, too long).
+    #[serde(default)]
+    pub refused: u64,
+    /// Of `refused`: from an address not in the job.
+    #[serde(default)]
+    pub strangers: u64,
 }
 
 /// The depth of a report from before lanes.
@@ -393,6 +400,8 @@ fn merge(g: &[&Sample], record: Record, ghz: Option<f64>) -> Run {
         c.message_bytes += st.message_bytes;
         c.served_keys += st.served_keys;
         c.service_cpu_ns += st.service_cpu_ns;
+        c.refused += st.refused;
+        c.strangers += st.strangers;
     }
     let per = |x: u64, n: u64| if n == 0 { 0.0 } else { x as f64 / n as f64 };
     let reads: u64 = g.iter().map(|s| s.reads).sum();
@@ -950,6 +959,8 @@ mod tests {
         "runs[].counters.own_keys",
         "runs[].counters.served_keys",
         "runs[].counters.service_cpu_ns",
+        "runs[].counters.refused",
+        "runs[].counters.strangers",
         "runs[].counters.request_keys",
         "runs[].counters.requests",
         "runs[].counters.cross_reads",

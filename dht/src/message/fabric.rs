@@ -51,4 +51,8 @@ impl Messenger for Mailbox {
     fn wake(&self) {
         Mailbox::wake(self)
     }
+    fn dropped(&self) -> u64 {
+        let c = self.counts();
+        c.oversized + c.failed
+    }
 }

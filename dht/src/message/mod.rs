@@ -86,6 +86,12 @@ pub trait Messenger: Send + Sync + 'static {
     /// Ends a [`Messenger::serve`] that is waiting, so a service stops at
     /// once rather than after its wait.
     fn wake(&self) {}
+    /// Requests dropped before [`Messenger::serve`] could hand them over
+    /// (longer than a receive buffer, or a receive that failed), since
+    /// the start: the service counts them as refused.
+    fn dropped(&self) -> u64 {
+        0
+    }
 }
 
 /// The messenger of a table with no message path: every rank is reached

@@ -181,6 +181,7 @@ fn serve<O: Owner, M: Messenger>(owner: &O, m: &M, sizes: &Sizes, stop: &AtomicB
     let mut found = Vec::new();
     let mut reply = Vec::with_capacity(m.max_len());
     let mut cpu = fabkit_core::time::thread_cpu();
+    let mut dropped = m.dropped();
     while !stop.load(Ordering::Acquire) {
         let got = m.serve(SERVE_WAIT, &mut |from, bytes| {
             let mut b = spare.pop().unwrap_or_default();
@@ -193,6 +194,12 @@ fn serve<O: Owner, M: Messenger>(owner: &O, m: &M, sizes: &Sizes, stop: &AtomicB
             // their own errors; the service has nothing left to serve.
             owner.count(&mut |s| s.refused += 1);
             break;
+        }
+        let now_dropped = m.dropped();
+        if now_dropped > dropped {
+            let n = now_dropped - dropped;
+            owner.count(&mut |s| s.refused += n);
+            dropped = now_dropped;
         }
         for (from, bytes) in inbox.drain(..) {
             handle(
