@@ -17,7 +17,8 @@
 //! - [`demo`]: the embedded default job;
 //! - [`launch`]: ranks as threads, as processes across network namespaces
 //!   (file bootstrap) or under mpirun; and [`clean`]: what killed ranks
-//!   left in /dev/shm.
+//!   left in /dev/shm;
+//! - [`intrude`]: a process outside a job that tries to reach its ranks.
 //!
 //! What they share: [`flags`] (every number's parser and limit),
 //! [`exit`] (usage errors and exit status), [`output`] (output files and
@@ -33,6 +34,7 @@ pub mod flags;
 pub mod held;
 pub mod hist;
 pub mod info;
+pub mod intrude;
 pub mod launch;
 pub mod model;
 #[cfg(feature = "mpi")]

@@ -134,6 +134,14 @@ pub struct DhtArgs {
     /// Seconds to wait for any one operation before giving up.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = flags::secs)]
     pub timeout: Duration,
+    /// After each table's first phase (the paper's write, YCSB's load),
+    /// hold the written table until FILE exists (at most an hour), then go
+    /// on: a window to attack or inspect it from outside (`fabkit
+    /// intrude`) before the read-back. Rank 0 watches for the file. What
+    /// the services refuse meanwhile is counted in that phase; its time
+    /// is not.
+    #[arg(long, value_name = "FILE")]
+    pub hold: Option<std::path::PathBuf>,
     /// Give ranks on the same node direct access to each other's regions
     /// (shared memory), with libfabric for the rest; atomics are CPU atomics
     /// only when every rank is on this node. The spelling of --path memory.

@@ -34,7 +34,7 @@ pub mod transports;
 pub mod workload;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use fabkit_core::bootstrap::Bootstrap;
@@ -392,6 +392,11 @@ fn run_phase<S: Store>(
     };
     let t = phase::timed(store, &p, a.batch, &mut progress).with_context(what)?;
     drop(progress);
+    if let (0, Some(file), System::Fabkit) = (index, &a.hold, sample.system) {
+        // Not timed, but counted: what the services refused meanwhile.
+        hold(boot, file, a.timeout)?;
+        boot.set_wait(phase_bound(a, boot.size()));
+    }
     boot.barrier()?;
     let (st1, wire1, srv1) = counters(store);
     let (reads, writes) = p.reads_writes();
@@ -590,6 +595,36 @@ fn bench_table<T: Transport, M: Messenger>(
         }
     }
     Ok(out)
+}
+
+/// The longest `--hold`.
+const HOLD_MAX: Duration = Duration::from_secs(3600);
+
+/// Holds every rank until `file` exists: rank 0 looks for it every 20 ms
+/// (a file has nothing to wait on), the others wait at a barrier; at most
+/// [`HOLD_MAX`]. The ranks' services and progress threads answer peers
+/// (and strangers) meanwhile.
+fn hold(boot: &dyn Bootstrap, file: &std::path::Path, timeout: Duration) -> Result<()> {
+    boot.set_wait(HOLD_MAX + timeout.max(SETUP_WAIT));
+    if boot.rank() == 0 {
+        eprintln!(
+            "fabkit: note: the table is written; holding until {} exists",
+            file.display()
+        );
+        let until = Instant::now() + HOLD_MAX;
+        while !file.exists() {
+            if Instant::now() >= until {
+                anyhow::bail!(
+                    "--hold: {} did not appear within {} s; create it to go on",
+                    file.display(),
+                    HOLD_MAX.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    boot.barrier()?;
+    Ok(())
 }
 
 /// `e`, or what ended this rank's server if it is no longer running.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 #[cfg(feature = "mpi")]
 use fabkit_bench::mpiperf;
-use fabkit_bench::{check, clean, dhtbench, flags, model, perf, plot, surrogate};
+use fabkit_bench::{check, clean, dhtbench, flags, intrude, model, perf, plot, surrogate};
 
 /// Kernel-bypass fabric toolkit for HPC: fabric facts, RMA checks and
 /// benchmarks over any libfabric provider, in-process or under mpirun.
@@ -128,6 +128,10 @@ pub enum Cmd {
     /// fabkit's whose process has exited and the libfabric shm provider's
     /// that no process has mapped, this user's only. Says what it removed.
     Clean(clean::CleanArgs),
+    /// Try to read and write a running job's ranks from outside it, as an
+    /// attacker on the same network would: find them by scanning, then
+    /// guess keys for RMA and forge messages. Exit 1 if anything worked.
+    Intrude(intrude::IntrudeArgs),
     /// The rsh agent `fabkit launch --mpi` gives mpirun: runs a command line
     /// in the network namespace named as the host.
     #[command(hide = true)]

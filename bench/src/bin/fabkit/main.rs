@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fabkit_bench::surrogate;
-use fabkit_bench::{check, clean, demo, dhtbench, exit, info, launch, model, output, perf, plot};
+use fabkit_bench::{
+    check, clean, demo, dhtbench, exit, info, intrude, launch, model, output, perf, plot,
+};
 
 use cli::{Cli, Cmd};
 
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         }
         Cmd::Rsh { host, words } => launch::rsh(host, words).map(|()| true),
         Cmd::Clean(args) => clean::command(args),
+        Cmd::Intrude(args) => intrude::command(args),
     };
     let _ = std::io::stdout().flush();
     match result {
@@ -99,6 +102,7 @@ fn data_on_stdout(cmd: &Cmd) -> (bool, bool) {
         Cmd::Dht(a) => (is_dash(&a.json), is_dash(&a.csv)),
         Cmd::Model(a) => (is_dash(&a.json), false),
         Cmd::Surrogate(a) => (is_dash(&a.json), false),
+        Cmd::Intrude(a) => (is_dash(&a.json), false),
         _ => (false, false),
     }
 }
