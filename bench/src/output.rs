@@ -93,9 +93,51 @@ pub fn write_out(path: &Path, text: &str) -> Result<()> {
         out.write_all(text.as_bytes())
             .and_then(|()| out.flush())
             .context("writing to standard output")
+    } else if is_fifo(path) {
+        // A named pipe: opened without waiting, so one nobody reads fails
+        // at once (ENXIO) instead of blocking the finished run for ever;
+        // then written as any file.
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .with_context(|| {
+                format!(
+                    "writing {}: a named pipe nobody is reading; start its reader first",
+                    path.display()
+                )
+            })?;
+        set_blocking(&f).with_context(|| format!("writing {}", path.display()))?;
+        f.write_all(text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))
     } else {
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     }
+}
+
+/// Whether `path` is a named pipe (not following a link is not needed:
+/// writing follows it too).
+fn is_fifo(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+}
+
+/// Clears `O_NONBLOCK` on `f`, so a full pipe is waited on, not an error.
+fn set_blocking(f: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    // SAFETY: `fd` is open for as long as `f` lives; F_GETFL/F_SETFL take
+    // and return plain flag words.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The real standard output, when `-` asked for data on it.

@@ -1743,3 +1743,23 @@ fn a_named_pipe_as_json_gets_the_report_and_the_run_ends() {
     let v: Value = serde_json::from_str(&text).unwrap();
     assert!(v["runs"].is_array(), "{text}");
 }
+
+#[test]
+fn a_named_pipe_nobody_reads_fails_the_run_instead_of_holding_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("report");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // Bounded: the bug was a wait for ever at the end of the run.
+    let o = run(Command::new("timeout")
+        .args(["120", env!("CARGO_BIN_EXE_fabkit")])
+        .args(["dht", "-n", "2", "-k", "200", "--no-redis", "-w", "paper"])
+        .args(["--latency-ops", "0", "--hot-rounds", "0", "--json"])
+        .arg(&fifo));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("a named pipe nobody is reading"), "{err}");
+}
