@@ -53,6 +53,7 @@ fn one_line(o: &Output) -> String {
 #[test]
 fn bad_values_are_one_line_and_exit_2() {
     let cases: &[(&[&str], &str)] = &[
+        (&["client", "h", "-c", "g"], "--client"),
         (&["client", "h", "-l", "0"], "-l"),
         (&["client", "h", "-l", "18446744073709551615K"], "-l"),
         (&["client", "h", "-t", "1e300"], "-t"),
@@ -228,6 +229,20 @@ fn a_run_writes_json_and_appends_csv_rows_under_one_header() {
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["totals"][0]["received_msgs"], 10);
+    // iperf3's spelling of the server: -c HOST.
+    let o = run(&[
+        "client",
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-k",
+        "7",
+        "-J",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["totals"][0]["received_msgs"], 7);
 }
 
 #[test]

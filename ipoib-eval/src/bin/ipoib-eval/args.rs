@@ -146,6 +146,16 @@ pub(crate) struct TestbedArgs {
     pub(crate) outsider: bool,
 }
 
+impl ClientArgs {
+    /// The server's host, however it was given.
+    pub(crate) fn host(&self) -> &str {
+        self.host
+            .as_deref()
+            .or(self.client.as_deref())
+            .expect("clap requires one")
+    }
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct ServerArgs {
     /// Control port.
@@ -182,7 +192,11 @@ pub(crate) struct ServerArgs {
 #[derive(Args, Debug)]
 pub(crate) struct ClientArgs {
     /// Server host name or address.
-    pub(crate) host: String,
+    #[arg(required_unless_present = "client", conflicts_with = "client")]
+    host: Option<String>,
+    /// Server host, as iperf3 spells it: `-c HOST` is `HOST`.
+    #[arg(short = 'c', long = "client", value_name = "HOST")]
+    client: Option<String>,
     /// Server control port.
     #[arg(short, long, default_value_t = ipoib_eval::DEFAULT_PORT)]
     pub(crate) port: u16,

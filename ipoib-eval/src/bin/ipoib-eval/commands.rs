@@ -55,7 +55,7 @@ pub(crate) fn client(a: &ClientArgs) -> Result<(), RunError> {
     }
     enter(a.netns.as_deref())?;
     let opts = ClientOpts {
-        host: a.host.clone(),
+        host: a.host().to_string(),
         port: a.port,
         bind: a.bind,
         dev: a.dev.clone(),
@@ -75,7 +75,7 @@ pub(crate) fn client(a: &ClientArgs) -> Result<(), RunError> {
             "ipoib-eval {}: {} to {}:{}",
             env!("CARGO_PKG_VERSION"),
             spec.describe(),
-            a.host,
+            a.host(),
             a.port
         );
         if spec.proto == Proto::Udp && a.bitrate.is_none() {
