@@ -352,7 +352,7 @@ pub fn status(name: &str) -> Vec<String> {
         .into_iter()
         .filter(|n| {
             n.strip_prefix(&prefix)
-                .is_some_and(|s| ["a", "b", "g"].contains(&s))
+                .is_some_and(|s| ["a", "b", "g", "x"].contains(&s))
         })
         .collect()
 }

@@ -232,6 +232,37 @@ fn the_gateway_forwards_between_two_mtu_domains() {
 }
 
 #[test]
+fn an_outsider_reaches_both_hosts_through_the_gateway_and_goes_with_the_testbed() {
+    let _g = serial();
+    assert!(Testbed::up(TestbedSpec {
+        outsider: true,
+        ..TestbedSpec::default()
+    })
+    .is_err_and(|e| e.to_string().contains("gateway")));
+    let tb = Testbed::up(TestbedSpec {
+        gateway: true,
+        outsider: true,
+        ..TestbedSpec::default()
+    })
+    .unwrap();
+    let name = tb.spec().name.clone();
+    assert_eq!(testbed::status(&name).len(), 4);
+    let x = tb.outsider.clone().unwrap();
+    for h in [&tb.a, &tb.b] {
+        let addr = h.addr;
+        let l = inside(&h.netns, move || TcpListener::bind((addr, 0)).unwrap());
+        let s = connect_from(&x.netns, l.local_addr().unwrap()).unwrap();
+        assert_eq!(s.local_addr().unwrap().ip(), x.addr);
+    }
+    drop(tb);
+    assert!(
+        testbed::status(&name).is_empty(),
+        "{:?}",
+        testbed::namespaces()
+    );
+}
+
+#[test]
 fn management_links_reach_the_root_namespace_and_go_with_the_testbed() {
     let _g = serial();
     let mgmt = || TestbedSpec {
