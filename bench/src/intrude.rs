@@ -178,8 +178,28 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
     if args.want == 0 {
         return Err(usage("--want 0 attacks nothing; give at least 1"));
     }
+    if args.window > fabkit_fabric::stranger::MAX_WINDOW {
+        return Err(usage(format!(
+            "--window {} is more than the {} tries the intruder keeps in flight; give fewer",
+            args.window,
+            fabkit_fabric::stranger::MAX_WINDOW
+        )));
+    }
+    if args.keys == 0 && args.random_keys == 0 {
+        return Err(usage(
+            "--keys 0 --random-keys 0 tries no key; give at least one of them",
+        ));
+    }
     let mut stranger = Stranger::open(&args.provider, args.domain.as_deref(), args.timeout)
         .with_context(|| format!("opening the intruder's endpoint on `{}`", args.provider))?;
+    if stranger.virt_addr() {
+        println!(
+            "note: {} addresses a region by its virtual address (FI_MR_VIRT_ADDR): a key is \
+             tried at address 0 and at random ones below 64 MiB, where a right key is refused \
+             too, so a key alone is not found",
+            stranger.provider()
+        );
+    }
     let start = Instant::now();
     let mut report = Report {
         meta: crate::provenance(None),
@@ -190,7 +210,7 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
         seen: Vec::new(),
     };
     loop {
-        let found = scan_until(&hosts, args, start, stranger.name())?;
+        let found = scan_until(&hosts, args, Instant::now(), stranger.name())?;
         report.rounds += 1;
         for (address, name) in found {
             let t = attack(&mut stranger, args, &address, &name, &mut report.seen)?;
@@ -204,6 +224,15 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
     }
     drop(stranger);
     report.seen.truncate(20);
+    let answered = report
+        .targets
+        .iter()
+        .filter(|t| {
+            !t.silent
+                && (t.unreachable.is_some()
+                    || t.rma.values().any(|r| r.tried > r.unanswered + r.skipped))
+        })
+        .count();
     if let Some(p) = &args.json {
         crate::output::write_out(p, &(serde_json::to_string_pretty(&report)? + "\n"))?;
     }
@@ -218,8 +247,16 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
         );
         return Ok(false);
     }
+    if answered == 0 {
+        anyhow::bail!(
+            "none of the {} endpoint(s) found answered a try, so nothing was tested: is -p the \
+             job's provider, and --scan its hosts?",
+            report.targets.len()
+        );
+    }
     println!(
-        "breaches: none in {} round(s): no try was carried out and no message answered",
+        "breaches: none in {} round(s): no try was carried out and no message answered \
+         ({answered} endpoint(s) answered, by refusing)",
         report.rounds
     );
     Ok(true)
@@ -246,7 +283,8 @@ fn hosts(scan: &str) -> Result<Option<Vec<Ipv4Addr>>> {
 }
 
 /// Scans until `--want` endpoints answer or `--wait` has passed since
-/// `start`: each one's printable address and its provider name.
+/// `start` (the round's start; a scan stops at it too): each one's
+/// printable address and its provider name.
 fn scan_until(
     hosts: &Option<Vec<Ipv4Addr>>,
     args: &IntrudeArgs,
@@ -256,7 +294,7 @@ fn scan_until(
     let mut tries = 0u32;
     loop {
         let found = match hosts {
-            Some(h) => scan_tcp(h, args.ports)
+            Some(h) => scan_tcp(h, args.ports, start + args.wait)
                 .into_iter()
                 .map(|a| (a.to_string(), sockaddr_in(a)))
                 .collect::<Vec<_>>(),
@@ -298,8 +336,9 @@ fn scan_until(
 }
 
 /// Open TCP ports of `hosts` in `ports`, by connecting (a refused or
-/// unanswered port is closed); four threads, each port tried once.
-fn scan_tcp(hosts: &[Ipv4Addr], ports: (u16, u16)) -> Vec<SocketAddrV4> {
+/// unanswered port is closed); four threads, each port tried once, none
+/// after `until`.
+fn scan_tcp(hosts: &[Ipv4Addr], ports: (u16, u16), until: Instant) -> Vec<SocketAddrV4> {
     let all: Vec<SocketAddrV4> = hosts
         .iter()
         .flat_map(|h| (ports.0..=ports.1).map(move |p| SocketAddrV4::new(*h, p)))
@@ -312,6 +351,7 @@ fn scan_tcp(hosts: &[Ipv4Addr], ports: (u16, u16)) -> Vec<SocketAddrV4> {
             .map(|c| {
                 s.spawn(move || {
                     c.iter()
+                        .take_while(|_| Instant::now() < until)
                         .filter(|a| {
                             // A connect to a local port that happens to be
                             // its own source port meets itself: not open.
@@ -342,12 +382,15 @@ fn sockaddr_in(a: SocketAddrV4) -> Vec<u8> {
     v
 }
 
-/// The shm provider's endpoints on this node: its segments in /dev/shm
-/// (`<pid>:<uid>:<endpoint>`), each named as the provider names it.
+/// The shm provider's endpoints on this node of other users' live
+/// processes: its segments in /dev/shm (`<pid>:<uid>:<endpoint>`), each
+/// named as the provider names it.
 fn scan_shm() -> Result<Vec<(String, Vec<u8>)>> {
     let dir = std::fs::read_dir(fabkit_fabric::shm::SHM_DIR)
         .with_context(|| format!("listing {}", fabkit_fabric::shm::SHM_DIR))?;
     let me = std::process::id().to_string();
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() }.to_string();
     let mut v: Vec<(String, Vec<u8>)> = dir
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| {
@@ -357,6 +400,10 @@ fn scan_shm() -> Result<Vec<(String, Vec<u8>)>> {
                     .iter()
                     .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
                 && parts[0] != me
+                // Not this user's own jobs: their memory is this user's
+                // anyway (the kernel lets it read and write them), and
+                // the tries would scribble on them.
+                && parts[1] != uid
                 // A live process's: one that exited left it behind.
                 && std::path::Path::new("/proc").join(parts[0]).exists()
         })
@@ -385,6 +432,8 @@ fn attack(
     let mut targets: Vec<(u64, u64)> = (0..args.keys).map(|k| (0, k)).collect();
     for _ in 0..args.random_keys {
         let key = fabkit_core::random_u64()?;
+        // Offsets within a region of a table this machine holds (a
+        // table's region is tens of MiB); 8-byte aligned, as atomics must be.
         let offset = (fabkit_core::random_u64()? % (64 << 20)) & !7;
         targets.push((offset, key));
     }

@@ -1371,6 +1371,48 @@ fn every_numeric_flag_is_bounded_with_one_line_and_exit_2() {
         (&["perf", "--json", "-", "--csv", "-"], "cannot both"),
         // mpi-perf refuses two-sided sends before MPI starts, naming perf.
         (&["mpi-perf", "-o", "send"], "fabkit perf -o send"),
+        // The intruder: where to look, and how much to try.
+        (&["intrude", "--scan", "1.2.3.4.5"], "not an IPv4 address"),
+        (
+            &["intrude", "--scan", "h", "--ports", "0-5"],
+            "not a port range",
+        ),
+        (
+            &["intrude", "--scan", "h", "--ports", "9-5"],
+            "not a port range",
+        ),
+        (
+            &["intrude", "--scan", "h", "--ports", "1-70000"],
+            "not a port range",
+        ),
+        (
+            &["intrude", "--scan", "h", "--keys", U64_MAX],
+            "tries; give fewer",
+        ),
+        (&["intrude", "--scan", "1.1.1.1", "--want", "0"], "--want 0"),
+        (
+            &[
+                "intrude",
+                "--scan",
+                "1.1.1.1",
+                "--keys",
+                "0",
+                "--random-keys",
+                "0",
+            ],
+            "tries no key",
+        ),
+        (
+            &["intrude", "--scan", "1.1.1.1", "--window", "100000"],
+            "give fewer",
+        ),
+        // --hold: a file that exists or could never appear holds nothing.
+        (&["dht", "--no-redis", "--hold", "/"], "exists already"),
+        (&["dht", "--no-redis", "--hold", ""], "a value is required"),
+        (
+            &["dht", "--no-redis", "--hold", "/no/such/dir/go"],
+            "folder does not exist",
+        ),
     ];
     for (args, needle) in cases {
         assert_refused(args, 2, needle);

@@ -147,6 +147,8 @@ struct Line {
     /// Whether a try timed out: its buffer may still be written until the
     /// endpoint closes.
     abandoned: bool,
+    /// Slots of tries that timed out: never used again on this line.
+    retired: Vec<usize>,
     regions_first: bool,
 }
 
@@ -163,6 +165,7 @@ impl Line {
             buf: ManuallyDrop::new(buf),
             at: None,
             abandoned: false,
+            retired: Vec::new(),
             regions_first: domain.info().mr_mode() & ffi::FI_MR_ENDPOINT != 0,
         })
     }
@@ -214,6 +217,10 @@ impl std::fmt::Debug for Stranger {
 
 /// Receive buffer of [`Stranger::replies`], and the longest message sent.
 const MESSAGE_ROOM: usize = 1 << 16;
+/// The most tries in flight at once.
+pub const MAX_WINDOW: usize = 512;
+/// Slots of two words (operand, result) the buffer holds for tries.
+const SLOTS: usize = MESSAGE_ROOM / (2 * WORD);
 
 impl Stranger {
     /// Opens an endpoint on `provider` (and `domain`: an interface or a
@@ -247,6 +254,12 @@ impl Stranger {
     /// The provider it runs on.
     pub fn provider(&self) -> String {
         self.info.provider()
+    }
+
+    /// Whether the provider addresses a region by its virtual address
+    /// (`FI_MR_VIRT_ADDR`) rather than by offset.
+    pub fn virt_addr(&self) -> bool {
+        self.info.mr_mode() & ffi::FI_MR_VIRT_ADDR != 0
     }
 
     /// This endpoint's own address (it changes when a lost connection
@@ -297,7 +310,7 @@ impl Stranger {
         window: usize,
         on_done: &mut dyn FnMut(u64, u64, [u8; WORD]),
     ) -> Result<Tally> {
-        let mut window = window.clamp(1, (MESSAGE_ROOM / (2 * WORD)).min(512));
+        let mut window = window.clamp(1, MAX_WINDOW);
         self.mend()?;
         let mut at = self.line.reach(name)?;
         let mut t = Tally::default();
@@ -329,9 +342,25 @@ impl Stranger {
             }
             if pending && !lost && flight.len() < window {
                 let target = again.front().copied().unwrap_or_else(|| targets[next]);
-                let slot = (0..window)
-                    .find(|s| flight.iter().all(|f| f.slot != *s))
-                    .expect("fewer in flight than the window");
+                // A slot neither in flight nor held by a try that timed
+                // out (whose completion may still write it).
+                let free = (0..SLOTS).find(|s| {
+                    flight.iter().all(|f| f.slot != *s) && !self.line.retired.contains(s)
+                });
+                let Some(slot) = free else {
+                    if flight.is_empty() {
+                        self.renew()?;
+                        at = self.line.reach(name)?;
+                    } else if let Some((target, gone)) =
+                        self.settle(&mut flight, &mut t, &mut silent, (what, window), on_done)
+                    {
+                        if gone {
+                            again.push_back(target);
+                        }
+                        lost = true;
+                    }
+                    continue;
+                };
                 match self.post(at, what, slot, target) {
                     Ok(Some(ticket)) => {
                         refused_since = None;
@@ -463,6 +492,7 @@ impl Stranger {
             }
             Outcome::TimedOut => {
                 self.line.abandoned = true;
+                self.line.retired.push(slot);
                 *silent += 1;
                 t.unanswered += 1;
                 None
@@ -647,10 +677,15 @@ impl Stranger {
                 _ => return got,
             };
             match self.line.cq.inner.wait(ticket, until) {
-                Outcome::Done { .. } | Outcome::Failed { .. } => got += 1,
+                Outcome::Done { .. } => got += 1,
+                // A receive that failed brought nothing.
+                Outcome::Failed { .. } => {}
                 Outcome::TimedOut | Outcome::CqFailed { .. } => {
                     self.line.ep.cancel(ticket);
                     self.line.abandoned = true;
+                    // The receive may still land in the buffer: the next
+                    // target gets a fresh line.
+                    let _ = self.renew();
                     return got;
                 }
             }

@@ -137,9 +137,10 @@ pub struct DhtArgs {
     /// After each table's first phase (the paper's write, YCSB's load),
     /// hold the written table until FILE exists (at most an hour), then go
     /// on: a window to attack or inspect it from outside (`fabkit
-    /// intrude`) before the read-back. Rank 0 watches for the file. What
-    /// the services refuse meanwhile is counted in that phase; its time
-    /// is not.
+    /// intrude`) before the read-back. Rank 0 watches for the file; it
+    /// must not exist yet, and once made it lets every later table go on
+    /// at once (Redis rows do not hold). What the services refuse
+    /// meanwhile is counted in that phase; its time is not.
     #[arg(long, value_name = "FILE")]
     pub hold: Option<std::path::PathBuf>,
     /// Give ranks on the same node direct access to each other's regions

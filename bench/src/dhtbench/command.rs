@@ -23,6 +23,9 @@ pub fn command(args: &DhtArgs) -> Result<bool> {
     #[cfg(not(feature = "mpi"))]
     let mpi = false;
     super::validate(args, ranks, in_process, mpi)?;
+    if let Some(f) = &args.hold {
+        check_hold(f)?;
+    }
     // The reporting rank reads the --bound files (before the run: a file it
     // cannot use fails now, not after minutes); the others never need them.
     let rates = (launch.reports() && !args.bound.is_empty())
@@ -209,4 +212,26 @@ pub fn demo() -> Result<bool> {
     let a = DhtCmd::try_parse_from(args)?.a;
     let _ = std::io::stdout().flush();
     command(&a)
+}
+
+/// `--hold FILE` must be a file to come: one that exists already would
+/// hold nothing, and one in a folder that does not exist would never come.
+fn check_hold(f: &std::path::Path) -> Result<()> {
+    let usage = |why: &str| Err(crate::exit::usage(format!("--hold {}: {why}", f.display())));
+    if f.as_os_str().is_empty() {
+        return usage("give the file whose creation lets the run go on, such as /tmp/go");
+    }
+    if f.symlink_metadata().is_ok() {
+        return usage("exists already, so nothing would be held; remove it or name another");
+    }
+    let dir = match f.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return usage(
+            "its folder does not exist, so it could never appear; name a file in one that does",
+        );
+    }
+    Ok(())
 }

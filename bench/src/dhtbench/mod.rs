@@ -615,7 +615,8 @@ fn hold(boot: &dyn Bootstrap, file: &std::path::Path, timeout: Duration) -> Resu
         while !file.exists() {
             if Instant::now() >= until {
                 anyhow::bail!(
-                    "--hold: {} did not appear within {} s; create it to go on",
+                    "--hold: {} did not appear within {} s, so the run stopped; create it \
+                     sooner next time",
                     file.display(),
                     HOLD_MAX.as_secs()
                 );
