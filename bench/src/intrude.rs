@@ -111,7 +111,7 @@ pub struct Target {
     /// How it was found: `10.77.1.1:40123`, or the shm name.
     pub address: String,
     /// RMA tries by kind.
-    pub rma: BTreeMap<&'static str, TallyJson>,
+    pub rma: BTreeMap<&'static str, Tally>,
     /// Messages sent (each kind once), by what the provider said.
     pub messages: BTreeMap<String, String>,
     /// Messages that came back to the intruder.
@@ -120,36 +120,6 @@ pub struct Target {
     pub unreachable: Option<String>,
     /// It answered no try of a kind, and the rest was not tried.
     pub silent: bool,
-}
-
-/// A [`Tally`] as the report writes it.
-#[derive(Debug, Default, Serialize)]
-pub struct TallyJson {
-    /// Tries posted.
-    pub tried: u64,
-    /// Tries carried out at the target: breaches.
-    pub done: u64,
-    /// Failed with an error completion, by its name.
-    pub refused: BTreeMap<String, u64>,
-    /// Refused at once by the intruder's own provider, by its name.
-    pub not_posted: BTreeMap<String, u64>,
-    /// No completion within the timeout.
-    pub unanswered: u64,
-    /// Not sent: the target had stopped answering.
-    pub skipped: u64,
-}
-
-impl From<&Tally> for TallyJson {
-    fn from(t: &Tally) -> TallyJson {
-        TallyJson {
-            tried: t.tried,
-            done: t.done,
-            refused: t.refused.clone(),
-            not_posted: t.not_posted.clone(),
-            unanswered: t.unanswered,
-            skipped: t.skipped,
-        }
-    }
 }
 
 /// The report of `fabkit intrude`.
@@ -453,7 +423,7 @@ fn attack(
         match s.rma(name, what, &targets, args.window, &mut note) {
             Ok(tally) => {
                 let silent = tally.tried > 0 && tally.unanswered == tally.tried;
-                t.rma.insert(what.name(), TallyJson::from(&tally));
+                t.rma.insert(what.name(), tally);
                 if silent {
                     // It takes no connection from the intruder (an
                     // endpoint that is not progressed while idle): nothing

@@ -1758,15 +1758,21 @@ fn dht_rows_carry_their_bound_from_perf_files_and_a_bad_file_is_refused_first() 
     }
 }
 
-#[test]
-fn a_named_pipe_as_json_gets_the_report_and_the_run_ends() {
-    let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("report");
+/// A named pipe in `dir`.
+fn named_pipe(dir: &std::path::Path) -> std::path::PathBuf {
+    let fifo = dir.join("report");
     assert!(Command::new("mkfifo")
         .arg(&fifo)
         .status()
         .unwrap()
         .success());
+    fifo
+}
+
+#[test]
+fn a_named_pipe_as_json_gets_the_report_and_the_run_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = named_pipe(dir.path());
     // The reader opens the pipe once and reads to its end, as `cat` would:
     // a probe that opened and closed it gave this reader end of file, and
     // the real write then waited for a reader for ever.
@@ -1789,12 +1795,7 @@ fn a_named_pipe_as_json_gets_the_report_and_the_run_ends() {
 #[test]
 fn a_named_pipe_nobody_reads_fails_the_run_instead_of_holding_it() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("report");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    let fifo = named_pipe(dir.path());
     // Bounded: the bug was a wait for ever at the end of the run.
     let o = run(Command::new("timeout")
         .args(["120", env!("CARGO_BIN_EXE_fabkit")])

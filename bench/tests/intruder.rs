@@ -31,6 +31,49 @@ use common::fabkit;
 use fabkit_netns::testbed::{Testbed, TestbedSpec};
 use serde_json::Value;
 
+/// A two-rank job (`launch` how) of the chunked table over `how`: 200
+/// keys written, held until `go` exists, then read back; its report in
+/// `json`.
+fn held_job(
+    launch: &[&str],
+    how: &[&str],
+    json: &std::path::Path,
+    go: &std::path::Path,
+) -> std::process::Child {
+    fabkit()
+        .arg("launch")
+        .args(launch)
+        .args(["--timeout", "600", "--"])
+        .arg(env!("CARGO_BIN_EXE_fabkit"))
+        .args(["dht", "-v", "chunked"])
+        .args(how)
+        .args([
+            "-k",
+            "200",
+            "-w",
+            "paper",
+            "--read-pct",
+            "100",
+            "--ops",
+            "20000",
+        ])
+        .args([
+            "--no-redis",
+            "--hot-rounds",
+            "0",
+            "--latency-ops",
+            "0",
+            "--json",
+        ])
+        .arg(json)
+        .arg("--hold")
+        .arg(go)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// One attack on one running job: the job's report and the intruder's.
 fn attacked(
     tb: &Testbed,
@@ -43,39 +86,12 @@ fn attacked(
     let (job_json, attack_json) = (dir.path().join("job.json"), dir.path().join("attack.json"));
     let go = dir.path().join("go");
     let case = format!("{provider} --path {path}");
-    let mut job = fabkit()
-        .args(["launch", "--netns"])
-        .arg(format!("{},{}", tb.a.netns, tb.b.netns))
-        .args(["--timeout", "600", "--"])
-        .arg(env!("CARGO_BIN_EXE_fabkit"))
-        .args(["dht", "-v", "chunked", "-p", provider, "-d", "10.77.0.0/16"])
-        .args([
-            "--path",
-            path,
-            "-k",
-            "200",
-            "-w",
-            "paper",
-            "--read-pct",
-            "100",
-        ])
-        .args([
-            "--ops",
-            "20000",
-            "--no-redis",
-            "--hot-rounds",
-            "0",
-            "--latency-ops",
-            "0",
-        ])
-        .arg("--json")
-        .arg(&job_json)
-        .arg("--hold")
-        .arg(&go)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut job = held_job(
+        &["--netns", &format!("{},{}", tb.a.netns, tb.b.netns)],
+        &["-p", provider, "-d", "10.77.0.0/16", "--path", path],
+        &job_json,
+        &go,
+    );
     // Every rank has one endpoint on the RMA path, and a service and a
     // client endpoint on the message path.
     let want = if path == "rma" { "2" } else { "4" };
@@ -228,35 +244,12 @@ fn another_user_on_the_node_cannot_reach_shm_ranks() {
         dir.path().join("attack.json"),
         dir.path().join("go"),
     );
-    let job = fabkit()
-        .args(["launch", "-n", "2", "--timeout", "600", "--"])
-        .arg(env!("CARGO_BIN_EXE_fabkit"))
-        .args(["dht", "-v", "chunked", "-p", "shm", "--path", "rma"])
-        .args([
-            "-k",
-            "200",
-            "-w",
-            "paper",
-            "--read-pct",
-            "100",
-            "--ops",
-            "20000",
-        ])
-        .args([
-            "--no-redis",
-            "--hot-rounds",
-            "0",
-            "--latency-ops",
-            "0",
-            "--json",
-        ])
-        .arg(&job_json)
-        .arg("--hold")
-        .arg(&go)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let job = held_job(
+        &["-n", "2"],
+        &["-p", "shm", "--path", "rma"],
+        &job_json,
+        &go,
+    );
     let a = Command::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
         .arg(&bin)

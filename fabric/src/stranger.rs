@@ -61,8 +61,8 @@ impl Try {
     }
 }
 
-/// What a run of tries came to.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What a run of tries came to (as reports write it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Tally {
     /// Tries posted.
     pub tried: u64,
@@ -76,29 +76,6 @@ pub struct Tally {
     pub unanswered: u64,
     /// Tries never sent because the target had stopped answering.
     pub skipped: u64,
-}
-
-impl Tally {
-    /// Adds `other`'s counts to this one.
-    pub fn add(&mut self, other: &Tally) {
-        self.tried += other.tried;
-        self.done += other.done;
-        self.unanswered += other.unanswered;
-        self.skipped += other.skipped;
-        for (mine, theirs) in [
-            (&mut self.refused, &other.refused),
-            (&mut self.not_posted, &other.not_posted),
-        ] {
-            for (k, v) in theirs {
-                *mine.entry(k.clone()).or_default() += v;
-            }
-        }
-    }
-
-    /// Tries that failed, at the target or at once.
-    pub fn failed(&self) -> u64 {
-        self.refused.values().sum::<u64>() + self.not_posted.values().sum::<u64>()
-    }
 }
 
 /// Errors that say the connection went, not what the target made of the
@@ -266,14 +243,6 @@ impl Stranger {
     /// makes a new one).
     pub fn name(&self) -> &[u8] {
         self.line.ep.name()
-    }
-
-    /// Endpoints opened so far: one, and one for each connection a
-    /// target closed (a provider may keep a closed connection to an
-    /// address for as long as the endpoint lives, and `tcp;ofi_rxm` 1.17
-    /// does) or completion queue that failed.
-    pub fn lines(&self) -> u64 {
-        self.lines
     }
 
     /// A new line if the current one's completion queue failed.
