@@ -98,6 +98,23 @@ struct InFlight {
     deadline: Instant,
 }
 
+/// The state of one [`Stranger::rma`] run.
+struct Pass {
+    t: Tally,
+    what: Try,
+    /// Tries in flight at once (1 once a connection was lost).
+    window: usize,
+    flight: VecDeque<InFlight>,
+    /// Tries to send again: their connection was lost under them.
+    again: VecDeque<(u64, u64)>,
+    /// The line's connection was lost (or its queue failed): a new one
+    /// is opened once nothing is in flight.
+    lost: bool,
+    /// Tries in a row with no answer: at a window's worth, the target is
+    /// silent and the rest is skipped.
+    silent: usize,
+}
+
 /// An endpoint outside any job (see the module).
 pub struct Stranger {
     line: Line,
@@ -279,193 +296,150 @@ impl Stranger {
         window: usize,
         on_done: &mut dyn FnMut(u64, u64, [u8; WORD]),
     ) -> Result<Tally> {
-        let mut window = window.clamp(1, MAX_WINDOW);
         self.mend()?;
         let mut at = self.line.reach(name)?;
-        let mut t = Tally::default();
-        let mut flight: VecDeque<InFlight> = VecDeque::new();
-        // Tries to send again: their connection was lost under them.
-        let mut again: VecDeque<(u64, u64)> = VecDeque::new();
-        let mut lost = false;
-        // Tries in a row with no answer: at a window's worth, the target
-        // is silent and the rest is skipped.
-        let mut silent = 0usize;
+        let mut p = Pass {
+            t: Tally::default(),
+            what,
+            window: window.clamp(1, MAX_WINDOW),
+            flight: VecDeque::new(),
+            again: VecDeque::new(),
+            lost: false,
+            silent: 0,
+        };
         let mut next = 0usize;
         let mut refused_since: Option<Instant> = None;
         loop {
-            if silent >= window {
-                t.skipped += (targets.len() - next + again.len()) as u64;
+            if p.silent >= p.window {
+                p.t.skipped += (targets.len() - next + p.again.len()) as u64;
                 next = targets.len();
-                again.clear();
+                p.again.clear();
             }
-            let pending = !again.is_empty() || next < targets.len();
-            if !pending && flight.is_empty() {
+            let pending = !p.again.is_empty() || next < targets.len();
+            if !pending && p.flight.is_empty() {
                 break;
             }
-            if (lost || self.line.cq.inner.broken().is_some()) && flight.is_empty() {
-                // A new connection for what is left.
+            if (p.lost || self.line.cq.inner.broken().is_some()) && p.flight.is_empty() {
+                // A new connection for what is left, one try at a time.
                 self.renew()?;
                 at = self.line.reach(name)?;
-                lost = false;
-                window = 1;
+                p.lost = false;
+                p.window = 1;
             }
-            if pending && !lost && flight.len() < window {
-                let target = again.front().copied().unwrap_or_else(|| targets[next]);
-                // A slot neither in flight nor held by a try that timed
-                // out (whose completion may still write it).
-                let free = (0..SLOTS).find(|s| {
-                    flight.iter().all(|f| f.slot != *s) && !self.line.retired.contains(s)
-                });
-                let Some(slot) = free else {
-                    if flight.is_empty() {
-                        self.renew()?;
-                        at = self.line.reach(name)?;
-                    } else if let Some((target, gone)) =
-                        self.settle(&mut flight, &mut t, &mut silent, (what, window), on_done)
-                    {
-                        if gone {
-                            again.push_back(target);
-                        }
-                        lost = true;
-                    }
-                    continue;
-                };
-                match self.post(at, what, slot, target) {
-                    Ok(Some(ticket)) => {
-                        refused_since = None;
-                        t.tried += 1;
-                        flight.push_back(InFlight {
-                            ticket,
-                            slot,
-                            target,
-                            deadline: Instant::now() + self.timeout,
-                        });
-                    }
-                    Ok(None) => {
-                        // The queue is full, or the provider holds the
-                        // try back (connecting): settle something, or
-                        // progress, until the timeout.
-                        let since = *refused_since.get_or_insert_with(Instant::now);
-                        if flight.is_empty() {
-                            if since.elapsed() < self.timeout {
-                                self.line.cq.inner.drive(Duration::from_millis(1));
-                                continue;
-                            }
-                            refused_since = None;
-                            silent += 1;
-                            t.tried += 1;
-                            t.unanswered += 1;
-                        } else {
-                            if let Some((target, gone)) = self.settle(
-                                &mut flight,
-                                &mut t,
-                                &mut silent,
-                                (what, window),
-                                on_done,
-                            ) {
-                                if gone {
-                                    again.push_back(target);
-                                }
-                                lost = true;
-                            }
-                            continue;
-                        }
-                    }
-                    Err(code) => {
-                        t.tried += 1;
-                        *t.not_posted.entry(strerror(code)).or_default() += 1;
-                    }
-                }
-                if again.pop_front().is_none() {
-                    next += 1;
-                }
+            if !pending || p.lost || p.flight.len() >= p.window {
+                self.settle(&mut p, on_done);
                 continue;
             }
-            if let Some((target, gone)) =
-                self.settle(&mut flight, &mut t, &mut silent, (what, window), on_done)
-            {
-                // In flight with a connection another try lost: not its
-                // own refusal, so it goes again.
-                if gone {
-                    again.push_back(target);
+            let target = p.again.front().copied().unwrap_or_else(|| targets[next]);
+            // A slot neither in flight nor held by a try that timed out
+            // (whose completion may still write it).
+            let free = (0..SLOTS)
+                .find(|s| p.flight.iter().all(|f| f.slot != *s) && !self.line.retired.contains(s));
+            let Some(slot) = free else {
+                if p.flight.is_empty() {
+                    self.renew()?;
+                    at = self.line.reach(name)?;
+                } else {
+                    self.settle(&mut p, on_done);
                 }
-                lost = true;
+                continue;
+            };
+            match self.post(at, what, slot, target) {
+                Ok(Some(ticket)) => {
+                    refused_since = None;
+                    p.t.tried += 1;
+                    p.flight.push_back(InFlight {
+                        ticket,
+                        slot,
+                        target,
+                        deadline: Instant::now() + self.timeout,
+                    });
+                }
+                Ok(None) if !p.flight.is_empty() => {
+                    // The queue is full: settle something first.
+                    self.settle(&mut p, on_done);
+                    continue;
+                }
+                Ok(None) => {
+                    // The provider holds the try back (connecting):
+                    // progress until the timeout.
+                    let since = *refused_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() < self.timeout {
+                        self.line.cq.inner.drive(Duration::from_millis(1));
+                        continue;
+                    }
+                    refused_since = None;
+                    p.silent += 1;
+                    p.t.tried += 1;
+                    p.t.unanswered += 1;
+                }
+                Err(code) => {
+                    p.t.tried += 1;
+                    *p.t.not_posted.entry(strerror(code)).or_default() += 1;
+                }
+            }
+            if p.again.pop_front().is_none() {
+                next += 1;
             }
         }
-        if t.unanswered > 0 {
-            // Tries still held by the provider would hold up the next
-            // ones: start clean.
-            self.renew()?;
-        }
-        Ok(t)
+        Ok(p.t)
     }
 
-    /// Settles the oldest try. When its connection was lost: with others
-    /// of a `window` above 1 in flight, it is handed back to be tried
-    /// again (`Some((target, true))`); alone, its loss is its refusal
-    /// (`Some((target, false))`).
-    fn settle(
-        &mut self,
-        flight: &mut VecDeque<InFlight>,
-        t: &mut Tally,
-        silent: &mut usize,
-        (what, window): (Try, usize),
-        on_done: &mut dyn FnMut(u64, u64, [u8; WORD]),
-    ) -> Option<((u64, u64), bool)> {
-        let InFlight {
+    /// Settles the oldest try of `p`. When its connection was lost (or the
+    /// queue failed), the line is spent (`p.lost`): with a `window` above
+    /// 1 others were in flight on it, so the loss need not be this try's
+    /// doing and it goes again; alone, the loss is its refusal.
+    fn settle(&mut self, p: &mut Pass, on_done: &mut dyn FnMut(u64, u64, [u8; WORD])) {
+        let Some(InFlight {
             ticket,
             slot,
             target,
             deadline,
-        } = flight.pop_front()?;
+        }) = p.flight.pop_front()
+        else {
+            return;
+        };
         // Each try's own deadline: a silent target costs one timeout for
         // the whole window, not one per try.
-        match self.line.cq.inner.wait(ticket, deadline) {
+        let lost = match self.line.cq.inner.wait(ticket, deadline) {
             Outcome::Done { .. } => {
-                *silent = 0;
-                t.done += 1;
+                p.silent = 0;
+                p.t.done += 1;
                 let mut word = [0u8; WORD];
-                let at = 2 * slot * WORD + if what == Try::FetchAdd { WORD } else { 0 };
+                let at = 2 * slot * WORD + if p.what == Try::FetchAdd { WORD } else { 0 };
                 let _ = self.line.buf.snapshot(at, &mut word);
                 on_done(target.0, target.1, word);
-                None
+                return;
+            }
+            Outcome::Failed { code, .. } if !CONNECTION_LOST.contains(&code) => {
+                p.silent = 0;
+                *p.t.refused.entry(strerror(code)).or_default() += 1;
+                return;
             }
             Outcome::Failed { code, .. } => {
-                *silent = 0;
-                if CONNECTION_LOST.contains(&code) {
-                    if window > 1 {
-                        t.tried -= 1;
-                        return Some((target, true));
-                    }
-                    *t.refused.entry(strerror(code)).or_default() += 1;
-                    return Some((target, false));
-                }
-                *t.refused.entry(strerror(code)).or_default() += 1;
-                None
+                p.silent = 0;
+                strerror(code)
             }
             Outcome::CqFailed { call, code } => {
                 // The provider wrote an error the queue cannot place (rxm
-                // does after refusing an atomic): this line is spent.
+                // does after refusing an atomic).
                 self.line.abandoned = true;
-                if window > 1 {
-                    t.tried -= 1;
-                    return Some((target, true));
-                }
-                *t.refused
-                    .entry(format!(
-                        "{} ({call} failed on the intruder's side)",
-                        strerror(code)
-                    ))
-                    .or_default() += 1;
-                Some((target, false))
+                format!("{} ({call} failed on the intruder's side)", strerror(code))
             }
             Outcome::TimedOut => {
                 self.line.abandoned = true;
                 self.line.retired.push(slot);
-                *silent += 1;
-                t.unanswered += 1;
-                None
+                p.silent += 1;
+                p.t.unanswered += 1;
+                return;
             }
+        };
+        p.lost = true;
+        if p.window > 1 {
+            p.t.tried -= 1;
+            p.again.push_back(target);
+        } else {
+            *p.t.refused.entry(lost).or_default() += 1;
         }
     }
 
