@@ -273,9 +273,8 @@ fn scan_until(
         // Not the intruder's own endpoint.
         let found: Vec<_> = found
             .into_iter()
-            .filter(|(_, name)| {
-                name.as_slice() != own && !own.starts_with(name.strip_suffix(&[0]).unwrap_or(name))
-            })
+            // (shm's names carry a NUL the endpoint's own name may not.)
+            .filter(|(_, name)| !own.starts_with(name.strip_suffix(&[0]).unwrap_or(name)))
             .collect();
         tries += 1;
         if found.len() >= args.want {

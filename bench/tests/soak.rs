@@ -8,6 +8,17 @@ use common::fabkit;
 
 use serde_json::Value;
 
+/// `o`'s standard output, once it is known to have succeeded.
+fn succeeded(o: &std::process::Output) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
 #[test]
 fn a_minute_of_cycles_leaves_every_count_where_warm_up_left_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -29,12 +40,7 @@ fn a_minute_of_cycles_leaves_every_count_where_warm_up_left_it() {
         .arg(&json)
         .output()
         .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = succeeded(&o);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let soak = &v["soak"];
     let ranks = soak["ranks"].as_array().unwrap();
@@ -72,11 +78,6 @@ fn a_soak_of_ranks_as_threads_is_flat_too() {
         .args(["--latency-ops", "0", "--hot-rounds", "0", "--duration", "5"])
         .output()
         .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = succeeded(&o);
     assert_eq!(out.matches("; flat").count(), 4, "{out}");
 }
