@@ -1,7 +1,8 @@
 //! `fabkit intrude`: a process that does not belong to a job tries to read
 //! and write its ranks. It learns their addresses by scanning (TCP ports of
-//! the hosts it is given, or `/dev/shm` for the `shm` provider), never from
-//! the job's bootstrap, opens its own endpoint on the same provider, and
+//! the hosts it is given, `/dev/shm` for the `shm` provider, or this node's
+//! RDMA connection-manager listeners for verbs), never from the job's
+//! bootstrap, opens its own endpoint on the same provider, and
 //! at every endpoint it found tries:
 //! - RMA reads, writes and fetch-adds with the keys 0..`--keys` and
 //!   `--random-keys` random ones, at the region's first word and at random
@@ -47,10 +48,13 @@ pub struct IntrudeArgs {
     #[arg(short, long)]
     pub domain: Option<String>,
     /// Hosts to scan, comma-separated IPv4 addresses; `shm` lists this
-    /// node's shm endpoints in /dev/shm instead.
+    /// node's shm endpoints in /dev/shm instead, and `cm` this node's RDMA
+    /// connection-manager listeners (where verbs;ofi_rxm listens: its port
+    /// space is not TCP's) as the kernel's `rdma resource show cm_id` does.
     #[arg(long, value_name = "HOSTS")]
     pub scan: String,
-    /// TCP ports scanned on each host, FIRST-LAST.
+    /// Ports scanned on each host (with `cm`: the listeners' ports taken),
+    /// FIRST-LAST.
     #[arg(long, default_value = "1-65535", value_parser = ports)]
     pub ports: (u16, u16),
     /// Scan again until at least this many endpoints answer (the job may
@@ -233,30 +237,42 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
 }
 
 /// Where to look: IPv4 hosts, or `None` for this node's shm endpoints.
-fn hosts(scan: &str) -> Result<Option<Vec<Ipv4Addr>>> {
-    if scan == "shm" {
-        return Ok(None);
+/// Where to look.
+enum Scan {
+    /// TCP ports of these hosts.
+    Tcp(Vec<Ipv4Addr>),
+    /// This node's shm segments.
+    Shm,
+    /// This node's RDMA CM listeners.
+    Cm,
+}
+
+fn hosts(scan: &str) -> Result<Scan> {
+    match scan {
+        "shm" => return Ok(Scan::Shm),
+        "cm" => return Ok(Scan::Cm),
+        _ => {}
     }
     let mut v = Vec::new();
     for h in scan.split(',') {
         let ip: Ipv4Addr = h.trim().parse().map_err(|_| {
             usage(format!(
                 "--scan: `{h}` is not an IPv4 address; give hosts such as 10.77.1.1,10.77.2.2, \
-                 or `shm`"
+                 or `shm`, or `cm`"
             ))
         })?;
         if !v.contains(&ip) {
             v.push(ip);
         }
     }
-    Ok(Some(v))
+    Ok(Scan::Tcp(v))
 }
 
 /// Scans until `--want` endpoints answer or `--wait` has passed since
 /// `start` (the round's start; a scan stops at it too): each one's
 /// printable address and its provider name.
 fn scan_until(
-    hosts: &Option<Vec<Ipv4Addr>>,
+    hosts: &Scan,
     args: &IntrudeArgs,
     start: Instant,
     own: &[u8],
@@ -264,11 +280,15 @@ fn scan_until(
     let mut tries = 0u32;
     loop {
         let found = match hosts {
-            Some(h) => scan_tcp(h, args.ports, start + args.wait)
+            Scan::Tcp(h) => scan_tcp(h, args.ports, start + args.wait)
                 .into_iter()
                 .map(|a| (a.to_string(), sockaddr_in(a)))
                 .collect::<Vec<_>>(),
-            None => scan_shm()?,
+            Scan::Shm => scan_shm()?,
+            Scan::Cm => scan_cm(args.ports)?
+                .into_iter()
+                .map(|a| (a.to_string(), sockaddr_in(a)))
+                .collect(),
         };
         // Not the intruder's own endpoint.
         let found: Vec<_> = found
@@ -339,6 +359,36 @@ fn scan_tcp(hosts: &[Ipv4Addr], ports: (u16, u16), until: Instant) -> Vec<Socket
     });
     open.sort();
     open
+}
+
+/// This node's RDMA CM listeners of other processes on IPv4 addresses with
+/// a port in `ports`, as the kernel lists them (`rdma -j resource show
+/// cm_id`, from iproute2): the CM's port space is its own, so a TCP scan
+/// does not see them. A listener on the wildcard address is skipped (the
+/// listing does not say which address reaches it).
+fn scan_cm(ports: (u16, u16)) -> Result<Vec<SocketAddrV4>> {
+    let out = std::process::Command::new("rdma")
+        .args(["-j", "resource", "show", "cm_id"])
+        .output()
+        .context("running `rdma resource show cm_id` (iproute2's rdma tool) to list listeners")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "`rdma resource show cm_id` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let ids: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+        .context("reading `rdma -j resource show cm_id`'s JSON")?;
+    let me = u64::from(std::process::id());
+    let mut v: Vec<SocketAddrV4> = ids
+        .iter()
+        .filter(|id| id["state"] == "LISTEN" && id["pid"].as_u64() != Some(me))
+        .filter_map(|id| id["src-addr"].as_str()?.parse::<SocketAddrV4>().ok())
+        .filter(|a| !a.ip().is_unspecified() && (ports.0..=ports.1).contains(&a.port()))
+        .collect();
+    v.sort();
+    v.dedup();
+    Ok(v)
 }
 
 /// A `struct sockaddr_in` as socket providers name an endpoint.

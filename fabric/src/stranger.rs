@@ -143,6 +143,11 @@ struct Line {
     abandoned: bool,
     /// Slots of tries that timed out: never used again on this line.
     retired: Vec<usize>,
+    /// The provider wrote an error its queue could not place: the
+    /// endpoint is left open until the process exits (`ofi_rxm` 1.17 over
+    /// verbs frees the refused atomic's buffers on that path and then
+    /// crashes in `fi_close` of the endpoint).
+    wedged: bool,
     regions_first: bool,
 }
 
@@ -160,6 +165,7 @@ impl Line {
             at: None,
             abandoned: false,
             retired: Vec::new(),
+            wedged: false,
             regions_first: domain.info().mr_mode() & ffi::FI_MR_ENDPOINT != 0,
         })
     }
@@ -182,6 +188,11 @@ impl Line {
 
 impl Drop for Line {
     fn drop(&mut self) {
+        if self.wedged {
+            // Leaked on purpose (see `wedged`): with it its queue, address
+            // vector and domain, which it holds.
+            return;
+        }
         // SAFETY: neither is used again. A buffer a timed-out try may still
         // write is retired, freed only once its endpoint has closed.
         let (ep, buf) = unsafe {
@@ -368,8 +379,11 @@ impl Stranger {
                         self.line.cq.inner.drive(Duration::from_millis(1));
                         continue;
                     }
+                    // No connection within a whole timeout: the target
+                    // takes none (an endpoint not progressed while idle),
+                    // and the next try would wait as long again.
                     refused_since = None;
-                    p.silent += 1;
+                    p.silent = p.window;
                     p.t.tried += 1;
                     p.t.unanswered += 1;
                 }
@@ -381,6 +395,11 @@ impl Stranger {
             if p.again.pop_front().is_none() {
                 next += 1;
             }
+        }
+        if p.lost {
+            // Not a spent line for the next pass: rxm would hold its tries
+            // back for ever.
+            self.renew()?;
         }
         Ok(p.t)
     }
@@ -414,6 +433,11 @@ impl Stranger {
             Outcome::Failed { code, .. } if !CONNECTION_LOST.contains(&code) => {
                 p.silent = 0;
                 *p.t.refused.entry(strerror(code)).or_default() += 1;
+                // A remote access error moves a verbs queue pair to the
+                // error state (the IBTA's rule for RC): what else is in
+                // flight on it is flushed, and nothing later goes out.
+                // This refusal is the try's own; the line is spent.
+                p.lost |= code == libc::EIO;
                 return;
             }
             Outcome::Failed { code, .. } => {
@@ -424,6 +448,7 @@ impl Stranger {
                 // The provider wrote an error the queue cannot place (rxm
                 // does after refusing an atomic).
                 self.line.abandoned = true;
+                self.line.wedged = true;
                 format!("{} ({call} failed on the intruder's side)", strerror(code))
             }
             Outcome::TimedOut => {
@@ -577,10 +602,19 @@ impl Stranger {
                 }
                 Err(strerror(code))
             }
-            Outcome::TimedOut | Outcome::CqFailed { .. } => {
+            Outcome::TimedOut => {
                 self.line.abandoned = true;
                 self.renew().map_err(|e| e.to_string())?;
                 Err("no completion within the timeout".into())
+            }
+            Outcome::CqFailed { call, code } => {
+                self.line.abandoned = true;
+                self.line.wedged = true;
+                self.renew().map_err(|e| e.to_string())?;
+                Err(format!(
+                    "{} ({call} failed on the intruder's side)",
+                    strerror(code)
+                ))
             }
         }
     }
