@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Installs fabkit's MPI-DHT library for C, C++ and Fortran programs: the
-# shared and static library, <LUCX/MPI/DHT.h> and a pkg-config file, under
-# a prefix of your choice (no root needed):
+# shared and static library, <LUCX/MPI/DHT.h>, pkg-config files and a CMake
+# package, under a prefix of your choice (no root needed):
 #
 #   capi/install.sh --prefix "$HOME/.local"
 #   export PKG_CONFIG_PATH=$HOME/.local/lib/pkgconfig:$PKG_CONFIG_PATH
 #   mpicc prog.c $(pkg-config --cflags --libs fabkit-dht)         # shared
 #   mpicc prog.c $(pkg-config --cflags --libs fabkit-dht-static)  # static
+#
+# With CMake (cmake -DCMAKE_PREFIX_PATH=$HOME/.local), in place of the
+# MPI-DHT's add_subdirectory:
+#
+#   find_package(fabkit-dht CONFIG REQUIRED)
+#   target_link_libraries(prog PRIVATE MPIDHT::fine)  # or nolock, coarse, accumulate
+#
+# fabkit-dht::fabkit-dht and fabkit-dht::static are the libraries alone
+# (the variant from FABKIT_DHT_VARIANT, else lock-free).
 #
 # Builds with cargo (release) unless --lib-dir names a directory that holds
 # libfabkit_mpi_dht.so and .a already (the tests install what cargo test
@@ -68,5 +77,71 @@ pc fabkit-dht "fabkit's distributed hash table with the MPI-DHT's API (<LUCX/MPI
   "-L\${libdir} -Wl,-rpath,\${libdir} -lfabkit_mpi_dht"
 pc fabkit-dht-static "fabkit-dht, linked statically" \
   "\${libdir}/libfabkit_mpi_dht.a ${needed}-lpthread -ldl -lm -lrt -lutil -lgcc_s"
-echo "installed under $prefix: lib/libfabkit_mpi_dht.{so,a}, include/LUCX/MPI/DHT.h, lib/pkgconfig/fabkit-dht{,-static}.pc"
+# The CMake package: the libraries as imported targets with MPI as an
+# interface dependency, and the MPI-DHT's four target names, each defining
+# LUCX_MPI_IMPL and the variant its build of the MPI-DHT chooses (the
+# header's DHT_create takes it; FABKIT_DHT_VARIANT still overrides).
+# The shared library has no soname: it is linked by -L and -l, with the
+# folder in the build tree's rpath, so a program runs from where it was
+# built without LD_LIBRARY_PATH.
+cmakedir="$prefix/lib/cmake/fabkit-dht"
+mkdir -p "$cmakedir"
+static_libs=""
+for l in $needed-lpthread -ldl -lm -lrt -lutil -lgcc_s; do static_libs="$static_libs;${l#-l}"; done
+cat >"$cmakedir/fabkit-dht-config.cmake" <<CMAKE
+# fabkit's distributed hash table with the MPI-DHT's API (<LUCX/MPI/DHT.h>),
+# written by capi/install.sh. Targets:
+#   fabkit-dht::fabkit-dht  the shared library (MPI::MPI_C comes with it)
+#   fabkit-dht::static      the static library
+#   MPIDHT::nolock          lock-free with checksums (fabkit's lockfree)
+#   MPIDHT::coarse          a window lock per access (coarse)
+#   MPIDHT::fine            a lock per bucket (fine)
+#   MPIDHT::accumulate      fine: the variant that serves DHT_write_accumulate
+# The MPIDHT:: targets link the shared library and define LUCX_MPI_IMPL and
+# FABKIT_DHT_LINK_VARIANT, which <LUCX/MPI/DHT.h> turns into DHT_create's
+# variant unless FABKIT_DHT_VARIANT is set when the program runs.
+cmake_minimum_required(VERSION 3.13)
+include(CMakeFindDependencyMacro)
+find_dependency(MPI COMPONENTS C)
+get_filename_component(_fabkit_dht_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+if(NOT TARGET fabkit-dht::fabkit-dht)
+  add_library(fabkit-dht::fabkit-dht SHARED IMPORTED)
+  set_target_properties(fabkit-dht::fabkit-dht PROPERTIES
+    IMPORTED_LOCATION "\${_fabkit_dht_prefix}/lib/libfabkit_mpi_dht.so"
+    IMPORTED_NO_SONAME TRUE
+    INTERFACE_INCLUDE_DIRECTORIES "\${_fabkit_dht_prefix}/include"
+    INTERFACE_LINK_LIBRARIES MPI::MPI_C)
+  add_library(fabkit-dht::static STATIC IMPORTED)
+  set_target_properties(fabkit-dht::static PROPERTIES
+    IMPORTED_LOCATION "\${_fabkit_dht_prefix}/lib/libfabkit_mpi_dht.a"
+    INTERFACE_INCLUDE_DIRECTORIES "\${_fabkit_dht_prefix}/include"
+    INTERFACE_LINK_LIBRARIES "MPI::MPI_C${static_libs}")
+  foreach(_fabkit_dht_pair nolock:lockfree coarse:coarse fine:fine accumulate:fine)
+    string(REPLACE ":" ";" _fabkit_dht_pair "\${_fabkit_dht_pair}")
+    list(GET _fabkit_dht_pair 0 _fabkit_dht_name)
+    list(GET _fabkit_dht_pair 1 _fabkit_dht_variant)
+    add_library(MPIDHT::\${_fabkit_dht_name} INTERFACE IMPORTED)
+    set_target_properties(MPIDHT::\${_fabkit_dht_name} PROPERTIES
+      INTERFACE_LINK_LIBRARIES fabkit-dht::fabkit-dht
+      INTERFACE_COMPILE_DEFINITIONS "LUCX_MPI_IMPL;FABKIT_DHT_LINK_VARIANT=\"\${_fabkit_dht_variant}\"")
+  endforeach()
+endif()
+unset(_fabkit_dht_prefix)
+CMAKE
+cat >"$cmakedir/fabkit-dht-config-version.cmake" <<'CMAKE'
+# fabkit-dht 0.1.0 meets a request for 0.1 or 0.1.0 (or none): before 1.0,
+# minors make no promise to each other.
+set(PACKAGE_VERSION 0.1.0)
+set(PACKAGE_VERSION_COMPATIBLE FALSE)
+if(NOT PACKAGE_FIND_VERSION OR (PACKAGE_FIND_VERSION_MAJOR EQUAL 0
+   AND PACKAGE_FIND_VERSION_MINOR EQUAL 1
+   AND PACKAGE_FIND_VERSION VERSION_LESS_EQUAL PACKAGE_VERSION))
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+endif()
+if(PACKAGE_FIND_VERSION VERSION_EQUAL PACKAGE_VERSION)
+  set(PACKAGE_VERSION_EXACT TRUE)
+endif()
+CMAKE
+echo "installed under $prefix: lib/libfabkit_mpi_dht.{so,a}, include/LUCX/MPI/DHT.h, lib/pkgconfig/fabkit-dht{,-static}.pc, lib/cmake/fabkit-dht/"
 echo "use: PKG_CONFIG_PATH=$prefix/lib/pkgconfig mpicc prog.c \$(pkg-config --cflags --libs fabkit-dht)"
+echo "  or: cmake -DCMAKE_PREFIX_PATH=$prefix, with find_package(fabkit-dht CONFIG REQUIRED) and MPIDHT::fine (nolock, coarse, accumulate)"

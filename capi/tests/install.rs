@@ -1,7 +1,8 @@
-//! `capi/install.sh` puts the library, the header and pkg-config files
-//! under a prefix, and programs build against it with nothing but
-//! pkg-config: the MPI-DHT program shared and static, and the Fortran one
-//! (ISO_C_BINDING) shared; each then runs under mpirun. The libraries
+//! `capi/install.sh` puts the library, the header, pkg-config files and a
+//! CMake package under a prefix, and programs build against it with
+//! nothing but pkg-config (the MPI-DHT program shared and static, and the
+//! Fortran one, ISO_C_BINDING, shared) or CMake (`capi/examples/cmake`,
+//! through the MPI-DHT's target names); each then runs under mpirun. The libraries
 //! installed are the ones `cargo test` built (`--lib-dir`): a cargo build
 //! inside a cargo test would wait for the build directory's lock.
 
@@ -31,10 +32,9 @@ fn flags(prefix: &Path, pc: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn installed_with_pkg_config_files_programs_build_against_it_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = dir.path().join("prefix");
+/// Installs into `dir/prefix` what cargo test built; the prefix.
+fn install(dir: &Path) -> std::path::PathBuf {
+    let prefix = dir.join("prefix");
     let o = Command::new("bash")
         .arg(here().join("install.sh"))
         .arg("--prefix")
@@ -49,9 +49,18 @@ fn installed_with_pkg_config_files_programs_build_against_it_alone() {
         "include/LUCX/DHT.h",
         "lib/libfabkit_mpi_dht.so",
         "lib/libfabkit_mpi_dht.a",
+        "lib/cmake/fabkit-dht/fabkit-dht-config.cmake",
+        "lib/cmake/fabkit-dht/fabkit-dht-config-version.cmake",
     ] {
         assert!(prefix.join(f).exists(), "{f} not installed");
     }
+    prefix
+}
+
+#[test]
+fn installed_with_pkg_config_files_programs_build_against_it_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = install(dir.path());
     let dump = dir.path().to_str().unwrap();
     for (pc, compiler, src, want) in [
         ("fabkit-dht", "mpicc", "mpidht_api.c", ": ok hits 40 of 40"),
@@ -80,5 +89,61 @@ fn installed_with_pkg_config_files_programs_build_against_it_alone() {
         // holds the same library: unset it here).
         let out = run(&exe, 2, &[dump], &[("LD_LIBRARY_PATH", "")]);
         every_rank_says(&format!("{compiler} {src} with {pc}"), 2, out, want);
+    }
+}
+
+/// Runs `cmake` with `args`, failing with its output if it fails.
+fn cmake(args: &[&std::ffi::OsStr]) {
+    let o = Command::new("cmake")
+        .args(args)
+        .output()
+        .expect("running cmake (installed by .ci/install-deps)");
+    assert!(
+        o.status.success(),
+        "cmake {args:?}:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Replacing the MPI-DHT's `add_subdirectory` with `find_package` is the
+/// whole switch: a CMake project links `MPIDHT::nolock` and
+/// `MPIDHT::coarse`, each program gets the variant its target names
+/// without FABKIT_DHT_VARIANT (and that variable still overrides), and it
+/// runs from its build folder without LD_LIBRARY_PATH.
+#[test]
+fn a_cmake_project_links_the_mpidht_target_names_and_each_gets_its_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = install(dir.path());
+    let build = dir.path().join("build");
+    let mut define = std::ffi::OsString::from("-DCMAKE_PREFIX_PATH=");
+    define.push(&prefix);
+    cmake(&[
+        "-S".as_ref(),
+        here().join("examples/cmake").as_os_str(),
+        "-B".as_ref(),
+        build.as_os_str(),
+        &define,
+        "-DCMAKE_C_FLAGS=-Wall -Werror".as_ref(),
+    ]);
+    cmake(&["--build".as_ref(), build.as_os_str()]);
+    for (target, env, want) in [
+        ("with_nolock", "", ": ok, lockfree over mpi"),
+        ("with_coarse", "", ": ok, coarse over mpi"),
+        ("with_nolock", "fine", ": ok, fine over mpi"),
+    ] {
+        let exe = build.join(target);
+        let out = run(
+            &exe,
+            2,
+            &[],
+            &[("LD_LIBRARY_PATH", ""), ("FABKIT_DHT_VARIANT", env)],
+        );
+        every_rank_says(
+            &format!("{target} with FABKIT_DHT_VARIANT={env:?}"),
+            2,
+            out,
+            want,
+        );
     }
 }

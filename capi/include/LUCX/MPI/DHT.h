@@ -37,7 +37,8 @@
  *                           MPI_THREAD_MULTIPLE; memory across nodes under
  *                           MPI) fails DHT_create with the reason.
  *   fabkit_dht_create takes the same choices as strings, over the
- *   environment's.
+ *   environment's. CMake's MPIDHT:: targets choose a variant by name, as
+ *   the MPI-DHT's do (see FABKIT_DHT_LINK_VARIANT at the end).
  * - DHT_write_accumulate updates a key's value while the variant holds its
  *   bucket (fine, coarse, chunked); on a lock-free table it returns
  *   DHT_NOT_IMPLEMENTED, and on the message path, for a key whose owner is
@@ -201,6 +202,25 @@ const char *fabkit_dht_last_error(void);
 
 #if defined(__cplusplus)
 }
+#endif
+
+/* The variant a build chose: the CMake targets MPIDHT::nolock (lockfree),
+ * MPIDHT::coarse, MPIDHT::fine and MPIDHT::accumulate (fine, which serves
+ * DHT_write_accumulate; the MPI-DHT's accumulate build instead makes each
+ * get and put one MPI accumulate) define FABKIT_DHT_LINK_VARIANT, and
+ * DHT_create, called by name in code compiled with it, then creates that
+ * variant unless FABKIT_DHT_VARIANT is set when the program runs. A
+ * pointer to DHT_create, and Fortran's binding, reach the plain one. */
+#if defined(FABKIT_DHT_LINK_VARIANT)
+#include <stdlib.h>
+static inline DHT *fabkit_dht_create_linked(const DHT_init_t *init_params) {
+  const char *chosen = getenv("FABKIT_DHT_VARIANT");
+  fabkit_dht_options_t options = {FABKIT_DHT_LINK_VARIANT, NULL, NULL, NULL};
+  if (chosen != NULL && chosen[0] != '\0')
+    return DHT_create(init_params);
+  return fabkit_dht_create(init_params, &options);
+}
+#define DHT_create(init_params) fabkit_dht_create_linked(init_params)
 #endif
 
 #endif
