@@ -132,6 +132,14 @@ pub enum Cmd {
     /// attacker on the same network would: find them by scanning, then
     /// guess keys for RMA and forge messages. Exit 1 if anything worked.
     Intrude(intrude::IntrudeArgs),
+    /// Write fabkit's man pages and shell completions (the repository's
+    /// man/) into DIR/man1 and DIR/completions.
+    #[command(hide = true, name = "generate-docs")]
+    GenerateDocs {
+        /// The folder to write into (made if missing).
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+    },
     /// The rsh agent `fabkit launch --mpi` gives mpirun: runs a command line
     /// in the network namespace named as the host.
     #[command(hide = true)]

@@ -76,6 +76,12 @@ fn main() -> ExitCode {
         Cmd::Rsh { host, words } => launch::rsh(host, words).map(|()| true),
         Cmd::Clean(args) => clean::command(args),
         Cmd::Intrude(args) => intrude::command(args),
+        Cmd::GenerateDocs { out } => {
+            fabkit_clidocs::generate(<Cli as clap::CommandFactory>::command(), out)
+                .map(|files| println!("wrote {} files under {}", files.len(), out.display()))
+                .map(|()| true)
+                .map_err(|e| anyhow::anyhow!("writing man pages under {}: {e}", out.display()))
+        }
     };
     let _ = std::io::stdout().flush();
     match result {

@@ -44,7 +44,7 @@ pub(crate) enum Cmd {
     /// own, appending a CSV row per run (resumes: runs already in the file
     /// are skipped).
     Sweep {
-        /// The sweep file (TOML; see the README).
+        /// The sweep file (TOML; see docs/ipoib-eval.md).
         file: PathBuf,
         /// The CSV to append to.
         #[arg(short, long)]
@@ -85,6 +85,14 @@ pub(crate) enum Cmd {
         /// Output directory (default: beside the CSV, named after it).
         #[arg(short, long, value_name = "DIR")]
         output: Option<PathBuf>,
+    },
+    /// Write ipoib-eval's man pages and shell completions (the
+    /// repository's man/) into DIR/man1 and DIR/completions.
+    #[command(hide = true, name = "generate-docs")]
+    GenerateDocs {
+        /// The folder to write into (made if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
     },
 }
 

@@ -100,6 +100,13 @@ fn main() -> ExitCode {
         }
         Cmd::Restore { iface } => restore(iface.as_deref()),
         Cmd::Summary { csv, output } => summary(csv, output.as_deref()),
+        Cmd::GenerateDocs { out } => {
+            fabkit_clidocs::generate(<Cli as clap::CommandFactory>::command(), out)
+                .map(|files| println!("wrote {} files under {}", files.len(), out.display()))
+                .map_err(|e| {
+                    RunError::Failed(format!("writing man pages under {}: {e}", out.display()))
+                })
+        }
     };
     let _ = std::io::stdout().flush();
     match r {
