@@ -108,7 +108,7 @@ med='sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | fl
   echo "# ipoib-eval against $(iperf3 --version | head -1 | cut -d' ' -f1-2), same testbed, same run"
   echo
   echo "Commit $commit; $(uname -r); $(nproc) CPUs. Command: \`bash results/run-ipoib.sh\` (REPS=$reps, SECS=$secs)."
-  echo "Medians of $reps runs of ${secs} s each, tools alternating. Received messages/s as defined in the README"
+  echo "Medians of $reps runs of ${secs} s each, tools alternating. Received messages/s as defined in docs/ipoib-eval.md"
   echo "(iperf3: (packets - lost) / seconds; TCP: received Gbit/s). Loss = 1 - received/sent, medians."
   echo
   echo "| case | tool and path | received | ratio to iperf3 | loss % | cycles/msg | msgs per wire packet |"

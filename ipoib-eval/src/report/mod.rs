@@ -1,6 +1,6 @@
 //! What a test measured, as each end saw it ([`SideReport`]) and as the
 //! client puts both together ([`Report`], the JSON schema `ipoib-eval/1`
-//! documented field by field in the README), plus its text form
+//! documented field by field in docs/ipoib-eval.md), plus its text form
 //! ([`Report::text`]) and its CSV rows ([`row`]). Pure: assembling and
 //! formatting do no I/O.
 
