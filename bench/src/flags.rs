@@ -447,6 +447,10 @@ pub mod from_file {
     pub const PER_OP: (f64, f64) = (1e-9, 1e6);
     /// A transfer's size, bytes.
     pub const BYTES: (f64, f64) = (1.0, 1099511627776.0);
+    /// A ratio of two times (a speed-up).
+    pub const RATIO: (f64, f64) = (1e-6, 1e6);
+    /// A relative error (0 allowed: none).
+    pub const RELATIVE_ERROR: (f64, f64) = (1e-300, 1e300);
 
     /// `v`, when it is a finite number within `(lo, hi)` (both included);
     /// else why not, naming `what`.

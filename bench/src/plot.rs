@@ -55,7 +55,8 @@ command line, so both are usage errors to fix there); 1 when the chart or \
 table cannot be written.")]
 pub struct PlotArgs {
     /// Result files written with --json by perf or mpi-perf (drawn against
-    /// the transfer size), or by dht (drawn against the rank count).
+    /// the transfer size), by dht (drawn against the rank count, or a soak
+    /// over time), or one by surrogate (its speed-up and accuracy charts).
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
     /// What to plot.
@@ -64,7 +65,8 @@ pub struct PlotArgs {
     /// Chart title.
     #[arg(long, default_value = "fabkit")]
     pub title: String,
-    /// Output SVG file (`-`: standard output).
+    /// Output SVG file (`-`: standard output); for a surrogate report, the
+    /// folder its charts go to (made if missing).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Also write a markdown table of every point to FILE (`-`: standard
@@ -395,10 +397,72 @@ fn dht_markdown(reports: &[crate::dhtbench::report::Report], files: &[PathBuf]) 
     t
 }
 
+/// A `fabkit surrogate` report (its meta names the grid), or `None` when
+/// `path` holds something else.
+fn load_surrogate(path: &std::path::Path) -> Result<Option<crate::surrogate::report::Report>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
+    let Ok(v) = serde_json::from_str::<Value>(&text) else {
+        return Ok(None);
+    };
+    if !v["meta"]["grid"].is_string() {
+        return Ok(None);
+    }
+    let r: crate::surrogate::report::Report = serde_json::from_value(v).map_err(|e| {
+        usage(format!(
+            "{} is not a fabkit surrogate report: {e}",
+            path.display()
+        ))
+    })?;
+    let bad = |e: String| usage(format!("{}: {e}", path.display()));
+    if r.runs.is_empty() {
+        return Err(bad("the report has no runs".into()));
+    }
+    for (i, row) in r.runs.iter().enumerate() {
+        for (what, v) in [
+            ("speedup", row.speedup),
+            ("speedup_min", row.speedup_min),
+            ("speedup_max", row.speedup_max),
+        ] {
+            from_file::check(&format!("run {i}'s {what}"), v, from_file::RATIO).map_err(bad)?;
+        }
+        for &e in &row.error.max {
+            from_file::check_or_zero(
+                &format!("run {i}'s largest error"),
+                e,
+                from_file::RELATIVE_ERROR,
+            )
+            .map_err(bad)?;
+        }
+    }
+    Ok(Some(r))
+}
+
 /// Runs `fabkit plot`: perf and mpi-perf results against the transfer
-/// size (`--metric` chooses the y axis), or dht reports as M operations/s
-/// against the rank count.
+/// size (`--metric` chooses the y axis), dht reports as M operations/s
+/// against the rank count, a soak's memory over time, or a surrogate
+/// report's speed-up and accuracy charts.
 pub fn command(a: &PlotArgs) -> Result<bool> {
+    if let Some(rep) = load_surrogate(&a.inputs[0])? {
+        let (Some(dir), [_]) = (&a.output, &a.inputs[..]) else {
+            return Err(usage(
+                "a surrogate report is plotted alone, with -o DIR: the folder its charts go to",
+            ));
+        };
+        if dir.is_file() {
+            return Err(usage(format!(
+                "-o {}: is a file; a surrogate report's charts go to a folder",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+        let charts = crate::surrogate::report::charts(&rep);
+        for (name, svg) in &charts {
+            write(&dir.join(name), svg)?;
+        }
+        println!("wrote {} charts to {}", charts.len(), dir.display());
+        return Ok(true);
+    }
     if let Some(mut reports) = load_dht(&a.inputs)? {
         // A soak (fabkit dht --duration): its memory over time.
         if let [r] = &reports[..] {
@@ -516,19 +580,32 @@ mod tests {
         ];
         let s = svg(&series, "a < b", "Mtransfers/s");
         assert_eq!(s.matches("<polyline").count(), 2);
-        assert_eq!(s.matches("<circle").count(), 5);
+        // Five points, and a marker in each legend entry.
+        assert_eq!(s.matches("<circle").count(), 7);
         assert!(s.contains("a &lt; b"), "titles are escaped");
         assert!(s.contains("stroke-dasharray"), "MPI lines are dashed");
         assert!(s.contains(">1M<") || s.contains(">4K<"));
-        // Every point lies inside the plot frame (80..630 x 50..500).
-        for c in s.split("<circle ").skip(1) {
-            let num = |k: &str| -> f64 {
-                let i = c.find(k).unwrap() + k.len();
-                c[i..].split('"').next().unwrap().parse().unwrap()
-            };
-            let (x, y) = (num("cx=\""), num("cy=\""));
+        let num = |c: &str, k: &str| -> f64 {
+            let i = c.find(k).unwrap() + k.len();
+            c[i..].split('"').next().unwrap().parse().unwrap()
+        };
+        // Every point lies inside the plot frame.
+        let frame = s
+            .lines()
+            .find(|l| l.contains(r#"fill="none" stroke="black""#))
+            .unwrap();
+        let (fx, fy) = (num(frame, "x=\""), num(frame, "y=\""));
+        let (fw, fh) = (num(frame, "width=\""), num(frame, "height=\""));
+        // (The legend's markers are the larger ones.)
+        let points = s
+            .split("<circle ")
+            .skip(1)
+            .filter(|c| c.contains(r#"r="3""#));
+        assert_eq!(points.clone().count(), 5);
+        for c in points {
+            let (x, y) = (num(c, "cx=\""), num(c, "cy=\""));
             assert!(
-                (80.0..=630.0).contains(&x) && (50.0..=500.0).contains(&y),
+                (fx..=fx + fw).contains(&x) && (fy..=fy + fh).contains(&y),
                 "{x},{y}"
             );
         }

@@ -250,3 +250,54 @@ fn a_refused_run_leaves_no_output_files_behind() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!json.exists());
 }
+
+/// `fabkit plot` redraws a surrogate report's charts from the report alone
+/// (the kept one in results/), with the line where the cache stops paying;
+/// and refuses, in one line with status 2, a report with no folder to draw
+/// into, a folder that is a file, and a speed-up no run could measure.
+#[test]
+fn plot_redraws_a_surrogate_reports_charts_from_the_report_alone() {
+    let kept = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/surrogate/shm/report.json");
+    let dir = tempfile::tempdir().unwrap();
+    let charts = dir.path().join("charts");
+    let (k, c) = (kept.to_str().unwrap(), charts.to_str().unwrap());
+    let out = run(&["plot", k, "-o", c]);
+    assert!(out.status.success(), "{out:?}");
+    let mut names: Vec<String> = std::fs::read_dir(&charts)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "error-100.svg",
+            "error-25.svg",
+            "error-400.svg",
+            "speedup-100.svg",
+            "speedup-25.svg",
+            "speedup-400.svg"
+        ]
+    );
+    let speedup = std::fs::read_to_string(charts.join("speedup-100.svg")).unwrap();
+    assert!(speedup.contains(">1: below it the cache slows the run<"));
+    let refused = |args: &[&str], want: &str| {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    };
+    refused(&["plot", k], "with -o DIR");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    refused(&["plot", k, "-o", file.to_str().unwrap()], "is a file");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&kept).unwrap()).unwrap();
+    v["runs"][0]["speedup"] = serde_json::json!(1e300);
+    let edited = dir.path().join("edited.json");
+    std::fs::write(&edited, v.to_string()).unwrap();
+    refused(
+        &["plot", edited.to_str().unwrap(), "-o", c],
+        "run 0's speedup is 1e300",
+    );
+}

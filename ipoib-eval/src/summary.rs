@@ -317,7 +317,12 @@ pub fn charts(experiment: &str, groups: &[&Group]) -> Vec<(String, String)> {
     let names: Vec<String> = groups
         .iter()
         .map(|g| {
-            let mut n = format!("{} {}", xlabel, cat_of(g));
+            // A setting, as the legend's: what every point shares is then
+            // said once.
+            let mut n = match x_axis {
+                Some(x) => format!("{x}={}", cat_of(g)),
+                None => cat_of(g),
+            };
             let l = line_of(g);
             if l != experiment {
                 n = format!("{n} {l}");
@@ -411,7 +416,7 @@ pub fn charts(experiment: &str, groups: &[&Group]) -> Vec<(String, String)> {
             };
             out.push((
                 file,
-                chart::lines(
+                chart::lines_with(
                     &format!(
                         "{experiment}: sizes of the TX packets handed to the driver (eBPF){part}"
                     ),
@@ -419,6 +424,10 @@ pub fn charts(experiment: &str, groups: &[&Group]) -> Vec<(String, String)> {
                     "% of TX packets",
                     &cats,
                     &series,
+                    &chart::Extras {
+                        scale: chart::Scale::Linear,
+                        ..chart::Extras::default()
+                    },
                 ),
             ));
         }
@@ -737,9 +746,10 @@ mod tests {
             names,
             ["e-gbit.svg", "e-rate.svg", "e-queues.svg", "e-sizes.svg"]
         );
-        // Queues on x: categories 1 and 2, one line, two medians.
+        // Queues on x: categories 1 and 2, one line, two medians (and the
+        // legend's marker).
         assert!(ch[0].1.contains(">queues<"));
-        assert_eq!(ch[0].1.matches("<circle").count(), 2);
+        assert_eq!(ch[0].1.matches("<circle").count(), 3);
         assert!(summarize("a,b\n1,2\n")
             .unwrap_err()
             .to_string()

@@ -726,31 +726,30 @@ pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
     ranks.sort_unstable();
     ranks.dedup();
     let mut over = std::collections::BTreeSet::new();
-    let mut lines: BTreeMap<String, Vec<Option<Whisker>>> = BTreeMap::new();
+    let mut lines: BTreeMap<[String; 7], Vec<Option<Whisker>>> = BTreeMap::new();
     for rep in reports {
         let cores = rep.meta.provenance.cores;
         for r in &rep.runs {
             if cores.is_some_and(|c| r.ranks > c) {
                 over.insert(r.ranks);
             }
-            let label = format!(
-                "{} {} {} {} {}, batch {}, {},{} B",
+            let label = [
                 r.variant.map_or_else(|| r.system.to_string(), variant_name),
-                r.transport,
-                name(r.workload),
-                name(r.distribution),
-                r.phase,
-                r.batch,
-                r.record.key,
-                r.record.value
-            );
+                r.transport.clone(),
+                name(r.workload).to_string(),
+                name(r.distribution).to_string(),
+                r.phase.to_string(),
+                format!("batch {}", r.batch),
+                format!("{},{} B", r.record.key, r.record.value),
+            ];
             let pts = lines
                 .entry(label.clone())
                 .or_insert_with(|| vec![None; ranks.len()]);
             let i = ranks.iter().position(|&n| n == r.ranks).expect("collected");
             if pts[i].is_some() {
                 return Err(crate::exit::usage(format!(
-                    "two runs of `{label}` at {} ranks: give one report per rank count",
+                    "two runs of `{}` at {} ranks: give one report per rank count",
+                    label.join(" "),
                     r.ranks
                 )));
             }
@@ -771,16 +770,24 @@ pub fn ranks_chart(reports: &[Report], title: &str) -> Result<String> {
             }
         })
         .collect();
-    let series: Vec<fabkit_chart::Line> = lines
+    // What every line shares (the workload, the batch, ...) is said once.
+    let parts: Vec<Vec<String>> = lines.keys().map(|k| k.to_vec()).collect();
+    let (common, labels) = fabkit_chart::split_common_parts(&parts, " ", &|_| true);
+    let series: Vec<fabkit_chart::Line> = labels
         .into_iter()
+        .zip(lines.into_values())
         .map(|(label, points)| fabkit_chart::Line { label, points })
         .collect();
-    Ok(fabkit_chart::lines(
+    Ok(fabkit_chart::lines_with(
         title,
         "ranks",
         "M operations/s",
         &cats,
         &series,
+        &fabkit_chart::Extras {
+            subtitle: (!common.is_empty()).then(|| format!("every line: {}", common.join(", "))),
+            ..fabkit_chart::Extras::default()
+        },
     ))
 }
 

@@ -389,12 +389,17 @@ pub fn chart(s: &Soak, title: &str) -> String {
             }
         })
         .collect();
-    fabkit_chart::lines(
+    // From zero: a slope is read against the whole of the memory.
+    fabkit_chart::lines_with(
         title,
         "minutes since the start",
         "resident memory, MiB (median, min-max of the minute)",
         &cats,
         &lines,
+        &fabkit_chart::Extras {
+            scale: fabkit_chart::Scale::Linear,
+            ..fabkit_chart::Extras::default()
+        },
     )
 }
 

@@ -450,22 +450,32 @@ pub fn charts(rep: &Report) -> Vec<(String, String)> {
         let title = format!("{ranks} ranks, grid {}, solve {solve:.1} us", rep.meta.grid);
         out.push((
             format!("speedup-{s}.svg"),
-            fabkit_chart::lines(
+            fabkit_chart::lines_with(
                 &format!("Speed-up by the cache: {title}"),
                 "significant digits of the key",
                 "runtime without / with the cache",
                 &cats,
                 &speed,
+                &fabkit_chart::Extras {
+                    reference: Some((1.0, "1: below it the cache slows the run".into())),
+                    scale: fabkit_chart::Scale::Linear,
+                    ..fabkit_chart::Extras::default()
+                },
             ),
         ));
         out.push((
             format!("error-{s}.svg"),
-            fabkit_chart::lines(
+            fabkit_chart::lines_with(
                 &format!("Accuracy with the cache: {title}"),
                 "significant digits of the key",
                 "-log10 of the largest relative error (16: none)",
                 &cats,
                 &agree,
+                &fabkit_chart::Extras {
+                    // Already a logarithm.
+                    scale: fabkit_chart::Scale::Linear,
+                    ..fabkit_chart::Extras::default()
+                },
             ),
         ));
     }

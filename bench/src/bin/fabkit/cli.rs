@@ -64,8 +64,9 @@ pub enum Cmd {
     /// the output matches `fabkit perf`, so the two can be compared.
     #[cfg(feature = "mpi")]
     MpiPerf(mpiperf::MpiPerfArgs),
-    /// Draw perf/mpi-perf JSON results as an SVG chart (rate, bandwidth or
-    /// latency against size; MPI dashed) and/or a markdown table.
+    /// Draw JSON results as SVG charts and/or a markdown table: perf and
+    /// mpi-perf against size (rate, bandwidth or latency; MPI dashed), dht
+    /// against ranks or a soak over time, a surrogate's speed-up.
     Plot(plot::PlotArgs),
     /// Benchmark the distributed hash table as an application's cache: the
     /// MPI-DHT paper's write, read and mixed phases (`-w paper`) and YCSB's
