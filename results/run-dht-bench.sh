@@ -60,16 +60,6 @@ run "mpirun-shm-r2" mpi 2 -p shm "${two[@]}"
 run "mpirun-tcp-r2" mpi 2 -p 'tcp;ofi_rxm' "${two[@]}"
 run "mpirun-create-pt2pt-r2" mpi 2 --mpi create --path rma "${two[@]}"
 
-# Throughput against ranks on the fastest path, one chart per workload
-# phase that a user compares by.
-for dist in uniform zipf; do
-  files=("$out"/fastest-"$dist"-r[1-4].json)
-  for wp in paper:write paper:read paper:mixed load-a:load a:run b:run c:run d:run f:run; do
-    w=${wp%%:*} p=${wp##*:}
-    "$fk" plot "${files[@]}" --workload "$w" --phase "$p" \
-      --title "fabkit dht vs Redis: $w $p, $dist, 80 B keys / 104 B values, MPI_Win_allocate (osc sm)" \
-      -o "$out/ranks-$dist-$w-$p.svg"
-  done
-done
-"$fk" plot "$out"/*.json --markdown "$out/runs.md"
+# Charts of throughput against ranks, and runs.md.
+bash results/plot-dht-bench.sh "$fk" "$out"
 echo "wrote $out"

@@ -23,7 +23,9 @@
 //! Text widths are those of DejaVu Sans, the sans-serif of Debian's
 //! renderers, with a margin; a test renders charts with `rsvg-convert` and
 //! checks every text's drawn extent. No dependency; the output is plain SVG
-//! any browser shows.
+//! any browser shows. (A plotting crate such as plotters would bring font
+//! loading for its text extents and still leave the rules above, which are
+//! most of this crate, to be written: three kinds of chart do not need it.)
 //!
 //! ```
 //! use fabkit_chart::{lines, Line};
@@ -676,6 +678,14 @@ impl Frame {
 
 // --------------------------------------------------------------- charts
 
+/// A categorical chart's frame for `texts` and `y`, and its SVG so far.
+fn opened(texts: &Texts, y: YAxis) -> (Frame, String) {
+    let f = Frame::new(texts, y);
+    let mut s = String::new();
+    f.open(&mut s);
+    (f, s)
+}
+
 /// A line chart: one line per series over the categories, a marker at the
 /// median and a whisker from the lowest to the highest value (see
 /// [`lines_with`]: a log axis where the medians span 10x or more).
@@ -709,19 +719,15 @@ pub fn lines_with(
         extras.reference.as_ref().map(|r| r.0),
     );
     let labels: Vec<String> = series.iter().map(|l| l.label.clone()).collect();
-    let f = Frame::new(
-        &Texts {
-            title,
-            subtitle: extras.subtitle.as_deref(),
-            xlabel,
-            ylabel,
-            cats,
-            legend: &labels,
-        },
-        y,
-    );
-    let mut s = String::new();
-    f.open(&mut s);
+    let texts = Texts {
+        title,
+        subtitle: extras.subtitle.as_deref(),
+        xlabel,
+        ylabel,
+        cats,
+        legend: &labels,
+    };
+    let (f, mut s) = opened(&texts, y);
     if let Some((v, label)) = &extras.reference {
         f.reference(&mut s, *v, label);
     }
@@ -797,19 +803,15 @@ pub fn bars_with(
         extras.reference.as_ref().map(|r| r.0),
     );
     let labels: Vec<String> = series.iter().map(|(l, _)| l.clone()).collect();
-    let f = Frame::new(
-        &Texts {
-            title,
-            subtitle: extras.subtitle.as_deref(),
-            xlabel,
-            ylabel,
-            cats,
-            legend: &labels,
-        },
-        y,
-    );
-    let mut s = String::new();
-    f.open(&mut s);
+    let texts = Texts {
+        title,
+        subtitle: extras.subtitle.as_deref(),
+        xlabel,
+        ylabel,
+        cats,
+        legend: &labels,
+    };
+    let (f, mut s) = opened(&texts, y);
     let slot = f.pw / f.n as f64 * 0.8;
     let bw = slot / series.len().max(1) as f64;
     for (k, (_, vals)) in series.iter().enumerate() {
