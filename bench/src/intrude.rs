@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use fabkit_fabric::mailbox::REQUEST;
-use fabkit_fabric::{Stranger, Tally, Try};
+use fabkit_fabric::{Stopped, Stranger, Tally, Try};
 use serde::Serialize;
 
 use crate::exit::{self, usage};
@@ -124,6 +124,9 @@ pub struct Target {
     pub unreachable: Option<String>,
     /// It answered no try of a kind, and the rest was not tried.
     pub silent: bool,
+    /// The intruder's own side failed here (an endpoint it could not
+    /// open): what it had tried is above, the rest was not tried.
+    pub failed: Option<String>,
 }
 
 /// The report of `fabkit intrude`.
@@ -196,6 +199,7 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
             break;
         }
     }
+    let left_open = stranger.left_open();
     drop(stranger);
     report.seen.truncate(20);
     let answered = report
@@ -221,6 +225,13 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
         );
         return Ok(false);
     }
+    if let Some(t) = report.targets.iter().find(|t| t.failed.is_some()) {
+        anyhow::bail!(
+            "the intruder's own side failed at {}: {} (what it tried before is in the report)",
+            t.address,
+            t.failed.as_deref().unwrap_or_default()
+        );
+    }
     if answered == 0 {
         anyhow::bail!(
             "none of the {} endpoint(s) found answered a try, so nothing was tested: is -p the \
@@ -228,15 +239,33 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
             report.targets.len()
         );
     }
+    let silent = report.targets.iter().filter(|t| t.silent).count();
+    let stopped: u64 = report
+        .targets
+        .iter()
+        .flat_map(|t| t.rma.values())
+        .filter(|r| r.stopped.is_some())
+        .map(|r| r.skipped)
+        .sum();
+    if left_open > 0 {
+        println!(
+            "note: {left_open} of the intruder's endpoints were left open to its exit (ofi_rxm \
+             over verbs crashes closing one after a refused atomic){}",
+            if stopped > 0 {
+                format!("; {stopped} tries were not made past that many")
+            } else {
+                String::new()
+            }
+        );
+    }
     println!(
         "breaches: none in {} round(s): no try was carried out and no message answered \
-         ({answered} endpoint(s) answered, by refusing)",
+         ({answered} endpoint(s) answered, by refusing; {silent} silent: took no connection)",
         report.rounds
     );
     Ok(true)
 }
 
-/// Where to look: IPv4 hosts, or `None` for this node's shm endpoints.
 /// Where to look.
 enum Scan {
     /// TCP ports of these hosts.
@@ -247,6 +276,7 @@ enum Scan {
     Cm,
 }
 
+/// What `--scan` names: `shm`, `cm`, or comma-separated IPv4 hosts.
 fn hosts(scan: &str) -> Result<Scan> {
     match scan {
         "shm" => return Ok(Scan::Shm),
@@ -382,7 +412,13 @@ fn scan_cm(ports: (u16, u16)) -> Result<Vec<SocketAddrV4>> {
     let me = u64::from(std::process::id());
     let mut v: Vec<SocketAddrV4> = ids
         .iter()
-        .filter(|id| id["state"] == "LISTEN" && id["pid"].as_u64() != Some(me))
+        // A process's listener in the TCP port space (those without a pid
+        // are the kernel's own services: NFS over RDMA, NVMe-oF, iSER).
+        .filter(|id| {
+            id["state"] == "LISTEN"
+                && id["ps"] == "TCP"
+                && id["pid"].as_u64().is_some_and(|p| p != me)
+        })
         .filter_map(|id| id["src-addr"].as_str()?.parse::<SocketAddrV4>().ok())
         .filter(|a| !a.ip().is_unspecified() && (ports.0..=ports.1).contains(&a.port()))
         .collect();
@@ -481,12 +517,23 @@ fn attack(
                     return Ok(t);
                 }
             }
-            Err(e) => {
+            Err(Stopped::Unreachable(e)) => {
                 // The provider would not take the address (shm maps the
                 // target's segment on insert, which another user may not).
                 t.unreachable = Some(format!(
                     "the provider would not take its address: {}",
                     exit::one_line(&anyhow::Error::new(e))
+                ));
+                return Ok(t);
+            }
+            Err(Stopped::Failed { error, so_far }) => {
+                // The intruder's own side: what was settled counts (a
+                // breach among it too), and the run fails.
+                t.rma.insert(what.name(), *so_far);
+                t.failed = Some(format!(
+                    "{}: {}",
+                    what.name(),
+                    exit::one_line(&anyhow::Error::new(error))
                 ));
                 return Ok(t);
             }

@@ -69,4 +69,4 @@ pub use info::{Caps, Executes, Executor, Hints, Info, KeyPick, Ordering, Progres
 pub use mailbox::{Call, Mailbox, MailboxConfig, MailboxCounts};
 pub use mr::{live_regions, MemoryRegion, RemoteRegion};
 pub use rank::{Initiator, Lane, OrderingStats, ProgressMode, Rank, RankConfig};
-pub use stranger::{Stranger, Tally, Try};
+pub use stranger::{Stopped, Stranger, Tally, Try};

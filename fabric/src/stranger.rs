@@ -6,8 +6,9 @@
 //! operation the target accepted is counted as a breach.
 //!
 //! Tries go out a window at a time and each is waited for up to the
-//! stranger's timeout; a target that answers nothing for a whole window
-//! is given up on (the rest of the run's tries counted as not sent), so a
+//! stranger's timeout; a target that answers nothing for a whole window,
+//! or takes no connection within a timeout twice (on two endpoints), is
+//! given up on (the rest of the run's tries counted as skipped), so a
 //! provider that drops bad requests silently costs one window's timeout,
 //! not one per key.
 
@@ -74,9 +75,32 @@ pub struct Tally {
     pub not_posted: BTreeMap<String, u64>,
     /// Tries with no completion within the timeout.
     pub unanswered: u64,
-    /// Tries never sent because the target had stopped answering.
+    /// Tries never sent: the target had stopped answering, or `stopped`.
     pub skipped: u64,
+    /// Why the rest was not tried, when the stranger stopped on its own
+    /// account (too many endpoints left open).
+    pub stopped: Option<String>,
 }
+
+/// Why [`Stranger::rma`] ended before its tries were done.
+#[derive(Debug)]
+pub enum Stopped {
+    /// The provider would not take the target's address (shm maps the
+    /// target's segment on insert, which another user may not).
+    Unreachable(crate::Error),
+    /// The stranger's own side failed (a new endpoint, its queue): the
+    /// tries settled until then are in `so_far`.
+    Failed {
+        /// What failed.
+        error: crate::Error,
+        /// The tries settled before it.
+        so_far: Box<Tally>,
+    },
+}
+
+/// The most endpoints a stranger leaves open (see `Line::leak_broken`):
+/// past them, tries that would leave more are skipped.
+pub const MAX_LEFT_OPEN: u64 = 128;
 
 /// Errors that say the connection went, not what the target made of the
 /// try itself.
@@ -113,6 +137,9 @@ struct Pass {
     /// Tries in a row with no answer: at a window's worth, the target is
     /// silent and the rest is skipped.
     silent: usize,
+    /// Whether a try already waited a whole timeout for a connection (the
+    /// next such wait, on a new endpoint, makes the target silent).
+    unconnected: bool,
 }
 
 /// An endpoint outside any job (see the module).
@@ -124,6 +151,8 @@ pub struct Stranger {
     timeout: Duration,
     /// Endpoints opened in all.
     lines: u64,
+    /// Endpoints left open (see `Line::leak_broken`).
+    left_open: u64,
 }
 
 /// One endpoint of the stranger's, its queues and buffer, and the target
@@ -143,11 +172,13 @@ struct Line {
     abandoned: bool,
     /// Slots of tries that timed out: never used again on this line.
     retired: Vec<usize>,
-    /// The provider wrote an error its queue could not place: the
-    /// endpoint is left open until the process exits (`ofi_rxm` 1.17 over
-    /// verbs frees the refused atomic's buffers on that path and then
-    /// crashes in `fi_close` of the endpoint).
-    wedged: bool,
+    /// A connection of it was lost, or a refusal ended it: the next run of
+    /// tries starts on a new line.
+    spent: bool,
+    /// Leave the endpoint open, to the process's exit, once its queue
+    /// failed: `ofi_rxm` 1.17 over verbs, after an atomic's refusal it
+    /// cannot place in the queue, crashes in `fi_close` of the endpoint.
+    leak_broken: bool,
     regions_first: bool,
 }
 
@@ -165,9 +196,15 @@ impl Line {
             at: None,
             abandoned: false,
             retired: Vec::new(),
-            wedged: false,
+            spent: false,
+            leak_broken: domain.info().provider().starts_with("verbs"),
             regions_first: domain.info().mr_mode() & ffi::FI_MR_ENDPOINT != 0,
         })
+    }
+
+    /// Whether dropping it leaves it open (see `leak_broken`).
+    fn leaves_open(&self) -> bool {
+        self.leak_broken && self.cq.inner.broken().is_some()
     }
 
     /// `name`'s address, inserted the first time.
@@ -188,9 +225,9 @@ impl Line {
 
 impl Drop for Line {
     fn drop(&mut self) {
-        if self.wedged {
-            // Leaked on purpose (see `wedged`): with it its queue, address
-            // vector and domain, which it holds.
+        if self.leaves_open() {
+            // Leaked on purpose (see `leak_broken`): with it its queue,
+            // address vector and domain, which it holds.
             return;
         }
         // SAFETY: neither is used again. A buffer a timed-out try may still
@@ -253,6 +290,7 @@ impl Stranger {
             info,
             timeout,
             lines: 1,
+            left_open: 0,
         })
     }
 
@@ -273,9 +311,16 @@ impl Stranger {
         self.line.ep.name()
     }
 
-    /// A new line if the current one's completion queue failed.
+    /// Endpoints left open so far (`ofi_rxm` over verbs; see
+    /// [`MAX_LEFT_OPEN`]).
+    pub fn left_open(&self) -> u64 {
+        self.left_open
+    }
+
+    /// A new line if the current one's completion queue failed or a lost
+    /// connection spent it.
     fn mend(&mut self) -> Result<()> {
-        if self.line.cq.inner.broken().is_some() {
+        if self.line.spent || self.line.cq.inner.broken().is_some() {
             self.renew()?;
         }
         Ok(())
@@ -284,7 +329,9 @@ impl Stranger {
     /// A new endpoint in place of the current one.
     fn renew(&mut self) -> Result<()> {
         let line = Line::open(&self.domain)?;
-        drop(std::mem::replace(&mut self.line, line));
+        let old = std::mem::replace(&mut self.line, line);
+        self.left_open += u64::from(old.leaves_open());
+        drop(old);
         self.lines += 1;
         Ok(())
     }
@@ -306,9 +353,13 @@ impl Stranger {
         targets: &[(u64, u64)],
         window: usize,
         on_done: &mut dyn FnMut(u64, u64, [u8; WORD]),
-    ) -> Result<Tally> {
-        self.mend()?;
-        let mut at = self.line.reach(name)?;
+    ) -> std::result::Result<Tally, Stopped> {
+        let failed = |error, so_far: &Tally| Stopped::Failed {
+            error,
+            so_far: Box::new(so_far.clone()),
+        };
+        self.mend().map_err(|e| failed(e, &Tally::default()))?;
+        let mut at = self.line.reach(name).map_err(Stopped::Unreachable)?;
         let mut p = Pass {
             t: Tally::default(),
             what,
@@ -317,12 +368,21 @@ impl Stranger {
             again: VecDeque::new(),
             lost: false,
             silent: 0,
+            unconnected: false,
         };
         let mut next = 0usize;
         let mut refused_since: Option<Instant> = None;
         loop {
-            if p.silent >= p.window {
-                p.t.skipped += (targets.len() - next + p.again.len()) as u64;
+            let leaving = self.left_open >= MAX_LEFT_OPEN && p.flight.is_empty();
+            if p.silent >= p.window || leaving {
+                let rest = (targets.len() - next + p.again.len()) as u64;
+                if leaving && rest > 0 {
+                    p.t.stopped = Some(format!(
+                        "{MAX_LEFT_OPEN} endpoints left open (ofi_rxm over verbs crashes closing \
+                         one after a refused atomic): the rest not tried"
+                    ));
+                }
+                p.t.skipped += rest;
                 next = targets.len();
                 p.again.clear();
             }
@@ -332,8 +392,8 @@ impl Stranger {
             }
             if (p.lost || self.line.cq.inner.broken().is_some()) && p.flight.is_empty() {
                 // A new connection for what is left, one try at a time.
-                self.renew()?;
-                at = self.line.reach(name)?;
+                self.renew().map_err(|e| failed(e, &p.t))?;
+                at = self.line.reach(name).map_err(|e| failed(e, &p.t))?;
                 p.lost = false;
                 p.window = 1;
             }
@@ -348,8 +408,8 @@ impl Stranger {
                 .find(|s| p.flight.iter().all(|f| f.slot != *s) && !self.line.retired.contains(s));
             let Some(slot) = free else {
                 if p.flight.is_empty() {
-                    self.renew()?;
-                    at = self.line.reach(name)?;
+                    self.renew().map_err(|e| failed(e, &p.t))?;
+                    at = self.line.reach(name).map_err(|e| failed(e, &p.t))?;
                 } else {
                     self.settle(&mut p, on_done);
                 }
@@ -379,10 +439,17 @@ impl Stranger {
                         self.line.cq.inner.drive(Duration::from_millis(1));
                         continue;
                     }
-                    // No connection within a whole timeout: the target
-                    // takes none (an endpoint not progressed while idle),
-                    // and the next try would wait as long again.
+                    // No connection within a whole timeout: once more on
+                    // a new endpoint; twice, and the target takes none (an
+                    // endpoint not progressed while idle), and each next
+                    // try would wait as long again.
                     refused_since = None;
+                    if !p.unconnected {
+                        p.unconnected = true;
+                        self.renew().map_err(|e| failed(e, &p.t))?;
+                        at = self.line.reach(name).map_err(|e| failed(e, &p.t))?;
+                        continue;
+                    }
                     p.silent = p.window;
                     p.t.tried += 1;
                     p.t.unanswered += 1;
@@ -396,11 +463,9 @@ impl Stranger {
                 next += 1;
             }
         }
-        if p.lost {
-            // Not a spent line for the next pass: rxm would hold its tries
-            // back for ever.
-            self.renew()?;
-        }
+        // Not a spent line for the next run: rxm would hold its tries back
+        // for ever.
+        self.line.spent |= p.lost;
         Ok(p.t)
     }
 
@@ -409,6 +474,9 @@ impl Stranger {
     /// 1 others were in flight on it, so the loss need not be this try's
     /// doing and it goes again; alone, the loss is its refusal.
     fn settle(&mut self, p: &mut Pass, on_done: &mut dyn FnMut(u64, u64, [u8; WORD])) {
+        // An earlier try spent the line: what fails on it now may never
+        // have reached the target.
+        let spent = p.lost;
         let Some(InFlight {
             ticket,
             slot,
@@ -430,7 +498,7 @@ impl Stranger {
                 on_done(target.0, target.1, word);
                 return;
             }
-            Outcome::Failed { code, .. } if !CONNECTION_LOST.contains(&code) => {
+            Outcome::Failed { code, .. } if !CONNECTION_LOST.contains(&code) && !spent => {
                 p.silent = 0;
                 *p.t.refused.entry(strerror(code)).or_default() += 1;
                 // A remote access error moves a verbs queue pair to the
@@ -448,7 +516,6 @@ impl Stranger {
                 // The provider wrote an error the queue cannot place (rxm
                 // does after refusing an atomic).
                 self.line.abandoned = true;
-                self.line.wedged = true;
                 format!("{} ({call} failed on the intruder's side)", strerror(code))
             }
             Outcome::TimedOut => {
@@ -609,7 +676,6 @@ impl Stranger {
             }
             Outcome::CqFailed { call, code } => {
                 self.line.abandoned = true;
-                self.line.wedged = true;
                 self.renew().map_err(|e| e.to_string())?;
                 Err(format!(
                     "{} ({call} failed on the intruder's side)",
