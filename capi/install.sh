@@ -99,10 +99,29 @@ cat >"$cmakedir/fabkit-dht-config.cmake" <<CMAKE
 #   MPIDHT::accumulate      fine: the variant that serves DHT_write_accumulate
 # The MPIDHT:: targets link the shared library and define LUCX_MPI_IMPL and
 # FABKIT_DHT_LINK_VARIANT, which <LUCX/MPI/DHT.h> turns into DHT_create's
-# variant unless FABKIT_DHT_VARIANT is set when the program runs.
-cmake_minimum_required(VERSION 3.13)
+# variant unless FABKIT_DHT_VARIANT is set when the program runs; one per
+# program. MPI comes with the libraries, for C or, in a C++-only project,
+# C++; the shared library's folder is in the rpath, so a program runs
+# where it was built and where it was installed.
+cmake_policy(PUSH)
+cmake_policy(VERSION 3.13)
 include(CMakeFindDependencyMacro)
-find_dependency(MPI COMPONENTS C)
+# MPI for the project's language: C, else C++ (Open MPI's and MPICH's C++
+# bindings are kept out: the library is C's).
+get_property(_fabkit_dht_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+if("C" IN_LIST _fabkit_dht_languages)
+  find_dependency(MPI COMPONENTS C)
+  set(_fabkit_dht_mpi MPI::MPI_C)
+elseif("CXX" IN_LIST _fabkit_dht_languages)
+  find_dependency(MPI COMPONENTS CXX)
+  set(_fabkit_dht_mpi MPI::MPI_CXX)
+else()
+  set(\${CMAKE_FIND_PACKAGE_NAME}_NOT_FOUND_MESSAGE
+      "fabkit-dht needs C or CXX enabled (project(... C) or CXX) before find_package")
+  set(\${CMAKE_FIND_PACKAGE_NAME}_FOUND FALSE)
+  cmake_policy(POP)
+  return()
+endif()
 get_filename_component(_fabkit_dht_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 if(NOT TARGET fabkit-dht::fabkit-dht)
   add_library(fabkit-dht::fabkit-dht SHARED IMPORTED)
@@ -110,23 +129,32 @@ if(NOT TARGET fabkit-dht::fabkit-dht)
     IMPORTED_LOCATION "\${_fabkit_dht_prefix}/lib/libfabkit_mpi_dht.so"
     IMPORTED_NO_SONAME TRUE
     INTERFACE_INCLUDE_DIRECTORIES "\${_fabkit_dht_prefix}/include"
-    INTERFACE_LINK_LIBRARIES MPI::MPI_C)
+    INTERFACE_COMPILE_DEFINITIONS "OMPI_SKIP_MPICXX;MPICH_SKIP_MPICXX"
+    INTERFACE_LINK_LIBRARIES "\${_fabkit_dht_mpi}"
+    INTERFACE_LINK_OPTIONS "LINKER:-rpath,\${_fabkit_dht_prefix}/lib")
   add_library(fabkit-dht::static STATIC IMPORTED)
   set_target_properties(fabkit-dht::static PROPERTIES
     IMPORTED_LOCATION "\${_fabkit_dht_prefix}/lib/libfabkit_mpi_dht.a"
     INTERFACE_INCLUDE_DIRECTORIES "\${_fabkit_dht_prefix}/include"
-    INTERFACE_LINK_LIBRARIES "MPI::MPI_C${static_libs}")
+    INTERFACE_COMPILE_DEFINITIONS "OMPI_SKIP_MPICXX;MPICH_SKIP_MPICXX"
+    INTERFACE_LINK_LIBRARIES "\${_fabkit_dht_mpi}${static_libs}")
   foreach(_fabkit_dht_pair nolock:lockfree coarse:coarse fine:fine accumulate:fine)
     string(REPLACE ":" ";" _fabkit_dht_pair "\${_fabkit_dht_pair}")
     list(GET _fabkit_dht_pair 0 _fabkit_dht_name)
     list(GET _fabkit_dht_pair 1 _fabkit_dht_variant)
     add_library(MPIDHT::\${_fabkit_dht_name} INTERFACE IMPORTED)
+    # Two of them in one program would give it two variants: CMake stops.
     set_target_properties(MPIDHT::\${_fabkit_dht_name} PROPERTIES
       INTERFACE_LINK_LIBRARIES fabkit-dht::fabkit-dht
-      INTERFACE_COMPILE_DEFINITIONS "LUCX_MPI_IMPL;FABKIT_DHT_LINK_VARIANT=\"\${_fabkit_dht_variant}\"")
+      INTERFACE_COMPILE_DEFINITIONS "LUCX_MPI_IMPL;FABKIT_DHT_LINK_VARIANT=\"\${_fabkit_dht_variant}\""
+      INTERFACE_FABKIT_DHT_VARIANT "\${_fabkit_dht_variant}"
+      COMPATIBLE_INTERFACE_STRING FABKIT_DHT_VARIANT)
   endforeach()
 endif()
 unset(_fabkit_dht_prefix)
+unset(_fabkit_dht_mpi)
+unset(_fabkit_dht_languages)
+cmake_policy(POP)
 CMAKE
 cat >"$cmakedir/fabkit-dht-config-version.cmake" <<'CMAKE'
 # fabkit-dht 0.1.0 meets a request for 0.1 or 0.1.0 (or none): before 1.0,

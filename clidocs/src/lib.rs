@@ -7,6 +7,9 @@
 //! fails on any difference ([`differences`]): they never drift from
 //! `--help`.
 
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -26,24 +29,59 @@ fn completion_file(shell: Shell, name: &str) -> String {
 }
 
 /// Writes `cmd`'s man pages into `dir/man1` and its completions into
-/// `dir/completions`, making both folders; the files written, in order.
-/// Hidden subcommands and clap's `help` subcommand get no page.
-pub fn generate(mut cmd: Command, dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// `dir/completions`, making both folders, and removes this binary's files
+/// there that no command makes any more; the files written, in order.
+/// Hidden subcommands and clap's `help` subcommand get no page and are not
+/// completed.
+pub fn generate(cmd: Command, dir: &Path) -> io::Result<Vec<PathBuf>> {
     let name = cmd.get_name().to_string();
     let (man, completions) = (dir.join("man1"), dir.join("completions"));
-    std::fs::create_dir_all(&man)?;
-    std::fs::create_dir_all(&completions)?;
+    for d in [&man, &completions] {
+        std::fs::create_dir_all(d).map_err(|e| named(d, e))?;
+    }
     let mut written = Vec::new();
-    cmd.build();
-    pages(&cmd, &man, &mut written)?;
+    let mut visible = visible(&cmd);
+    let mut built = cmd;
+    built.build();
+    pages(&built, &man, &mut written)?;
     for shell in SHELLS {
         let path = completions.join(completion_file(shell, &name));
         let mut out = Vec::new();
-        clap_complete::generate(shell, &mut cmd.clone(), &name, &mut out);
-        std::fs::write(&path, out)?;
+        clap_complete::generate(shell, &mut visible, &name, &mut out);
+        std::fs::write(&path, out).map_err(|e| named(&path, e))?;
         written.push(path);
     }
+    for d in [&man, &completions] {
+        for e in std::fs::read_dir(d).map_err(|e| named(d, e))? {
+            let path = e?.path();
+            let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+            if file.is_some_and(|f| belongs(&f, &name)) && !written.contains(&path) {
+                std::fs::remove_file(&path).map_err(|e| named(&path, e))?;
+            }
+        }
+    }
     Ok(written)
+}
+
+/// `e`, saying which file or folder it was about.
+fn named(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// `cmd` without its hidden subcommands and arguments, for completions:
+/// clap_complete offers them all, and clap cannot take a subcommand out,
+/// so the root is made again from what is shown.
+fn visible(cmd: &Command) -> Command {
+    let mut root = Command::new(cmd.get_name().to_string())
+        .args(cmd.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+        .subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    if let Some(v) = cmd.get_version() {
+        root = root.version(v.to_string());
+    }
+    if let Some(a) = cmd.get_about() {
+        root = root.about(a.clone());
+    }
+    root
 }
 
 /// `cmd`'s page and its subcommands', depth first.
@@ -54,7 +92,7 @@ fn pages(cmd: &Command, dir: &Path, written: &mut Vec<PathBuf>) -> io::Result<()
     let path = dir.join(format!("{title}.1"));
     let mut out = Vec::new();
     clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
-    std::fs::write(&path, out)?;
+    std::fs::write(&path, out).map_err(|e| named(&path, e))?;
     written.push(path);
     for sub in cmd.get_subcommands() {
         if !sub.is_hide_set() && sub.get_name() != "help" {
@@ -181,6 +219,16 @@ mod tests {
         let page = std::fs::read_to_string(d.path().join("man1/tool-run.1")).unwrap();
         assert!(page.contains("\\-\\-fast"), "{page}");
         assert!(page.contains("Quickly"), "{page}");
+        for f in ["tool.bash", "_tool", "tool.fish"] {
+            let c = std::fs::read_to_string(d.path().join("completions").join(f)).unwrap();
+            assert!(c.contains("run") && !c.contains("secret"), "{f}: {c}");
+        }
+        // A page of a command gone is removed; another binary's stays.
+        std::fs::write(d.path().join("man1/tool-gone.1"), "old").unwrap();
+        std::fs::write(d.path().join("man1/toolbox.1"), "x").unwrap();
+        generate(tool(), d.path()).unwrap();
+        assert!(!d.path().join("man1/tool-gone.1").exists());
+        assert!(d.path().join("man1/toolbox.1").exists());
     }
 
     #[test]

@@ -28,9 +28,6 @@ _fabkit() {
             fabkit,dht)
                 cmd="fabkit__subcmd__dht"
                 ;;
-            fabkit,generate-docs)
-                cmd="fabkit__subcmd__generate__subcmd__docs"
-                ;;
             fabkit,help)
                 cmd="fabkit__subcmd__help"
                 ;;
@@ -55,9 +52,6 @@ _fabkit() {
             fabkit,plot)
                 cmd="fabkit__subcmd__plot"
                 ;;
-            fabkit,rsh)
-                cmd="fabkit__subcmd__rsh"
-                ;;
             fabkit,surrogate)
                 cmd="fabkit__subcmd__surrogate"
                 ;;
@@ -72,9 +66,6 @@ _fabkit() {
                 ;;
             fabkit__subcmd__help,dht)
                 cmd="fabkit__subcmd__help__subcmd__dht"
-                ;;
-            fabkit__subcmd__help,generate-docs)
-                cmd="fabkit__subcmd__help__subcmd__generate__subcmd__docs"
                 ;;
             fabkit__subcmd__help,help)
                 cmd="fabkit__subcmd__help__subcmd__help"
@@ -100,9 +91,6 @@ _fabkit() {
             fabkit__subcmd__help,plot)
                 cmd="fabkit__subcmd__help__subcmd__plot"
                 ;;
-            fabkit__subcmd__help,rsh)
-                cmd="fabkit__subcmd__help__subcmd__rsh"
-                ;;
             fabkit__subcmd__help,surrogate)
                 cmd="fabkit__subcmd__help__subcmd__surrogate"
                 ;;
@@ -113,7 +101,7 @@ _fabkit() {
 
     case "${cmd}" in
         fabkit)
-            opts="-h -V --help --version info check perf mpi-perf plot dht model surrogate demo launch clean intrude generate-docs rsh help"
+            opts="-h -V --help --version info check perf mpi-perf plot dht model surrogate demo launch clean intrude help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -362,26 +350,8 @@ _fabkit() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        fabkit__subcmd__generate__subcmd__docs)
-            opts="-h --out --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --out)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
         fabkit__subcmd__help)
-            opts="info check perf mpi-perf plot dht model surrogate demo launch clean intrude generate-docs rsh help"
+            opts="info check perf mpi-perf plot dht model surrogate demo launch clean intrude help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -437,20 +407,6 @@ _fabkit() {
             return 0
             ;;
         fabkit__subcmd__help__subcmd__dht)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        fabkit__subcmd__help__subcmd__generate__subcmd__docs)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -563,20 +519,6 @@ _fabkit() {
             return 0
             ;;
         fabkit__subcmd__help__subcmd__plot)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        fabkit__subcmd__help__subcmd__rsh)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1011,20 +953,6 @@ _fabkit() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        fabkit__subcmd__rsh)
-            opts="-h --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

@@ -19,9 +19,6 @@ _ipoib__eval() {
             ipoib__eval,client)
                 cmd="ipoib__eval__subcmd__client"
                 ;;
-            ipoib__eval,generate-docs)
-                cmd="ipoib__eval__subcmd__generate__subcmd__docs"
-                ;;
             ipoib__eval,help)
                 cmd="ipoib__eval__subcmd__help"
                 ;;
@@ -42,9 +39,6 @@ _ipoib__eval() {
                 ;;
             ipoib__eval__subcmd__help,client)
                 cmd="ipoib__eval__subcmd__help__subcmd__client"
-                ;;
-            ipoib__eval__subcmd__help,generate-docs)
-                cmd="ipoib__eval__subcmd__help__subcmd__generate__subcmd__docs"
                 ;;
             ipoib__eval__subcmd__help,help)
                 cmd="ipoib__eval__subcmd__help__subcmd__help"
@@ -104,7 +98,7 @@ _ipoib__eval() {
 
     case "${cmd}" in
         ipoib__eval)
-            opts="-h -V --help --version server client testbed sweep restore summary generate-docs help"
+            opts="-h -V --help --version server client testbed sweep restore summary help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -247,26 +241,8 @@ _ipoib__eval() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        ipoib__subcmd__eval__subcmd__generate__subcmd__docs)
-            opts="-h --out --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --out)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
         ipoib__subcmd__eval__subcmd__help)
-            opts="server client testbed sweep restore summary generate-docs help"
+            opts="server client testbed sweep restore summary help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -280,20 +256,6 @@ _ipoib__eval() {
             return 0
             ;;
         ipoib__subcmd__eval__subcmd__help__subcmd__client)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        ipoib__subcmd__eval__subcmd__help__subcmd__generate__subcmd__docs)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
