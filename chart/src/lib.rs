@@ -678,9 +678,24 @@ impl Frame {
 
 // --------------------------------------------------------------- charts
 
-/// A categorical chart's frame for `texts` and `y`, and its SVG so far.
-fn opened(texts: &Texts, y: YAxis) -> (Frame, String) {
-    let f = Frame::new(texts, y);
+/// A categorical chart's frame for its `[title, xlabel, ylabel]`,
+/// categories, legend and `y`, and its SVG so far.
+fn opened(
+    [title, xlabel, ylabel]: [&str; 3],
+    cats: &[String],
+    legend: &[String],
+    extras: &Extras,
+    y: YAxis,
+) -> (Frame, String) {
+    let texts = Texts {
+        title,
+        subtitle: extras.subtitle.as_deref(),
+        xlabel,
+        ylabel,
+        cats,
+        legend,
+    };
+    let f = Frame::new(&texts, y);
     let mut s = String::new();
     f.open(&mut s);
     (f, s)
@@ -719,15 +734,7 @@ pub fn lines_with(
         extras.reference.as_ref().map(|r| r.0),
     );
     let labels: Vec<String> = series.iter().map(|l| l.label.clone()).collect();
-    let texts = Texts {
-        title,
-        subtitle: extras.subtitle.as_deref(),
-        xlabel,
-        ylabel,
-        cats,
-        legend: &labels,
-    };
-    let (f, mut s) = opened(&texts, y);
+    let (f, mut s) = opened([title, xlabel, ylabel], cats, &labels, extras, y);
     if let Some((v, label)) = &extras.reference {
         f.reference(&mut s, *v, label);
     }
@@ -803,15 +810,7 @@ pub fn bars_with(
         extras.reference.as_ref().map(|r| r.0),
     );
     let labels: Vec<String> = series.iter().map(|(l, _)| l.clone()).collect();
-    let texts = Texts {
-        title,
-        subtitle: extras.subtitle.as_deref(),
-        xlabel,
-        ylabel,
-        cats,
-        legend: &labels,
-    };
-    let (f, mut s) = opened(&texts, y);
+    let (f, mut s) = opened([title, xlabel, ylabel], cats, &labels, extras, y);
     let slot = f.pw / f.n as f64 * 0.8;
     let bw = slot / series.len().max(1) as f64;
     for (k, (_, vals)) in series.iter().enumerate() {
