@@ -108,7 +108,8 @@ fn cmake(args: &[&std::ffi::OsStr]) {
 
 /// Replacing the MPI-DHT's `add_subdirectory` with `find_package` is the
 /// whole switch: a CMake project links `MPIDHT::nolock` and
-/// `MPIDHT::coarse`, each program gets the variant its target names
+/// `MPIDHT::coarse` from C and `MPIDHT::fine` from C++ (MPI's C++ bindings
+/// kept out), each program gets the variant its target names
 /// without FABKIT_DHT_VARIANT (and that variable still overrides), and it
 /// runs from its build folder without LD_LIBRARY_PATH.
 #[test]
@@ -125,11 +126,13 @@ fn a_cmake_project_links_the_mpidht_target_names_and_each_gets_its_variant() {
         build.as_os_str(),
         &define,
         "-DCMAKE_C_FLAGS=-Wall -Werror".as_ref(),
+        "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror".as_ref(),
     ]);
     cmake(&["--build".as_ref(), build.as_os_str()]);
     for (target, env, want) in [
         ("with_nolock", "", ": ok, lockfree over mpi"),
         ("with_coarse", "", ": ok, coarse over mpi"),
+        ("with_fine_cxx", "", ": ok, fine over mpi"),
         ("with_nolock", "fine", ": ok, fine over mpi"),
     ] {
         let exe = build.join(target);
