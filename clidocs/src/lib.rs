@@ -41,7 +41,10 @@ pub fn generate(cmd: Command, dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     let mut written = Vec::new();
     let mut visible = visible(&cmd);
-    let mut built = cmd;
+    // No page for clap's `help` subcommand, nor a mention of one.
+    let mut built = cmd
+        .disable_help_subcommand(true)
+        .mut_subcommands(|c| c.disable_help_subcommand(true));
     built.build();
     pages(&built, &man, &mut written)?;
     for shell in SHELLS {

@@ -23,7 +23,9 @@ Examples:
 
 Providers: shm (same node), tcp;ofi_rxm (any IP network), sockets, verbs;ofi_rxm
 (InfiniBand/RoCE), cxi (Slingshot), efa, psm3 - whatever `fabkit info` lists.
-Environment: FI_LOG_LEVEL=warn shows libfabric's own complaints.")]
+Environment: FI_LOG_LEVEL=warn shows libfabric's own complaints.
+Exit status: 0 done, 1 a failed run (or a check that failed), 2 a usage error
+(launch: the ranks' own); one line on stderr says why.")]
 pub struct Cli {
     #[command(subcommand)]
     /// The subcommand.

@@ -22,7 +22,8 @@ Examples:
 
 Units: a message is one -l payload (a UDP datagram as the receiving
 application sees it, each GSO or GRO segment once; for TCP, bytes / -l).
-Wire packets come from the interface counters of both ends.")]
+Wire packets come from the interface counters of both ends.
+Exit status: 0 done, 1 a failed run, 2 a usage error; one line on stderr says why.")]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) cmd: Cmd,
