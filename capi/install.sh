@@ -103,23 +103,23 @@ cat >"$cmakedir/fabkit-dht-config.cmake" <<CMAKE
 # program. MPI comes with the libraries, for C or, in a C++-only project,
 # C++; the shared library's folder is in the rpath, so a program runs
 # where it was built and where it was installed.
-cmake_policy(PUSH)
-cmake_policy(VERSION 3.13)
 include(CMakeFindDependencyMacro)
 # MPI for the project's language: C, else C++ (Open MPI's and MPICH's C++
-# bindings are kept out: the library is C's).
+# bindings are kept out: the library is C's). No policy is set here, so
+# find_dependency may return() from this file when MPI is missing.
 get_property(_fabkit_dht_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
-if("C" IN_LIST _fabkit_dht_languages)
+list(FIND _fabkit_dht_languages C _fabkit_dht_c)
+list(FIND _fabkit_dht_languages CXX _fabkit_dht_cxx)
+if(NOT _fabkit_dht_c EQUAL -1)
   find_dependency(MPI COMPONENTS C)
   set(_fabkit_dht_mpi MPI::MPI_C)
-elseif("CXX" IN_LIST _fabkit_dht_languages)
+elseif(NOT _fabkit_dht_cxx EQUAL -1)
   find_dependency(MPI COMPONENTS CXX)
   set(_fabkit_dht_mpi MPI::MPI_CXX)
 else()
   set(\${CMAKE_FIND_PACKAGE_NAME}_NOT_FOUND_MESSAGE
       "fabkit-dht needs C or CXX enabled (project(... C) or CXX) before find_package")
   set(\${CMAKE_FIND_PACKAGE_NAME}_FOUND FALSE)
-  cmake_policy(POP)
   return()
 endif()
 get_filename_component(_fabkit_dht_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
@@ -143,7 +143,7 @@ if(NOT TARGET fabkit-dht::fabkit-dht)
     list(GET _fabkit_dht_pair 0 _fabkit_dht_name)
     list(GET _fabkit_dht_pair 1 _fabkit_dht_variant)
     add_library(MPIDHT::\${_fabkit_dht_name} INTERFACE IMPORTED)
-    # Two of them in one program would give it two variants: CMake stops.
+    # Two of different variants in one program: CMake stops.
     set_target_properties(MPIDHT::\${_fabkit_dht_name} PROPERTIES
       INTERFACE_LINK_LIBRARIES fabkit-dht::fabkit-dht
       INTERFACE_COMPILE_DEFINITIONS "LUCX_MPI_IMPL;FABKIT_DHT_LINK_VARIANT=\"\${_fabkit_dht_variant}\""
@@ -154,7 +154,8 @@ endif()
 unset(_fabkit_dht_prefix)
 unset(_fabkit_dht_mpi)
 unset(_fabkit_dht_languages)
-cmake_policy(POP)
+unset(_fabkit_dht_c)
+unset(_fabkit_dht_cxx)
 CMAKE
 cat >"$cmakedir/fabkit-dht-config-version.cmake" <<'CMAKE'
 # fabkit-dht 0.1.0 meets a request for 0.1 or 0.1.0 (or none): before 1.0,

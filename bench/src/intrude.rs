@@ -260,7 +260,7 @@ pub fn command(args: &IntrudeArgs) -> Result<bool> {
     }
     println!(
         "breaches: none in {} round(s): no try was carried out and no message answered \
-         ({answered} endpoint(s) answered, by refusing; {silent} silent: took no connection)",
+         ({answered} endpoint(s) answered, by refusing; {silent} silent: answered nothing)",
         report.rounds
     );
     Ok(true)
@@ -637,6 +637,15 @@ fn print_target(t: &Target) {
             r.skipped,
             if why.is_empty() { "-".into() } else { why.join(", ") }
         );
+    }
+    for (what, r) in &t.rma {
+        if let Some(why) = &r.stopped {
+            println!("  {what}: {why}");
+        }
+    }
+    if let Some(why) = &t.failed {
+        println!("  failed on the intruder's side: {why}; the rest was not tried");
+        return;
     }
     if t.silent {
         println!("  silent: no try was answered within the timeout; the rest was not tried");

@@ -99,7 +99,7 @@ pub enum Stopped {
 }
 
 /// The most endpoints a stranger leaves open (see `Line::leak_broken`):
-/// past them, tries that would leave more are skipped.
+/// past them, the atomics that would leave more are skipped.
 pub const MAX_LEFT_OPEN: u64 = 128;
 
 /// Errors that say the connection went, not what the target made of the
@@ -373,7 +373,9 @@ impl Stranger {
         let mut next = 0usize;
         let mut refused_since: Option<Instant> = None;
         loop {
-            let leaving = self.left_open >= MAX_LEFT_OPEN && p.flight.is_empty();
+            // Only a refused atomic leaves an endpoint open.
+            let leaving =
+                what == Try::FetchAdd && self.left_open >= MAX_LEFT_OPEN && p.flight.is_empty();
             if p.silent >= p.window || leaving {
                 let rest = (targets.len() - next + p.again.len()) as u64;
                 if leaving && rest > 0 {
@@ -396,6 +398,8 @@ impl Stranger {
                 at = self.line.reach(name).map_err(|e| failed(e, &p.t))?;
                 p.lost = false;
                 p.window = 1;
+                // The renewal may have left the last endpoint allowed open.
+                continue;
             }
             if !pending || p.lost || p.flight.len() >= p.window {
                 self.settle(&mut p, on_done);
@@ -418,6 +422,8 @@ impl Stranger {
             match self.post(at, what, slot, target) {
                 Ok(Some(ticket)) => {
                     refused_since = None;
+                    // Two connection timeouts in a row make a target silent.
+                    p.unconnected = false;
                     p.t.tried += 1;
                     p.flight.push_back(InFlight {
                         ticket,
