@@ -449,9 +449,9 @@ pub fn command(a: &PlotArgs) -> Result<bool> {
                 "a surrogate report is plotted alone, with -o DIR: the folder its charts go to",
             ));
         };
-        if dir.is_file() {
+        if dir.is_file() || dir.as_os_str() == "-" {
             return Err(usage(format!(
-                "-o {}: is a file; a surrogate report's charts go to a folder",
+                "-o {}: not a folder; a surrogate report's charts go to one (made if missing)",
                 dir.display()
             )));
         }

@@ -291,7 +291,8 @@ fn plot_redraws_a_surrogate_reports_charts_from_the_report_alone() {
     refused(&["plot", k], "with -o DIR");
     let file = dir.path().join("a-file");
     std::fs::write(&file, "").unwrap();
-    refused(&["plot", k, "-o", file.to_str().unwrap()], "is a file");
+    refused(&["plot", k, "-o", file.to_str().unwrap()], "not a folder");
+    refused(&["plot", k, "-o", "-"], "not a folder");
     let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&kept).unwrap()).unwrap();
     v["runs"][0]["speedup"] = serde_json::json!(1e300);
     let edited = dir.path().join("edited.json");
